@@ -1,0 +1,313 @@
+//! The link actor: a thin shell around [`edgemu_links::LinkModel`] for one
+//! direction of one link, living on the sending host.
+//!
+//! It offers each envelope to the model at `now`, and asks its [`Timer`] to
+//! wake it when the earliest packet is due. At each wake-up it releases
+//! *everything* due, so its rate never depends on how often it is woken.
+//! A packet whose destination is on another host is released `lead_ns`
+//! early — the measured base one-way delay between the two hosts — so that
+//! it arrives at its model time (the lead never exceeds the link's own delay,
+//! so no packet leaves before it has been serialized).
+
+use crate::clock::{Clock, Timer, Wake};
+use crate::events::{Event, EventLog};
+use crate::messages::{GetLinkStats, LinkControl, LinkStats, Route, SetLead};
+use actix::prelude::*;
+use edgemu_codec::ids::{Direction, LinkId};
+use edgemu_codec::wire::Envelope;
+use edgemu_links::{LinkModel, LinkParams, LossSpec, Offer, RateSpec};
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+
+pub struct LinkActor {
+    link: LinkId,
+    name: String,
+    dir: Direction,
+    host_name: String,
+    model: LinkModel<Envelope>,
+    clock: Clock,
+    timer: Timer,
+    router: Recipient<Route>,
+    events: EventLog,
+    lead_ns: u64,
+    /// Generation of the wake-up we are waiting for, and its time.
+    wake_generation: u64,
+    wake_at: Option<u64>,
+    /// Bumped by every kill/restore/set so a pending heal of an older fault
+    /// does not undo a newer command.
+    fault_generation: u64,
+}
+
+impl LinkActor {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        link: LinkId,
+        name: String,
+        dir: Direction,
+        host_name: String,
+        params: LinkParams,
+        seed: u64,
+        clock: Clock,
+        timer: Timer,
+        router: Recipient<Route>,
+        events: EventLog,
+    ) -> Self {
+        LinkActor {
+            link,
+            name,
+            dir,
+            host_name,
+            model: LinkModel::new(params, seed),
+            clock,
+            timer,
+            router,
+            events,
+            lead_ns: 0,
+            wake_generation: 0,
+            wake_at: None,
+            fault_generation: 0,
+        }
+    }
+
+    fn effective_lead(&self) -> u64 {
+        self.lead_ns.min(self.model.params().delay_ns)
+    }
+
+    fn schedule(&mut self, ctx: &mut Context<Self>) {
+        let Some(due) = self.model.next_due() else {
+            return;
+        };
+        let release = due.saturating_sub(self.effective_lead());
+        if let Some(at) = self.wake_at {
+            if at <= release {
+                return;
+            }
+        }
+        self.wake_generation += 1;
+        self.wake_at = Some(release);
+        self.timer
+            .wake_at(&self.clock, release, self.wake_generation, ctx);
+    }
+
+    fn release_due(&mut self) {
+        let horizon = self.clock.now_ns().saturating_add(self.effective_lead());
+        while let Some(arrival) = self.model.poll(horizon) {
+            let mut env = arrival.packet;
+            env.via = None;
+            env.due_ns = Some(arrival.due_ns);
+            self.router.do_send(Route(env));
+        }
+    }
+
+    fn log(&self, source: &str, kind: &str, t_ns: u64, detail: serde_json::Value) {
+        self.events.record(Event {
+            t_ns,
+            host: self.host_name.clone(),
+            source: source.into(),
+            kind: kind.into(),
+            detail,
+        });
+    }
+
+    fn ident(&self) -> serde_json::Value {
+        serde_json::json!({ "link": self.name, "dir": self.dir.to_string() })
+    }
+
+    fn schedule_flap(
+        &mut self,
+        ctx: &mut Context<Self>,
+        mut rng: rand_chacha::ChaCha8Rng,
+        mtbf_ns: u64,
+        mttr_ns: u64,
+        until_ns: Option<u64>,
+        generation: u64,
+    ) {
+        let up = self.model.is_up();
+        let mean = if up { mtbf_ns } else { mttr_ns } as f64;
+        // Exponential holding time with the given mean.
+        let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
+        let hold = (-u.ln() * mean).min(u64::MAX as f64 / 2.0) as u64;
+        let at = self.clock.now_ns().saturating_add(hold.max(1));
+        if let Some(until) = until_ns {
+            if at >= until {
+                if !up {
+                    ctx.run_later(self.clock.until(until), move |act, ctx| {
+                        if act.fault_generation == generation {
+                            let now = act.clock.now_ns();
+                            act.model.restore(now);
+                            act.log("flap", "link.restore", now, act.ident());
+                            act.schedule(ctx);
+                        }
+                    });
+                }
+                return;
+            }
+        }
+        ctx.run_later(Duration::from_nanos(hold.max(1)), move |act, ctx| {
+            if act.fault_generation != generation {
+                return;
+            }
+            let now = act.clock.now_ns();
+            if act.model.is_up() {
+                let n = act.model.kill(now);
+                let mut d = act.ident();
+                d["dropped_in_flight"] = n.into();
+                act.log("flap", "link.kill", now, d);
+            } else {
+                act.model.restore(now);
+                act.log("flap", "link.restore", now, act.ident());
+            }
+            act.schedule_flap(ctx, rng, mtbf_ns, mttr_ns, until_ns, generation);
+        });
+    }
+}
+
+impl Actor for LinkActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Route> for LinkActor {
+    type Result = ();
+    fn handle(&mut self, msg: Route, ctx: &mut Context<Self>) {
+        let now = self.clock.now_ns();
+        let size = msg.0.payload.wire_size();
+        if let Offer::Accepted { .. } = self.model.offer(now, size, msg.0) {
+            self.schedule(ctx);
+        }
+    }
+}
+
+impl Handler<Wake> for LinkActor {
+    type Result = ();
+    fn handle(&mut self, msg: Wake, ctx: &mut Context<Self>) {
+        if msg.generation != self.wake_generation {
+            return;
+        }
+        self.wake_at = None;
+        self.release_due();
+        self.schedule(ctx);
+    }
+}
+
+impl Handler<SetLead> for LinkActor {
+    type Result = ();
+    fn handle(&mut self, msg: SetLead, _: &mut Context<Self>) {
+        self.lead_ns = msg.lead_ns;
+    }
+}
+
+impl Handler<LinkControl> for LinkActor {
+    type Result = Result<u64, String>;
+    fn handle(&mut self, msg: LinkControl, ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.clock.now_ns();
+        self.fault_generation += 1;
+        let generation = self.fault_generation;
+        match msg {
+            LinkControl::Kill { heal_after_ns } => {
+                self.model.kill(now);
+                // Pending wake-ups find nothing due; drop them.
+                self.wake_at = None;
+                self.wake_generation += 1;
+                if let Some(after) = heal_after_ns {
+                    ctx.run_later(Duration::from_nanos(after), move |act, ctx| {
+                        if act.fault_generation == generation {
+                            let t = act.clock.now_ns();
+                            act.model.restore(t);
+                            act.log("heal", "link.restore", t, act.ident());
+                            act.schedule(ctx);
+                        }
+                    });
+                }
+            }
+            LinkControl::Restore => {
+                self.model.restore(now);
+            }
+            LinkControl::Set {
+                patch,
+                heal_after_ns,
+            } => {
+                let old = self.model.params().clone();
+                let mut new = old.clone();
+                patch.apply(&mut new);
+                self.model.set_params(now, new);
+                if let Some(after) = heal_after_ns {
+                    ctx.run_later(Duration::from_nanos(after), move |act, ctx| {
+                        if act.fault_generation == generation {
+                            let t = act.clock.now_ns();
+                            act.model.set_params(t, old);
+                            act.log("heal", "link.set", t, act.ident());
+                            act.schedule(ctx);
+                        }
+                    });
+                }
+            }
+            LinkControl::Flap {
+                mtbf_ns,
+                mttr_ns,
+                seed,
+                until_ns,
+            } => {
+                let rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+                self.schedule_flap(ctx, rng, mtbf_ns, mttr_ns, until_ns, generation);
+            }
+        }
+        self.schedule(ctx);
+        Ok(now)
+    }
+}
+
+impl Handler<GetLinkStats> for LinkActor {
+    type Result = LinkStats;
+    fn handle(&mut self, _: GetLinkStats, _: &mut Context<Self>) -> LinkStats {
+        let now = self.clock.now_ns();
+        let c = self.model.counters();
+        let p = self.model.params();
+        LinkStats {
+            link: self.link,
+            name: self.name.clone(),
+            dir: self.dir,
+            t_ns: now,
+            up: self.model.is_up(),
+            rate_bps: match p.rate {
+                RateSpec::Fixed { bps } => Some(bps),
+                _ => None,
+            },
+            delay_ns: p.delay_ns,
+            offered: c.offered,
+            delivered: c.delivered,
+            lost: c.lost,
+            queue_dropped: c.queue_dropped,
+            down_dropped: c.down_dropped,
+            retransmissions: c.retransmissions,
+            bytes_offered: c.bytes_offered,
+            bytes_delivered: c.bytes_delivered,
+            queued_bytes: self.model.queued_bytes(now),
+            delay_p50_ns: c.delay_ns.value_at_quantile(0.5),
+            delay_p99_ns: c.delay_ns.value_at_quantile(0.99),
+            delay_max_ns: c.delay_ns.max(),
+            expected_loss: expected_loss(&p.loss),
+        }
+    }
+}
+
+/// Long-run loss rate a loss model should show (None for traces).
+pub fn expected_loss(loss: &LossSpec) -> Option<f64> {
+    match loss {
+        LossSpec::None => Some(0.0),
+        LossSpec::Bernoulli { p } => Some(*p),
+        LossSpec::GilbertElliott {
+            eps_g,
+            eps_b,
+            p_gb,
+            p_bg,
+        } => {
+            let s = p_gb + p_bg;
+            if s > 0.0 {
+                Some((p_gb * eps_b + p_bg * eps_g) / s)
+            } else {
+                Some(*eps_g)
+            }
+        }
+        LossSpec::Trace(_) => None,
+    }
+}

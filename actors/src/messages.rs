@@ -1,0 +1,99 @@
+//! Messages between actors on one host.
+
+use actix::prelude::*;
+use edgemu_codec::ids::{Direction, HostId, LinkId};
+use edgemu_codec::wire::Envelope;
+use edgemu_config::LinkPatch;
+use serde::Serialize;
+
+/// Hand an envelope to the router of this host, which sends it to its link,
+/// its local actor or the host that owns its destination.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Route(pub Envelope);
+
+/// An envelope that reached its destination actor. `recv_ns` is the run time
+/// of arrival (in virtual time the link model's exact arrival, since the
+/// paused clock is millisecond-quantized).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Deliver {
+    pub envelope: Envelope,
+    pub recv_ns: u64,
+}
+
+/// A control command for one link direction; answered with the run time at
+/// which it took effect.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<u64, String>")]
+pub enum LinkControl {
+    Kill { heal_after_ns: Option<u64> },
+    Restore,
+    Set { patch: LinkPatch, heal_after_ns: Option<u64> },
+    Flap { mtbf_ns: u64, mttr_ns: u64, seed: u64, until_ns: Option<u64> },
+}
+
+/// Base one-way delay to the host this link direction delivers to; the link
+/// releases packets this much before their model arrival time.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct SetLead {
+    pub lead_ns: u64,
+}
+
+/// Ask a link actor for its counters.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "LinkStats")]
+pub struct GetLinkStats;
+
+/// A snapshot of one link direction.
+#[derive(Debug, Clone, Serialize, MessageResponse)]
+pub struct LinkStats {
+    pub link: LinkId,
+    pub name: String,
+    pub dir: Direction,
+    pub t_ns: u64,
+    pub up: bool,
+    /// Configured rate now, bits/s (None = unlimited or trace).
+    pub rate_bps: Option<u64>,
+    pub delay_ns: u64,
+    pub offered: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub queue_dropped: u64,
+    pub down_dropped: u64,
+    pub retransmissions: u64,
+    pub bytes_offered: u64,
+    pub bytes_delivered: u64,
+    pub queued_bytes: u64,
+    pub delay_p50_ns: u64,
+    pub delay_p99_ns: u64,
+    pub delay_max_ns: u64,
+    pub expected_loss: Option<f64>,
+}
+
+/// Change what the router does with traffic to a peer host.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "u64")]
+pub enum PeerControl {
+    Partition { peer: HostId, heal_after_ns: Option<u64> },
+    Heal { peer: HostId },
+}
+
+/// A peer host went down or came back (from the mesh).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct PeerStatus {
+    pub peer: HostId,
+    pub up: bool,
+}
+
+/// Senders stop generating traffic (end of the run).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct StopSending;
+
+/// Ask a sink to flush what it recorded; answers its per-flow summary.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Vec<crate::probes::FlowSummary>")]
+pub struct Flush;
