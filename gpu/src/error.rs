@@ -1,0 +1,95 @@
+//! The crate's error type.
+//!
+//! Every fallible function returns [`GpuError`]. Variants say *where* (a file, a
+//! tensor, a metadata key, a request) and *what* went wrong, so an error from a
+//! malformed GGUF or profile file can be shown to a user as is.
+
+use std::path::PathBuf;
+
+/// Errors from model loading, tokenization, the batching engine, KV transfer,
+/// profiles and telemetry.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// The GGUF model file is not where it was looked up.
+    #[error(
+        "model file {path} not found; run `scripts/fetch-model.sh` (or set EDGEMU_GGUF to a .gguf file)"
+    )]
+    ModelMissing { path: PathBuf },
+    /// Reading or parsing a GGUF file failed.
+    #[error("GGUF {path}: {msg}")]
+    Gguf { path: String, msg: String },
+    /// A tensor the architecture needs is absent from the GGUF file.
+    #[error("GGUF {path}: missing tensor `{name}`")]
+    MissingTensor { path: String, name: String },
+    /// A tensor has a shape other than the config implies.
+    #[error("GGUF {path}: tensor `{name}` has shape {got:?}, expected {expected:?}")]
+    TensorShape {
+        path: String,
+        name: String,
+        got: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    /// A metadata key is missing or has the wrong type or value.
+    #[error("GGUF {path}: metadata `{key}`: {msg}")]
+    Metadata {
+        path: String,
+        key: String,
+        msg: String,
+    },
+    /// A tensor operation failed (context says which).
+    #[error("{context}: {source}")]
+    Candle {
+        context: String,
+        #[source]
+        source: candle_core::Error,
+    },
+    /// Tokenizer construction or use failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// A device string could not be parsed or the device is unavailable.
+    #[error("device `{device}`: {msg}")]
+    Device { device: String, msg: String },
+    /// The engine was given an invalid request or state.
+    #[error("engine: {0}")]
+    Engine(String),
+    /// KV export/import got inconsistent ranges, shapes or bytes.
+    #[error("kv transfer: {0}")]
+    KvTransfer(String),
+    /// A profile file is unreadable or invalid.
+    #[error("profile {path}: {msg}")]
+    Profile { path: String, msg: String },
+    /// No built-in profile has this name.
+    #[error("unknown built-in profile `{0}` (known: rtx3080, rtx3090, rtx4090)")]
+    UnknownProfile(String),
+    /// File system error.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl GpuError {
+    /// Wraps a candle error with a short description of what was being done.
+    pub fn candle(context: impl Into<String>) -> impl FnOnce(candle_core::Error) -> GpuError {
+        let context = context.into();
+        move |source| GpuError::Candle { context, source }
+    }
+}
+
+/// Adds context to candle results: `t.matmul(&w).ctx("layer 3 q proj")?`.
+pub(crate) trait CandleContext<T> {
+    fn ctx(self, context: &str) -> Result<T, GpuError>;
+}
+
+impl<T> CandleContext<T> for candle_core::Result<T> {
+    fn ctx(self, context: &str) -> Result<T, GpuError> {
+        self.map_err(|source| GpuError::Candle {
+            context: context.to_string(),
+            source,
+        })
+    }
+}
+
+pub type Result<T, E = GpuError> = std::result::Result<T, E>;

@@ -1,0 +1,10 @@
+//! edgemu's GPU core: a Llama-family model with explicit per-sequence KV
+//! caches, a continuous-batching engine with KV accounting, a cost-model
+//! backend, KV export/import for handoffs, profiling, benchmarks and NVML
+//! telemetry. No I/O in the engine, ledger or modeled backend.
+
+pub mod error;
+pub mod model;
+pub mod tokenizer;
+
+pub use error::{GpuError, Result};

@@ -1,0 +1,446 @@
+//! Llama forward pass with explicit per-sequence KV and selective batching.
+//!
+//! One call of [`Llama::forward`] runs a batch of sequences, each contributing
+//! its own number of new tokens (a whole prompt during prefill, one token during
+//! decode) at its own position (`SeqKv::len`). Following Orca's *selective
+//! batching*, everything outside attention — embedding, RMSNorm, the Q/K/V/O
+//! projections, rotary embedding, the SwiGLU MLP and the LM head — runs once on
+//! the concatenated rows of all sequences; attention runs per sequence against
+//! that sequence's own cache. Grouped-query attention is computed without
+//! repeating K/V: the `n_rep` query heads that share a KV head are stacked as
+//! rows of one matmul against that head's keys.
+//!
+//! Rotary embedding is the interleaved (GPT-J) form that llama.cpp's GGUF export
+//! of Llama weights expects, with per-row positions. The LM head is applied only
+//! to the last new row of each sequence and is tied to the token embedding when
+//! the GGUF has no `output.weight`.
+
+use candle_core::{DType, Device, Tensor, D};
+
+use crate::error::{CandleContext, GpuError, Result};
+use crate::model::config::LlamaConfig;
+use crate::model::gguf::GgufFile;
+use crate::model::kv::SeqKv;
+use crate::model::weights::{Linear, WeightLayout};
+
+/// Which matrices a forward pass uses (see [`crate::model::weights`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Prefill,
+    Decode,
+}
+
+struct Block {
+    attn_norm: Tensor,
+    ffn_norm: Tensor,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// A loaded Llama-family model.
+pub struct Llama {
+    config: LlamaConfig,
+    embed: Tensor,
+    blocks: Vec<Block>,
+    norm: Tensor,
+    lm_head: Linear,
+    cos: Tensor,
+    sin: Tensor,
+    device: Device,
+    layout: WeightLayout,
+}
+
+/// One sequence's share of a forward pass.
+pub struct SeqInput<'a> {
+    /// New tokens (at positions `kv.len()..kv.len() + tokens.len()`).
+    pub tokens: &'a [u32],
+    /// The sequence's cache; extended by `tokens.len()`.
+    pub kv: &'a mut SeqKv,
+}
+
+impl Llama {
+    /// Loads the weights of a Llama GGUF onto `device` in the given layout.
+    pub fn from_gguf<R: std::io::Read + std::io::Seek>(
+        g: &mut GgufFile<R>,
+        device: &Device,
+        layout: WeightLayout,
+    ) -> Result<Self> {
+        let c = g.llama_config()?;
+        let h = c.hidden_size;
+        let kvw = c.kv_width();
+        let ffn = c.intermediate_size;
+        let embd_q = g.tensor_shaped("token_embd.weight", device, &[c.vocab_size, h])?;
+        let embed = embd_q
+            .dequantize(device)
+            .ctx("dequantize token_embd.weight")?;
+        let lm_layout = WeightLayout::uniform(layout.decode);
+        let lm_head = if g.has_tensor("output.weight") {
+            let q = g.tensor_shaped("output.weight", device, &[c.vocab_size, h])?;
+            Linear::new(q, lm_layout, device, "output.weight")?
+        } else {
+            Linear::new(embd_q, lm_layout, device, "token_embd.weight (tied lm head)")?
+        };
+        let vec = |g: &mut GgufFile<R>, name: &str| -> Result<Tensor> {
+            g.tensor_shaped(name, device, &[h])?
+                .dequantize(device)
+                .ctx(name)
+        };
+        let norm = vec(g, "output_norm.weight")?;
+        let mut blocks = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let p = format!("blk.{i}");
+            let mut lin = |suffix: &str, shape: [usize; 2]| -> Result<Linear> {
+                let name = format!("{p}.{suffix}.weight");
+                let q = g.tensor_shaped(&name, device, &shape)?;
+                Linear::new(q, layout, device, &name)
+            };
+            let q = lin("attn_q", [h, h])?;
+            let k = lin("attn_k", [kvw, h])?;
+            let v = lin("attn_v", [kvw, h])?;
+            let o = lin("attn_output", [h, h])?;
+            let gate = lin("ffn_gate", [ffn, h])?;
+            let up = lin("ffn_up", [ffn, h])?;
+            let down = lin("ffn_down", [h, ffn])?;
+            blocks.push(Block {
+                attn_norm: vec(g, &format!("{p}.attn_norm.weight"))?,
+                ffn_norm: vec(g, &format!("{p}.ffn_norm.weight"))?,
+                q,
+                k,
+                v,
+                o,
+                gate,
+                up,
+                down,
+            });
+        }
+        let (cos, sin) = rope_tables(&c, device)?;
+        Ok(Llama {
+            config: c,
+            embed,
+            blocks,
+            norm,
+            lm_head,
+            cos,
+            sin,
+            device: device.clone(),
+            layout,
+        })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The weight layout chosen at load.
+    pub fn layout(&self) -> WeightLayout {
+        self.layout
+    }
+
+    /// A fresh, empty cache for one sequence.
+    pub fn new_kv(&self, capacity: usize) -> Result<SeqKv> {
+        SeqKv::new(&self.config, capacity, &self.device)
+    }
+
+    /// Runs the new tokens of every sequence; returns logits `(batch, vocab)` for
+    /// the last new token of each sequence and extends every cache.
+    pub fn forward(&self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Tensor> {
+        let c = &self.config;
+        if batch.is_empty() {
+            return Err(GpuError::Engine("forward on an empty batch".into()));
+        }
+        let mut ids = Vec::new();
+        let mut pos = Vec::new();
+        let mut last = Vec::with_capacity(batch.len());
+        for s in batch.iter_mut() {
+            if s.tokens.is_empty() {
+                return Err(GpuError::Engine("a sequence has no new tokens".into()));
+            }
+            let start = s.kv.len();
+            if start + s.tokens.len() > c.max_seq_len {
+                return Err(GpuError::Engine(format!(
+                    "sequence of {} tokens exceeds the context length {}",
+                    start + s.tokens.len(),
+                    c.max_seq_len
+                )));
+            }
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+                return Err(GpuError::Engine(format!(
+                    "token id {bad} is outside the vocabulary ({})",
+                    c.vocab_size
+                )));
+            }
+            s.kv.reserve(start + s.tokens.len())?;
+            ids.extend_from_slice(s.tokens);
+            pos.extend((start..start + s.tokens.len()).map(|p| p as u32));
+            last.push((ids.len() - 1) as u32);
+        }
+        let n = ids.len();
+        let dev = &self.device;
+        let decode = phase == Phase::Decode;
+        let ids = Tensor::new(ids.as_slice(), dev).ctx("token ids")?;
+        let pos = Tensor::new(pos.as_slice(), dev).ctx("positions")?;
+        let half = c.head_dim / 2;
+        let cos = self
+            .cos
+            .index_select(&pos, 0)
+            .and_then(|t| t.reshape((n, 1, half)))
+            .ctx("rope cos")?;
+        let sin = self
+            .sin
+            .index_select(&pos, 0)
+            .and_then(|t| t.reshape((n, 1, half)))
+            .ctx("rope sin")?;
+        let mut x = self.embed.index_select(&ids, 0).ctx("embedding")?;
+        let eps = c.rms_norm_eps as f32;
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        for (li, b) in self.blocks.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &b.attn_norm, eps).ctx("attn norm")?;
+            let q = b.q.forward(&h, decode)?;
+            let k = b.k.forward(&h, decode)?;
+            let v = b.v.forward(&h, decode)?;
+            let q = (q.reshape((n, c.n_heads, 1, c.head_dim)).ctx("q reshape")? * scale)
+                .ctx("q scale")?;
+            let q = candle_nn::rotary_emb::rope_i(&q, &cos, &sin).ctx("rope q")?;
+            let k = k.reshape((n, c.n_kv_heads, 1, c.head_dim)).ctx("k reshape")?;
+            let k = candle_nn::rotary_emb::rope_i(&k, &cos, &sin).ctx("rope k")?;
+            let k = k.reshape((n, c.n_kv_heads, c.head_dim)).ctx("k reshape")?;
+            let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
+            let mut outs = Vec::with_capacity(batch.len());
+            let mut off = 0;
+            for s in batch.iter_mut() {
+                let t = s.tokens.len();
+                outs.push(self.attend(li, s.kv, &q, &k, &v, off, t)?);
+                off += t;
+            }
+            let attn = Tensor::cat(&outs, 0).ctx("attn cat")?;
+            x = (x + b.o.forward(&attn, decode)?).ctx("attn residual")?;
+            let h = candle_nn::ops::rms_norm(&x, &b.ffn_norm, eps).ctx("ffn norm")?;
+            let g = b.gate.forward(&h, decode)?;
+            let u = b.up.forward(&h, decode)?;
+            let f = (g.silu().ctx("silu")? * u).ctx("swiglu")?;
+            x = (x + b.down.forward(&f, decode)?).ctx("ffn residual")?;
+        }
+        for s in batch.iter_mut() {
+            s.kv.advance(s.tokens.len());
+        }
+        let last = Tensor::new(last.as_slice(), dev).ctx("last rows")?;
+        let x = x.index_select(&last, 0).ctx("last rows")?;
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps).ctx("final norm")?;
+        self.lm_head.forward(&x, true)
+    }
+
+    /// Attention of one sequence's `t` new rows (starting at row `off`).
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        layer: usize,
+        kv: &mut SeqKv,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        off: usize,
+        t: usize,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (nkv, rep, hd) = (c.n_kv_heads, c.n_rep(), c.head_dim);
+        let kn = k
+            .narrow(0, off, t)
+            .and_then(|x| x.transpose(0, 1))
+            .and_then(|x| x.contiguous())
+            .ctx("k rows")?;
+        let vn = v
+            .narrow(0, off, t)
+            .and_then(|x| x.transpose(0, 1))
+            .and_then(|x| x.contiguous())
+            .ctx("v rows")?;
+        kv.append(layer, &kn, &vn)?;
+        let (kc, vc, bias) = kv.view(layer, t)?;
+        let l = kv.len() + t;
+        let qi = q.narrow(0, off, t).ctx("q rows")?;
+        if t == 1 {
+            let qg = qi.reshape((nkv, rep, hd)).ctx("q group")?;
+            let mut att = qg.matmul(&kc.t().ctx("kt")?).ctx("qk")?;
+            if let Some(b) = bias {
+                att = att.broadcast_add(&b).ctx("kv mask")?;
+            }
+            let att = candle_nn::ops::softmax_last_dim(&att).ctx("softmax")?;
+            att.matmul(&vc)
+                .and_then(|o| o.reshape((1, c.hidden_size)))
+                .ctx("av")
+        } else {
+            let qg = qi
+                .reshape((t, nkv, rep, hd))
+                .and_then(|x| x.permute((1, 2, 0, 3)))
+                .and_then(|x| x.contiguous())
+                .and_then(|x| x.reshape((nkv, rep * t, hd)))
+                .ctx("q group")?;
+            let att = qg.matmul(&kc.t().ctx("kt")?).ctx("qk")?;
+            let att = att.reshape((nkv, rep, t, l)).ctx("att reshape")?;
+            let past = l - t;
+            let mask: Vec<f32> = (0..t)
+                .flat_map(|i| {
+                    (0..l).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY })
+                })
+                .collect();
+            let mask = Tensor::from_vec(mask, (t, l), &self.device).ctx("causal mask")?;
+            let mut att = att.broadcast_add(&mask).ctx("causal mask")?;
+            if let Some(b) = bias {
+                let b = b.reshape((nkv, 1, 1, l)).ctx("kv mask")?;
+                att = att.broadcast_add(&b).ctx("kv mask")?;
+            }
+            let att = candle_nn::ops::softmax_last_dim(&att)
+                .and_then(|a| a.reshape((nkv, rep * t, l)))
+                .ctx("softmax")?;
+            att.matmul(&vc)
+                .and_then(|o| o.reshape((nkv, rep, t, hd)))
+                .and_then(|o| o.permute((2, 0, 1, 3)))
+                .and_then(|o| o.contiguous())
+                .and_then(|o| o.reshape((t, c.hidden_size)))
+                .ctx("av")
+        }
+    }
+
+    /// Greedy next token (argmax of the logits) of every sequence.
+    pub fn greedy(&self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Vec<u32>> {
+        let logits = self.forward(batch, phase)?;
+        logits
+            .argmax(D::Minus1)
+            .and_then(|t| t.to_dtype(DType::U32))
+            .and_then(|t| t.to_vec1::<u32>())
+            .ctx("argmax")
+    }
+
+    /// Prefills `prompt` into a fresh cache and greedily decodes `n` tokens alone
+    /// (the reference the batched engine is tested against).
+    pub fn generate_alone(&self, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+        let mut kv = self.new_kv(prompt.len() + n)?;
+        let mut out = Vec::with_capacity(n);
+        if n == 0 {
+            return Ok(out);
+        }
+        let mut tok = self.greedy(
+            &mut [SeqInput {
+                tokens: prompt,
+                kv: &mut kv,
+            }],
+            Phase::Prefill,
+        )?[0];
+        out.push(tok);
+        while out.len() < n {
+            tok = self.greedy(
+                &mut [SeqInput {
+                    tokens: &[tok],
+                    kv: &mut kv,
+                }],
+                Phase::Decode,
+            )?[0];
+            out.push(tok);
+        }
+        Ok(out)
+    }
+}
+
+fn rope_tables(c: &LlamaConfig, device: &Device) -> Result<(Tensor, Tensor)> {
+    let half = c.head_dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / c.rope_theta.powf(2.0 * i as f32 / c.head_dim as f32))
+        .collect();
+    let mut cos = Vec::with_capacity(c.max_seq_len * half);
+    let mut sin = Vec::with_capacity(c.max_seq_len * half);
+    for p in 0..c.max_seq_len {
+        for f in &inv {
+            let a = p as f32 * f;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    let cos = Tensor::from_vec(cos, (c.max_seq_len, half), device).ctx("rope table")?;
+    let sin = Tensor::from_vec(sin, (c.max_seq_len, half), device).ctx("rope table")?;
+    Ok((cos, sin))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::gguf::tiny_gguf;
+    use crate::model::weights::WeightFormat;
+
+    pub(crate) fn tiny(layout: WeightLayout) -> Llama {
+        let mut g = GgufFile::from_bytes(tiny_gguf(7), "tiny").unwrap();
+        Llama::from_gguf(&mut g, &Device::Cpu, layout).unwrap()
+    }
+
+    #[test]
+    fn prefill_then_decode_equals_prefill_all() {
+        // Logits of the last token must not depend on how the prompt was split.
+        let m = tiny(WeightLayout::uniform(WeightFormat::F32));
+        let prompt: Vec<u32> = (10..30).collect();
+        let mut kv1 = m.new_kv(8).unwrap();
+        let a = m
+            .forward(&mut [SeqInput { tokens: &prompt, kv: &mut kv1 }], Phase::Prefill)
+            .unwrap();
+        let mut kv2 = m.new_kv(8).unwrap();
+        m.forward(&mut [SeqInput { tokens: &prompt[..12], kv: &mut kv2 }], Phase::Prefill)
+            .unwrap();
+        let mut b = None;
+        for t in &prompt[12..] {
+            b = Some(
+                m.forward(&mut [SeqInput { tokens: &[*t], kv: &mut kv2 }], Phase::Decode)
+                    .unwrap(),
+            );
+        }
+        let d = (a - b.unwrap()).unwrap().abs().unwrap().max_all().unwrap();
+        let d: f32 = d.to_scalar().unwrap();
+        assert!(d < 1e-3, "max logit difference {d}");
+        assert_eq!(kv1.len(), 20);
+        assert_eq!(kv2.len(), 20);
+    }
+
+    #[test]
+    fn batch_rows_are_independent() {
+        let m = tiny(WeightLayout::for_device(&Device::Cpu));
+        let p1: Vec<u32> = (5..15).collect();
+        let p2: Vec<u32> = (40..47).collect();
+        let alone1 = m.generate_alone(&p1, 6).unwrap();
+        let alone2 = m.generate_alone(&p2, 6).unwrap();
+        let mut k1 = m.new_kv(0).unwrap();
+        let mut k2 = m.new_kv(0).unwrap();
+        let first = m
+            .greedy(
+                &mut [
+                    SeqInput { tokens: &p1, kv: &mut k1 },
+                    SeqInput { tokens: &p2, kv: &mut k2 },
+                ],
+                Phase::Prefill,
+            )
+            .unwrap();
+        let (mut o1, mut o2) = (vec![first[0]], vec![first[1]]);
+        for _ in 0..5 {
+            let (a, b) = (*o1.last().unwrap(), *o2.last().unwrap());
+            let nx = m
+                .greedy(
+                    &mut [
+                        SeqInput { tokens: &[a], kv: &mut k1 },
+                        SeqInput { tokens: &[b], kv: &mut k2 },
+                    ],
+                    Phase::Decode,
+                )
+                .unwrap();
+            o1.push(nx[0]);
+            o2.push(nx[1]);
+        }
+        assert_eq!(o1, alone1);
+        assert_eq!(o2, alone2);
+    }
+}

@@ -1,0 +1,172 @@
+//! Weight layouts: how a GGUF matrix is held in memory for each phase.
+//!
+//! The GGUF ships SmolLM2's matrices as Q4_1 (token embedding Q8_0). candle's
+//! Q4_1 CPU kernel has no SIMD dot product, so on CPU keeping Q4_1 is the slowest
+//! choice. At load, each linear weight is turned into one matrix per phase:
+//!
+//! * **prefill** multiplies many rows at once (a whole prompt), which is
+//!   compute-bound: dequantized F32 weights go through candle's gemm (blocked,
+//!   SIMD, multi-threaded), several times faster than any quantized kernel here.
+//! * **decode** multiplies one row per running sequence, which is bound by
+//!   reading the weights: a requantized Q8_0 matrix (AVX2 `q8_0·q8_0` dot product)
+//!   reads 4× fewer bytes than F32.
+//!
+//! [`WeightLayout::for_device`] picks per device; the figures behind the CPU
+//! choice are in the crate README (`cargo run --release --example bench_decode --
+//! --layouts` measures them again). On CUDA the GGUF tensors are kept as they are
+//! (candle's CUDA quantized kernels cover Q4_1) — that choice still needs a check
+//! on a GPU.
+//!
+//! A decode step never uses the prefill matrix and vice versa, so results of a
+//! sequence do not depend on which other sequences share its batch.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CandleContext, Result};
+
+/// In-memory format of one matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightFormat {
+    /// As stored in the GGUF (Q4_1 for SmolLM2).
+    Keep,
+    /// Requantized to Q4_0.
+    Q4_0,
+    /// Requantized to Q8_0.
+    Q8_0,
+    /// Dequantized to F32.
+    F32,
+    /// Dequantized to F16 (meant for CUDA).
+    F16,
+}
+
+impl WeightFormat {
+    /// Parses `keep`, `q4_0`, `q8_0`, `f32`, `f16`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "keep" | "q4_1" => WeightFormat::Keep,
+            "q4_0" => WeightFormat::Q4_0,
+            "q8_0" => WeightFormat::Q8_0,
+            "f32" => WeightFormat::F32,
+            "f16" => WeightFormat::F16,
+            _ => return None,
+        })
+    }
+}
+
+/// Format used for prefill and for decode matmuls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WeightLayout {
+    pub prefill: WeightFormat,
+    pub decode: WeightFormat,
+}
+
+impl WeightLayout {
+    /// The measured best layout for a device: CPU → F32 prefill + Q8_0 decode;
+    /// CUDA → keep the GGUF's quantized tensors for both.
+    pub fn for_device(device: &Device) -> Self {
+        if device.is_cpu() {
+            WeightLayout {
+                prefill: WeightFormat::F32,
+                decode: WeightFormat::Q8_0,
+            }
+        } else {
+            WeightLayout {
+                prefill: WeightFormat::Keep,
+                decode: WeightFormat::Keep,
+            }
+        }
+    }
+
+    /// The same format for both phases.
+    pub fn uniform(f: WeightFormat) -> Self {
+        WeightLayout {
+            prefill: f,
+            decode: f,
+        }
+    }
+
+    /// Short label, e.g. `prefill=f32,decode=q8_0`.
+    pub fn label(&self) -> String {
+        let n = |f: WeightFormat| match f {
+            WeightFormat::Keep => "keep",
+            WeightFormat::Q4_0 => "q4_0",
+            WeightFormat::Q8_0 => "q8_0",
+            WeightFormat::F32 => "f32",
+            WeightFormat::F16 => "f16",
+        };
+        format!("prefill={},decode={}", n(self.prefill), n(self.decode))
+    }
+}
+
+fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Result<QMatMul> {
+    let ctx = |what: &str| format!("weight `{name}`: {what}");
+    Ok(match f {
+        WeightFormat::Keep => match q.dtype() {
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => {
+                QMatMul::Tensor(q.dequantize(device).ctx(&ctx("dequantize"))?)
+            }
+            _ => QMatMul::QTensor(q.clone()),
+        },
+        WeightFormat::Q4_0 | WeightFormat::Q8_0 => {
+            let dt = if f == WeightFormat::Q4_0 {
+                GgmlDType::Q4_0
+            } else {
+                GgmlDType::Q8_0
+            };
+            if q.dtype() == dt {
+                QMatMul::QTensor(q.clone())
+            } else {
+                let t = q.dequantize(&Device::Cpu).ctx(&ctx("dequantize"))?;
+                let rq = QTensor::quantize_onto(&t, dt, device).ctx(&ctx("requantize"))?;
+                QMatMul::QTensor(Arc::new(rq))
+            }
+        }
+        WeightFormat::F32 => QMatMul::Tensor(q.dequantize(device).ctx(&ctx("dequantize"))?),
+        WeightFormat::F16 => QMatMul::TensorF16(
+            q.dequantize(device)
+                .and_then(|t| t.to_dtype(DType::F16))
+                .ctx(&ctx("dequantize f16"))?,
+        ),
+    })
+}
+
+/// A linear layer `y = x Wᵀ` with one matrix per phase (shared when equal).
+#[derive(Debug, Clone)]
+pub struct Linear {
+    prefill: QMatMul,
+    decode: Option<QMatMul>,
+    name: String,
+}
+
+impl Linear {
+    /// Builds both phase matrices from a GGUF tensor of shape `(out, in)`.
+    pub fn new(q: QTensor, layout: WeightLayout, device: &Device, name: &str) -> Result<Self> {
+        let q = Arc::new(q);
+        let prefill = convert(&q, layout.prefill, device, name)?;
+        let decode = if layout.decode == layout.prefill {
+            None
+        } else {
+            Some(convert(&q, layout.decode, device, name)?)
+        };
+        Ok(Linear {
+            prefill,
+            decode,
+            name: name.to_string(),
+        })
+    }
+
+    /// Applies the layer for the given phase to `x` of shape `(rows, in)`.
+    pub fn forward(&self, x: &Tensor, decode: bool) -> Result<Tensor> {
+        let m = if decode {
+            self.decode.as_ref().unwrap_or(&self.prefill)
+        } else {
+            &self.prefill
+        };
+        m.forward(x).ctx(&self.name)
+    }
+}
