@@ -123,6 +123,8 @@ pub struct DecoderStats {
     pub stale: u64,
     /// Source packets obtained through elimination rather than received.
     pub recovered: u64,
+    /// Region operations (`mul_add`/`mul`) on 1376-byte symbols.
+    pub payload_ops: u64,
 }
 
 /// A decoded source packet, borrowed from the decoder.
@@ -414,6 +416,7 @@ impl RlcDecoder {
                         if c != 0 {
                             row.coeffs[(s.id - p) as usize] = 0;
                             mul_add(&mut row.symbol, &sym, c);
+                            self.stats.payload_ops += 1;
                             row.trim();
                             if row.is_single() {
                                 singles.push(p);
@@ -433,6 +436,7 @@ impl RlcDecoder {
                 // nonzero here.
                 self.equations -= 1;
                 xor_into(&mut row.symbol, &sym);
+                self.stats.payload_ops += 1;
                 self.slots[idx] = Slot::Decoded(sym);
                 self.decoded_ahead += 1;
                 if let Some(off) = row.coeffs.iter().skip(1).position(|&c| c != 0) {
@@ -543,6 +547,7 @@ impl RlcDecoder {
                 Slot::Unknown => {}
             }
         }
+        self.stats.payload_ops += self.ops.len() as u64;
         self.stats.innovative += 1;
         let mut decoded = Vec::new();
         self.install_row(lo + q_off as u32, Row { coeffs, symbol: sym }, &mut decoded);
@@ -560,6 +565,7 @@ impl RlcDecoder {
         };
         mul(&mut row.coeffs, inv);
         mul(&mut row.symbol, inv);
+        self.stats.payload_ops += u64::from(inv != 1);
         row.trim();
         let mut singles = Vec::new();
         for p in self.prefix..q {
@@ -574,6 +580,7 @@ impl RlcDecoder {
                     }
                     mul_add(&mut other.coeffs[at..], &row.coeffs, c);
                     mul_add(&mut other.symbol, &row.symbol, c);
+                    self.stats.payload_ops += 1;
                     other.trim();
                     if other.is_single() {
                         singles.push(p);
