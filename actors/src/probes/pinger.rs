@@ -4,14 +4,12 @@ use super::{ProbeLog, ProbeRecord, RecordKind};
 use crate::clock::Clock;
 use crate::messages::{Deliver, Flush, Route, StopSending};
 use crate::probes::sink::FlowStats;
-use crate::probes::FlowSummary;
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
 use edgemu_codec::wire::{Envelope, Msg, Ping};
 
 pub struct Pinger {
     id: ActorId,
-    name: String,
     to: ActorId,
     via: Option<LinkId>,
     reply_via: Option<LinkId>,
@@ -45,7 +43,6 @@ impl Pinger {
     ) -> Self {
         Pinger {
             id,
-            name: name.clone(),
             to,
             via,
             reply_via,

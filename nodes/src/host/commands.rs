@@ -1,0 +1,212 @@
+//! Control commands: which host owns what a command touches, and applying
+//! the local part of it. `[[chaos]]` entries and control requests share one
+//! vocabulary (`edgemu_config::parse_action`).
+
+use super::spawn::HostActors;
+use edgemu_actors::messages::{LinkControl, PeerControl};
+use edgemu_codec::ids::{Direction, HostId, LinkId};
+use edgemu_config::{ChaosAction, Cluster};
+
+/// One thing a command acts on, on the host that owns it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// A link direction (its actor lives on the sending host).
+    Link { link: LinkId, dir: Direction },
+    /// This host's side of a partition with `peer`.
+    Peer { peer: HostId },
+}
+
+/// The effect of a command on one target.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub host: String,
+    pub target: String,
+    pub at_ns: u64,
+    pub error: Option<String>,
+}
+
+impl Applied {
+    pub fn detail(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({ "host": self.host, "target": self.target, "effective_ns": self.at_ns });
+        if let Some(e) = &self.error {
+            v["error"] = e.clone().into();
+        }
+        v
+    }
+}
+
+pub fn action_name(a: &ChaosAction) -> &'static str {
+    match a {
+        ChaosAction::LinkKill { .. } => "link.kill",
+        ChaosAction::LinkRestore { .. } => "link.restore",
+        ChaosAction::LinkSet { .. } => "link.set",
+        ChaosAction::HostPartition { .. } => "host.partition",
+        ChaosAction::HostHeal { .. } => "host.heal",
+        ChaosAction::LinkFlap { .. } => "link.flap",
+        ChaosAction::RunStop => "run.stop",
+    }
+}
+
+fn dirs(dir: Option<Direction>) -> Vec<Direction> {
+    match dir {
+        Some(d) => vec![d],
+        None => vec![Direction::AtoB, Direction::BtoA],
+    }
+}
+
+/// The host whose link actor carries `dir` of `link`.
+pub fn link_owner(cluster: &Cluster, link: LinkId, dir: Direction) -> Option<HostId> {
+    let l = cluster.links.get(link.0 as usize)?;
+    let sender = match dir {
+        Direction::AtoB => l.a,
+        Direction::BtoA => l.b,
+    };
+    cluster.actors.get(sender.0 as usize).map(|a| a.host)
+}
+
+/// Every target of an action, with its owning host.
+pub fn all_targets(cluster: &Cluster, action: &ChaosAction) -> Vec<(HostId, Target)> {
+    let mut out = Vec::new();
+    match action {
+        ChaosAction::LinkKill { link, dir }
+        | ChaosAction::LinkRestore { link, dir }
+        | ChaosAction::LinkSet { link, dir, .. } => {
+            for d in dirs(*dir) {
+                if let Some(h) = link_owner(cluster, *link, d) {
+                    out.push((h, Target::Link { link: *link, dir: d }));
+                }
+            }
+        }
+        ChaosAction::LinkFlap { link, .. } => {
+            for d in dirs(None) {
+                if let Some(h) = link_owner(cluster, *link, d) {
+                    out.push((h, Target::Link { link: *link, dir: d }));
+                }
+            }
+        }
+        ChaosAction::HostPartition { a, b } | ChaosAction::HostHeal { a, b } => {
+            out.push((*a, Target::Peer { peer: *b }));
+            out.push((*b, Target::Peer { peer: *a }));
+        }
+        ChaosAction::RunStop => {
+            for h in &cluster.hosts {
+                out.push((h.id, Target::Peer { peer: h.id }));
+            }
+        }
+    }
+    out
+}
+
+pub fn local_targets(cluster: &Cluster, action: &ChaosAction, host: HostId) -> Vec<Target> {
+    all_targets(cluster, action)
+        .into_iter()
+        .filter(|(h, _)| *h == host)
+        .map(|(_, t)| t)
+        .collect()
+}
+
+pub fn owner_hosts(cluster: &Cluster, action: &ChaosAction) -> Vec<HostId> {
+    let mut v: Vec<HostId> = all_targets(cluster, action).into_iter().map(|(h, _)| h).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+pub fn concerns_host(cluster: &Cluster, action: &ChaosAction, host: HostId) -> bool {
+    matches!(action, ChaosAction::RunStop) || !local_targets(cluster, action, host).is_empty()
+}
+
+/// Turns a control request (`{"cmd": "link.kill", "link": "wan", "for": "3s"}`)
+/// into an action and its optional self-heal delay.
+pub fn parse_request(cluster: &Cluster, request: &serde_json::Value) -> Result<(ChaosAction, Option<u64>), String> {
+    let obj = request.as_object().ok_or("a request must be a JSON object")?;
+    let cmd = obj.get("cmd").and_then(|c| c.as_str()).ok_or("missing \"cmd\"")?;
+    let mut fields = obj.clone();
+    for k in ["cmd", "id", "token", "for"] {
+        fields.remove(k);
+    }
+    let for_ns = match obj.get("for") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(edgemu_config::parse_duration_ns(s).map_err(|e| format!("\"for\": {e}"))?),
+        Some(other) => return Err(format!("\"for\" must be a duration string like \"3s\", found {other}")),
+    };
+    let action = edgemu_config::parse_action(cluster, cmd, &fields).map_err(|e| e.to_string())?;
+    Ok((action, for_ns))
+}
+
+fn target_name(cluster: &Cluster, t: &Target) -> String {
+    match t {
+        Target::Link { link, dir } => {
+            let name = cluster.links.get(link.0 as usize).map(|l| l.name.as_str()).unwrap_or("?");
+            format!("link {name} {dir}")
+        }
+        Target::Peer { peer } => {
+            let name = cluster.hosts.get(peer.0 as usize).map(|h| h.name.as_str()).unwrap_or("?");
+            format!("peer {name}")
+        }
+    }
+}
+
+/// Applies `action` to the local `targets`; returns what took effect when.
+pub async fn apply(
+    actors: HostActors,
+    cluster: std::sync::Arc<Cluster>,
+    host_name: String,
+    targets: Vec<Target>,
+    action: ChaosAction,
+    for_ns: Option<u64>,
+) -> Vec<Applied> {
+    let mut out = Vec::new();
+    for t in targets {
+        let name = target_name(&cluster, &t);
+        let result: Result<u64, String> = match (&t, &action) {
+            (Target::Link { link, dir }, a) => {
+                let msg = match a {
+                    ChaosAction::LinkKill { .. } => Some(LinkControl::Kill { heal_after_ns: for_ns }),
+                    ChaosAction::LinkRestore { .. } => Some(LinkControl::Restore),
+                    ChaosAction::LinkSet { patch, .. } => Some(LinkControl::Set {
+                        patch: patch.clone(),
+                        heal_after_ns: for_ns,
+                    }),
+                    ChaosAction::LinkFlap {
+                        mtbf_ns,
+                        mttr_ns,
+                        seed,
+                        until_ns,
+                        ..
+                    } => Some(LinkControl::Flap {
+                        mtbf_ns: *mtbf_ns,
+                        mttr_ns: *mttr_ns,
+                        seed: seed.wrapping_add(u64::from(*dir == Direction::BtoA)),
+                        until_ns: *until_ns,
+                    }),
+                    _ => None,
+                };
+                match (msg, actors.links.get(&(*link, *dir))) {
+                    (Some(m), Some(addr)) => addr.send(m).await.unwrap_or_else(|e| Err(e.to_string())),
+                    (None, _) => Err("not a link command".into()),
+                    (_, None) => Err("link direction is not on this host".into()),
+                }
+            }
+            (Target::Peer { peer }, ChaosAction::HostPartition { .. }) => actors
+                .router
+                .send(PeerControl::Partition {
+                    peer: *peer,
+                    heal_after_ns: for_ns,
+                })
+                .await
+                .map_err(|e| e.to_string()),
+            (Target::Peer { peer }, ChaosAction::HostHeal { .. }) => actors
+                .router
+                .send(PeerControl::Heal { peer: *peer })
+                .await
+                .map_err(|e| e.to_string()),
+            (Target::Peer { .. }, _) => Err("not a host command".into()),
+        };
+        out.push(match result {
+            Ok(at_ns) => Applied { host: host_name.clone(), target: name, at_ns, error: None },
+            Err(e) => Applied { host: host_name.clone(), target: name, at_ns: 0, error: Some(e) },
+        });
+    }
+    out
+}

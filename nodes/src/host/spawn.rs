@@ -1,0 +1,188 @@
+//! Creates the actors of one host from the resolved cluster.
+
+use edgemu_actors::clock::{Clock, Timer};
+use edgemu_actors::events::EventLog;
+use edgemu_actors::link_actor::LinkActor;
+use edgemu_actors::messages::{Deliver, Flush, StopSending};
+use edgemu_actors::probes::{DiscardLog, Pinger, ProbeLog, Sender, SenderPattern, Sink};
+use edgemu_actors::router::{RegisterActor, RegisterLink, Router};
+use actix::prelude::*;
+use edgemu_codec::ids::{Direction, HostId, LinkId};
+use edgemu_config::{ActorKind, Cluster};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Addresses of everything running on one host.
+#[derive(Clone)]
+pub struct HostActors {
+    pub router: Addr<Router>,
+    pub links: BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
+    pub senders: Vec<Recipient<StopSending>>,
+    pub flushers: Vec<Recipient<Flush>>,
+}
+
+/// Mixes the run seed with an object's index so every link direction has its
+/// own reproducible random stream.
+pub fn derive_seed(run_seed: u64, salt: u64) -> u64 {
+    let mut z = run_seed ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Starts the router, the link actors whose sending end is on `host`, and
+/// the probe actors placed on `host`. Must run inside an actix system.
+pub fn spawn_host_actors(
+    cluster: &Arc<Cluster>,
+    host: HostId,
+    clock: Clock,
+    timer: &Timer,
+    virtual_time: bool,
+    events: &EventLog,
+    probe_log: &dyn Fn() -> Box<dyn ProbeLog>,
+) -> HostActors {
+    let host_name = cluster.host(host).name.clone();
+    let router = Router::new(host, cluster.clone(), clock, virtual_time, events.clone()).start();
+    let route = router.clone().recipient();
+
+    let mut links = BTreeMap::new();
+    for l in &cluster.links {
+        for dir in [Direction::AtoB, Direction::BtoA] {
+            let sender_actor = match dir {
+                Direction::AtoB => l.a,
+                Direction::BtoA => l.b,
+            };
+            if cluster.actor(sender_actor).host != host {
+                continue;
+            }
+            let params = match dir {
+                Direction::AtoB => l.ab.clone(),
+                Direction::BtoA => l.ba.clone(),
+            };
+            let salt = u64::from(l.id.0) * 2 + u64::from(dir == Direction::BtoA);
+            let addr = LinkActor::new(
+                l.id,
+                l.name.clone(),
+                dir,
+                host_name.clone(),
+                params,
+                derive_seed(cluster.run.seed, salt),
+                clock,
+                timer.clone(),
+                route.clone(),
+                events.clone(),
+            )
+            .start();
+            router.do_send(RegisterLink {
+                link: l.id,
+                dir,
+                addr: addr.clone(),
+            });
+            links.insert((l.id, dir), addr);
+        }
+    }
+
+    let names: Vec<String> = cluster.actors.iter().map(|a| a.name.clone()).collect();
+    let mut senders = Vec::new();
+    let mut flushers = Vec::new();
+    for a in cluster.actors.iter().filter(|a| a.host == host) {
+        let deliver: Option<Recipient<Deliver>> = match &a.kind {
+            ActorKind::ConstantSender {
+                route: r,
+                rate_bps,
+                size,
+                start_ns,
+                stop_ns,
+            } => {
+                let gap_ns = (u64::from(*size) * 8).saturating_mul(1_000_000_000) / (*rate_bps).max(1);
+                let addr = Sender::new(
+                    a.id,
+                    r.to,
+                    r.via,
+                    *size,
+                    SenderPattern::Constant { gap_ns },
+                    *start_ns,
+                    *stop_ns,
+                    clock,
+                    route.clone(),
+                )
+                .start();
+                senders.push(addr.recipient());
+                None
+            }
+            ActorKind::BurstySender {
+                route: r,
+                burst,
+                size,
+                interval_ns,
+                start_ns,
+                stop_ns,
+            } => {
+                let addr = Sender::new(
+                    a.id,
+                    r.to,
+                    r.via,
+                    *size,
+                    SenderPattern::Bursty {
+                        burst: *burst,
+                        interval_ns: *interval_ns,
+                    },
+                    *start_ns,
+                    *stop_ns,
+                    clock,
+                    route.clone(),
+                )
+                .start();
+                senders.push(addr.recipient());
+                None
+            }
+            ActorKind::Pinger {
+                route: r,
+                reply_via,
+                size,
+                interval_ns,
+                start_ns,
+                stop_ns,
+            } => {
+                let addr = Pinger::new(
+                    a.id,
+                    a.name.clone(),
+                    r.to,
+                    r.via,
+                    *reply_via,
+                    *size,
+                    *interval_ns,
+                    *start_ns,
+                    *stop_ns,
+                    clock,
+                    route.clone(),
+                    probe_log(),
+                )
+                .start();
+                senders.push(addr.clone().recipient());
+                flushers.push(addr.clone().recipient());
+                Some(addr.recipient())
+            }
+            ActorKind::Sink => {
+                let addr = Sink::new(a.id, a.name.clone(), names.clone(), clock, route.clone(), probe_log())
+                    .start();
+                flushers.push(addr.clone().recipient());
+                Some(addr.recipient())
+            }
+        };
+        if let Some(recipient) = deliver {
+            router.do_send(RegisterActor { id: a.id, recipient });
+        }
+    }
+    HostActors {
+        router,
+        links,
+        senders,
+        flushers,
+    }
+}
+
+/// A probe log factory that keeps nothing.
+pub fn discard_probe_log() -> Box<dyn ProbeLog> {
+    Box::new(DiscardLog)
+}

@@ -1,0 +1,437 @@
+//! The supervisor of one host: runs its part of the chaos timeline, samples
+//! link counters into `links.csv`, executes control commands (forwarding the
+//! parts that other hosts own), and ends the run: stop senders, let packets
+//! in flight drain, flush everything, write the host summary.
+
+use super::commands::{self, Applied};
+use super::spawn::HostActors;
+use crate::results::{HostResults, LinkRow};
+use actix::prelude::*;
+use edgemu_actors::clock::Clock;
+use edgemu_actors::events::{Event, EventLog};
+use edgemu_actors::messages::{GetLinkStats, LinkStats, PeerStatus, StopSending};
+use edgemu_actors::probes::FlowSummary;
+use edgemu_actors::router::{GetRouterCounters, RouterCounters};
+use edgemu_codec::ids::{Direction, HostId, LinkId};
+use edgemu_config::{ChaosSpec, Cluster};
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Sends a control request to another host and waits for its JSON reply.
+pub trait ControlForwarder: Send + Sync {
+    fn forward(&self, host: HostId, request: serde_json::Value) -> BoxFuture<'static, Result<serde_json::Value, String>>;
+}
+
+/// A control request (from the control websocket, a peer, or the chaos timeline).
+#[derive(Message)]
+#[rtype(result = "Result<serde_json::Value, String>")]
+pub struct Control {
+    pub request: serde_json::Value,
+    /// Came from another host: apply locally only, never forward again.
+    pub forwarded: bool,
+    pub source: String,
+}
+
+/// End the run now (Ctrl-C, `run.stop`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopRun {
+    pub reason: String,
+}
+
+/// What one host measured, written to `<host>/summary.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostSummary {
+    pub host: String,
+    pub end_ns: u64,
+    pub stop_reason: String,
+    pub links: Vec<LinkRow>,
+    pub flows: Vec<FlowSummary>,
+    pub router: RouterCounters,
+}
+
+pub struct Supervisor {
+    cluster: Arc<Cluster>,
+    host: HostId,
+    host_name: String,
+    clock: Clock,
+    actors: HostActors,
+    events: EventLog,
+    results: Option<HostResults>,
+    forwarder: Option<Arc<dyn ControlForwarder>>,
+    progress: Option<indicatif::ProgressBar>,
+    last_sample: BTreeMap<(LinkId, Direction), (u64, u64)>,
+    done: Option<oneshot::Sender<HostSummary>>,
+    stopping: bool,
+    /// Link directions the stop sequence should drain: the longest delay.
+    drain_ns: u64,
+}
+
+impl Supervisor {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cluster: Arc<Cluster>,
+        host: HostId,
+        clock: Clock,
+        actors: HostActors,
+        events: EventLog,
+        results: Option<HostResults>,
+        forwarder: Option<Arc<dyn ControlForwarder>>,
+        progress: Option<indicatif::ProgressBar>,
+        done: oneshot::Sender<HostSummary>,
+    ) -> Self {
+        let max_delay = cluster
+            .links
+            .iter()
+            .flat_map(|l| [&l.ab, &l.ba])
+            .map(|p| p.delay_ns.saturating_add(p.jitter_ns))
+            .max()
+            .unwrap_or(0);
+        Supervisor {
+            host_name: cluster.host(host).name.clone(),
+            cluster,
+            host,
+            clock,
+            actors,
+            events,
+            results,
+            forwarder,
+            progress,
+            last_sample: BTreeMap::new(),
+            done: Some(done),
+            stopping: false,
+            drain_ns: max_delay.saturating_mul(2).saturating_add(300_000_000).min(3_000_000_000),
+        }
+    }
+
+    fn log(&self, t_ns: u64, source: &str, kind: &str, detail: serde_json::Value) {
+        self.events.record(Event {
+            t_ns,
+            host: self.host_name.clone(),
+            source: source.into(),
+            kind: kind.into(),
+            detail,
+        });
+    }
+
+    fn link_stats(&self) -> impl std::future::Future<Output = Vec<LinkStats>> + 'static {
+        let addrs: Vec<_> = self.actors.links.values().cloned().collect();
+        async move {
+            let mut out = Vec::with_capacity(addrs.len());
+            for a in addrs {
+                if let Ok(s) = a.send(GetLinkStats).await {
+                    out.push(s);
+                }
+            }
+            out
+        }
+    }
+
+    fn sample(&mut self, ctx: &mut Context<Self>) {
+        let fut = self.link_stats();
+        ctx.spawn(fut.into_actor(self).map(|stats, act, _| act.write_sample(&stats)));
+    }
+
+    fn write_sample(&mut self, stats: &[LinkStats]) {
+        let now = self.clock.now_ns();
+        if let Some(p) = &self.progress {
+            p.set_position((now / 1_000_000_000).min(self.cluster.run.duration_ns / 1_000_000_000));
+        }
+        let Some(res) = self.results.as_mut() else {
+            return;
+        };
+        for s in stats {
+            let key = (s.link, s.dir);
+            let (t0, b0) = self.last_sample.get(&key).copied().unwrap_or((0, 0));
+            let dt = s.t_ns.saturating_sub(t0) as f64 / 1e9;
+            let bps = if dt > 0.0 {
+                s.bytes_delivered.saturating_sub(b0) as f64 * 8.0 / dt
+            } else {
+                0.0
+            };
+            self.last_sample.insert(key, (s.t_ns, s.bytes_delivered));
+            if let Err(e) = res.links.row(s, bps) {
+                tracing::warn!("writing links.csv: {e:#}");
+            }
+        }
+        let _ = res.links.flush();
+        self.events.flush();
+    }
+
+    fn schedule_chaos(&mut self, ctx: &mut Context<Self>) {
+        let end = self.cluster.run.duration_ns;
+        for spec in self.cluster.chaos.clone() {
+            if !commands::concerns_host(&self.cluster, &spec.action, self.host) {
+                continue;
+            }
+            let mut at = spec.at_ns;
+            loop {
+                let s = spec.clone();
+                ctx.run_later(self.clock.until(at), move |act, ctx| act.fire_chaos(&s, ctx));
+                match spec.every_ns {
+                    Some(every) if every > 0 && at.saturating_add(every) < end => at += every,
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    fn fire_chaos(&mut self, spec: &ChaosSpec, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        let source = format!("chaos#{}", spec.index);
+        if matches!(spec.action, edgemu_config::ChaosAction::RunStop) {
+            let t = self.clock.now_ns();
+            self.log(t, &source, "run.stop", serde_json::json!({}));
+            self.finish(format!("{source}: run.stop"), ctx);
+            return;
+        }
+        let targets = commands::local_targets(&self.cluster, &spec.action, self.host);
+        let fut = commands::apply(self.actors.clone(), self.cluster.clone(), self.host_name.clone(), targets, spec.action.clone(), spec.for_ns);
+        let kind = commands::action_name(&spec.action);
+        ctx.spawn(fut.into_actor(self).map(move |applied, act, _| {
+            for a in applied {
+                act.log(a.at_ns, &source, kind, a.detail());
+            }
+        }));
+    }
+
+    /// Ends the run: stop senders, drain, flush, summarize.
+    fn finish(&mut self, reason: String, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        let t = self.clock.now_ns();
+        self.log(t, "run", "run.end", serde_json::json!({ "reason": reason }));
+        for s in &self.actors.senders {
+            s.do_send(StopSending);
+        }
+        let end_ns = t;
+        ctx.run_later(Duration::from_nanos(self.drain_ns), move |act, ctx| {
+            let stats = act.link_stats();
+            let flushers = act.actors.flushers.clone();
+            let router = act.actors.router.clone();
+            let fut = async move {
+                let stats = stats.await;
+                let mut flows = Vec::new();
+                for f in flushers {
+                    if let Ok(v) = f.send(edgemu_actors::messages::Flush).await {
+                        flows.extend(v);
+                    }
+                }
+                let counters = router.send(GetRouterCounters).await.unwrap_or_default();
+                (stats, flows, counters)
+            };
+            ctx.spawn(fut.into_actor(act).map(move |(stats, flows, router), act, _| {
+                act.write_sample(&stats);
+                let active_s = end_ns as f64 / 1e9;
+                let links = stats.iter().map(|s| LinkRow::new(&act.host_name, s, active_s)).collect();
+                let summary = HostSummary {
+                    host: act.host_name.clone(),
+                    end_ns,
+                    stop_reason: reason,
+                    links,
+                    flows,
+                    router,
+                };
+                if let Some(res) = &act.results {
+                    match serde_json::to_vec_pretty(&summary) {
+                        Ok(bytes) => {
+                            if let Err(e) = crate::results::write_file(&res.dir.join("summary.json"), &bytes) {
+                                tracing::error!("{e:#}");
+                            }
+                        }
+                        Err(e) => tracing::error!("summary.json: {e}"),
+                    }
+                }
+                act.events.flush();
+                if let Some(done) = act.done.take() {
+                    let _ = done.send(summary);
+                }
+            }));
+        });
+    }
+
+    fn handle_request(
+        &mut self,
+        request: serde_json::Value,
+        forwarded: bool,
+        source: String,
+        ctx: &mut Context<Self>,
+    ) -> ResponseActFuture<Self, Result<serde_json::Value, String>> {
+        let cmd = request.get("cmd").and_then(|c| c.as_str()).unwrap_or("").to_string();
+        match cmd.as_str() {
+            "status" | "metrics" => {
+                let stats = self.link_stats();
+                let router = self.actors.router.clone();
+                let host = self.host_name.clone();
+                let now = self.clock.now_ns();
+                let peers: Vec<HostId> = self.cluster.hosts.iter().map(|h| h.id).filter(|h| *h != self.host).collect();
+                let fwd = if forwarded { None } else { self.forwarder.clone() };
+                let req = request.clone();
+                Box::pin(
+                    async move {
+                        let links = stats.await;
+                        let counters = router.send(GetRouterCounters).await.unwrap_or_default();
+                        let mut hosts = vec![serde_json::json!({
+                            "host": host, "t_ns": now, "links": links, "router": counters,
+                        })];
+                        if let Some(f) = fwd {
+                            for p in peers {
+                                match f.forward(p, req.clone()).await {
+                                    Ok(v) => {
+                                        if let Some(arr) = v.get("hosts").and_then(|h| h.as_array()) {
+                                            hosts.extend(arr.iter().cloned());
+                                        }
+                                    }
+                                    Err(e) => hosts.push(serde_json::json!({ "host_id": p.0, "error": e })),
+                                }
+                            }
+                        }
+                        Ok(serde_json::json!({ "hosts": hosts }))
+                    }
+                    .into_actor(self),
+                )
+            }
+            "run.stop" => {
+                let t = self.clock.now_ns();
+                self.log(t, &source, "run.stop", serde_json::json!({}));
+                if !forwarded {
+                    if let Some(f) = self.forwarder.clone() {
+                        for h in self.cluster.hosts.iter().filter(|h| h.id != self.host) {
+                            let fut = f.forward(h.id, request.clone());
+                            ctx.spawn(async move { let _ = fut.await; }.into_actor(self));
+                        }
+                    }
+                }
+                self.finish(format!("{source}: run.stop"), ctx);
+                Box::pin(async move { Ok(serde_json::json!({ "applied": [{"host_effective_ns": t}] })) }.into_actor(self))
+            }
+            _ => {
+                let parsed = commands::parse_request(&self.cluster, &request);
+                let (action, for_ns) = match parsed {
+                    Ok(v) => v,
+                    Err(e) => return Box::pin(async move { Err(e) }.into_actor(self)),
+                };
+                let local = commands::local_targets(&self.cluster, &action, self.host);
+                let remote: BTreeSet<HostId> = if forwarded {
+                    BTreeSet::new()
+                } else {
+                    commands::owner_hosts(&self.cluster, &action).into_iter().filter(|h| *h != self.host).collect()
+                };
+                if !remote.is_empty() && self.forwarder.is_none() {
+                    return Box::pin(async move { Err("target is owned by another host and this host has no mesh".to_string()) }.into_actor(self));
+                }
+                let fut = commands::apply(self.actors.clone(), self.cluster.clone(), self.host_name.clone(), local, action.clone(), for_ns);
+                let fwd = self.forwarder.clone();
+                let kind = commands::action_name(&action);
+                Box::pin(
+                    async move {
+                        let mut applied: Vec<serde_json::Value> = Vec::new();
+                        let mut errors: Vec<String> = Vec::new();
+                        let local_applied: Vec<Applied> = fut.await;
+                        let mut local_json = Vec::new();
+                        for a in &local_applied {
+                            local_json.push(a.detail());
+                        }
+                        if let Some(f) = fwd {
+                            for h in remote {
+                                match f.forward(h, request.clone()).await {
+                                    Ok(v) => {
+                                        if let Some(arr) = v.get("applied").and_then(|a| a.as_array()) {
+                                            applied.extend(arr.iter().cloned());
+                                        }
+                                    }
+                                    Err(e) => errors.push(format!("host#{}: {e}", h.0)),
+                                }
+                            }
+                        }
+                        (local_applied, local_json, applied, errors)
+                    }
+                    .into_actor(self)
+                    .map(move |(local_applied, local_json, mut applied, errors), act, _| {
+                        for a in &local_applied {
+                            act.log(a.at_ns, &source, kind, a.detail());
+                        }
+                        let mut all = local_json;
+                        all.append(&mut applied);
+                        if all.is_empty() && !errors.is_empty() {
+                            return Err(errors.join("; "));
+                        }
+                        Ok(serde_json::json!({ "applied": all, "errors": errors }))
+                    }),
+                )
+            }
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let period = Duration::from_nanos(self.cluster.run.sample_ns.max(1_000_000));
+        ctx.run_interval(period, |act, ctx| {
+            if !act.stopping {
+                act.sample(ctx);
+            }
+        });
+        self.schedule_chaos(ctx);
+        let end = self.cluster.run.duration_ns;
+        ctx.run_later(self.clock.until(end), |act, ctx| act.finish("duration reached".into(), ctx));
+        let t = self.clock.now_ns();
+        self.log(t, "run", "run.start", serde_json::json!({ "duration_ns": end }));
+    }
+}
+
+impl Handler<Control> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<serde_json::Value, String>>;
+    fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) -> Self::Result {
+        self.handle_request(msg.request, msg.forwarded, msg.source, ctx)
+    }
+}
+
+impl Handler<StopRun> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: StopRun, ctx: &mut Context<Self>) {
+        self.finish(msg.reason, ctx);
+    }
+}
+
+impl Handler<PeerStatus> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: PeerStatus, _: &mut Context<Self>) {
+        let name = self.cluster.hosts.get(msg.peer.0 as usize).map(|h| h.name.clone()).unwrap_or_default();
+        if msg.up {
+            tracing::info!(host = %self.host_name, peer = %name, "peer up");
+        } else {
+            tracing::warn!(host = %self.host_name, peer = %name, "peer down");
+        }
+    }
+}
+
+impl Handler<crate::mesh::BaseRtt> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: crate::mesh::BaseRtt, _: &mut Context<Self>) {
+        let lead_ns = msg.rtt_ns / 2;
+        for ((link, dir), addr) in &self.actors.links {
+            let Some(l) = self.cluster.links.get(link.0 as usize) else {
+                continue;
+            };
+            let dst = match dir {
+                Direction::AtoB => l.b,
+                Direction::BtoA => l.a,
+            };
+            if self.cluster.actors.get(dst.0 as usize).map(|a| a.host) == Some(msg.peer) {
+                addr.do_send(edgemu_actors::messages::SetLead { lead_ns });
+            }
+        }
+        tracing::debug!(host = %self.host_name, peer = msg.peer.0, rtt_us = msg.rtt_ns / 1000, "base rtt");
+    }
+}

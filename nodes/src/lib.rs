@@ -1,0 +1,10 @@
+//! edgemu's host process: the mesh between hosts, the host supervisor, the
+//! control plane, chaos, results and the command-line interface's commands.
+//! The binary `edgemu` (src/main.rs) is a thin clap front end over this.
+
+pub mod bench;
+pub mod control;
+pub mod host;
+pub mod mesh;
+pub mod results;
+pub mod run;

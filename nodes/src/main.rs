@@ -1,0 +1,263 @@
+//! `edgemu`: an actor-based emulator of edge LLM serving across real machines.
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+use edgemu_nodes::{bench, control::client, run};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "edgemu",
+    version,
+    about = "Actor-based emulator of edge LLM serving across real machines",
+    long_about = "edgemu runs the testbed described in a cluster.toml: hosts joined by websockets, \
+link actors that impose rate, delay, jitter and bursty loss, probe actors that measure them, \
+a chaos timeline, and a control websocket on each host.\n\n\
+With no command it runs ./cluster.toml (every host in this process).\n\
+Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=edgemu=debug) for more."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every host of a cluster file in this process and print the summary.
+    Run(RunArgs),
+    /// Run one host of a cluster file (start one per machine, same file everywhere).
+    Node(NodeArgs),
+    /// Validate a cluster file and print the resolved topology.
+    Check {
+        /// The cluster file.
+        #[arg(default_value = "cluster.toml")]
+        file: PathBuf,
+    },
+    /// Send a control command to a running host.
+    Ctl(CtlArgs),
+    /// Benchmarks; each prints its figures and ratios (add --json for one JSON object).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The cluster file.
+    #[arg(short, long, default_value = "cluster.toml")]
+    config: PathBuf,
+    /// Name of the results folder (default: <run name>-<UTC start time>).
+    #[arg(long)]
+    run_id: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct NodeArgs {
+    /// The cluster file (the same on every host).
+    #[arg(short, long, default_value = "cluster.toml")]
+    config: PathBuf,
+    /// Which [[hosts]] entry this process is.
+    #[arg(long)]
+    host: String,
+    /// Name of the results folder (default: <run name>-<UTC start time>).
+    #[arg(long)]
+    run_id: Option<String>,
+    /// How long the coordinator waits for every peer before starting anyway.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    wait_peers: Duration,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct CtlArgs {
+    /// Control websocket of any host, e.g. ws://127.0.0.1:7201
+    #[arg(long, default_value = "ws://127.0.0.1:7201")]
+    url: String,
+    /// Cluster token (default: $EDGEMU_TOKEN).
+    #[arg(long, env = "EDGEMU_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(subcommand)]
+    cmd: CtlCmd,
+}
+
+#[derive(Subcommand)]
+enum CtlCmd {
+    /// Status of every host: links, counters, router.
+    Status,
+    /// Live per-link metrics every interval.
+    Metrics {
+        #[arg(long, default_value = "1s")]
+        interval: String,
+        /// Stop after this many updates (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Kill, restore, change or flap a link.
+    #[command(subcommand)]
+    Link(LinkCmd),
+    /// Drop all traffic between two hosts.
+    Partition {
+        a: String,
+        b: String,
+        /// Heal by itself after this long.
+        #[arg(long = "for")]
+        for_: Option<String>,
+    },
+    /// Undo a partition.
+    Heal { a: String, b: String },
+    /// End the run on every host (results are written).
+    Stop,
+    /// Send a raw JSON request, e.g. '{"cmd":"status"}'.
+    Raw { json: String },
+}
+
+#[derive(Subcommand)]
+enum LinkCmd {
+    /// Drop everything on the link, including packets in flight.
+    Kill {
+        name: String,
+        /// Only one direction: ab or ba.
+        #[arg(long)]
+        dir: Option<String>,
+        /// Restore by itself after this long.
+        #[arg(long = "for")]
+        for_: Option<String>,
+    },
+    /// Bring a killed link back with fresh state.
+    Restore {
+        name: String,
+        #[arg(long)]
+        dir: Option<String>,
+    },
+    /// Change rate, delay, jitter, queue or loss.
+    Set {
+        name: String,
+        #[arg(long)]
+        dir: Option<String>,
+        /// e.g. 20Mbps
+        #[arg(long)]
+        rate: Option<String>,
+        /// one-way, e.g. 10ms
+        #[arg(long)]
+        delay: Option<String>,
+        #[arg(long)]
+        jitter: Option<String>,
+        /// e.g. 64KiB
+        #[arg(long)]
+        queue: Option<String>,
+        /// JSON loss table, e.g. '{"model":"bernoulli","p":0.01}'
+        #[arg(long)]
+        loss: Option<String>,
+        /// Go back to the previous settings after this long.
+        #[arg(long = "for")]
+        for_: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Link accuracy over loopback websockets: 1, 10, 100, 1000 Mb/s at 20 ms RTT with GE loss.
+    Link(bench::BenchArgs),
+    /// Envelopes/s and bytes/s through one websocket vs raw TCP.
+    Mesh(bench::BenchArgs),
+    /// Simulated seconds per wall second for a saturated 100 Mb/s link in virtual time.
+    Virtual(bench::BenchArgs),
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    edgemu_config::parse_duration_ns(s).map(Duration::from_nanos).map_err(|e| e.to_string())
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,edgemu_nodes=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = real_main() {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> Result<()> {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Run(RunArgs {
+        config: PathBuf::from("cluster.toml"),
+        run_id: None,
+        quiet: false,
+    }));
+    match command {
+        Command::Run(a) => {
+            let cluster = run::load(&a.config)?;
+            let out = run::run_all(cluster, a.run_id, !a.quiet)?;
+            run::print_summary(&out.dir, &out.hosts);
+            Ok(())
+        }
+        Command::Node(a) => {
+            let cluster = run::load(&a.config)?;
+            let s = run::run_node(cluster.clone(), &a.host, a.run_id, a.wait_peers, !a.quiet)?;
+            run::print_summary(&cluster.run.results_dir, std::slice::from_ref(&s));
+            Ok(())
+        }
+        Command::Check { file } => {
+            let cluster = run::load(&file)?;
+            print!("{}", cluster.describe());
+            println!("ok: {}", file.display());
+            Ok(())
+        }
+        Command::Ctl(a) => ctl(a),
+        Command::Bench(b) => match b {
+            BenchCmd::Link(a) => bench::link::run(&a),
+            BenchCmd::Mesh(a) => bench::mesh::run(&a),
+            BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
+        },
+    }
+}
+
+fn ctl(a: CtlArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let token = a.token.as_deref();
+    let req = match a.cmd {
+        CtlCmd::Status => serde_json::json!({ "cmd": "status" }),
+        CtlCmd::Metrics { interval, count } => {
+            let mut n = 0u64;
+            return rt.block_on(client::subscribe(&a.url, token, &interval, |v| {
+                println!("{v}");
+                n += 1;
+                count.is_none_or(|c| n < c)
+            }));
+        }
+        CtlCmd::Link(l) => match l {
+            LinkCmd::Kill { name, dir, for_ } => serde_json::json!({ "cmd": "link.kill", "link": name, "dir": dir, "for": for_ }),
+            LinkCmd::Restore { name, dir } => serde_json::json!({ "cmd": "link.restore", "link": name, "dir": dir }),
+            LinkCmd::Set { name, dir, rate, delay, jitter, queue, loss, for_ } => {
+                let mut v = serde_json::json!({ "cmd": "link.set", "link": name, "dir": dir, "for": for_,
+                    "rate": rate, "delay": delay, "jitter": jitter, "queue": queue });
+                if let Some(l) = loss {
+                    v["loss"] = serde_json::from_str(&l).context("--loss must be a JSON object like {\"model\":\"bernoulli\",\"p\":0.01}")?;
+                }
+                v
+            }
+        },
+        CtlCmd::Partition { a: x, b: y, for_ } => serde_json::json!({ "cmd": "host.partition", "hosts": [x, y], "for": for_ }),
+        CtlCmd::Heal { a: x, b: y } => serde_json::json!({ "cmd": "host.heal", "hosts": [x, y] }),
+        CtlCmd::Stop => serde_json::json!({ "cmd": "run.stop" }),
+        CtlCmd::Raw { json } => serde_json::from_str(&json).context("the request must be JSON")?,
+    };
+    // Drop nulls (unset options) so the host sees only what was given.
+    let req = match req {
+        serde_json::Value::Object(m) => serde_json::Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        other => other,
+    };
+    let result = rt.block_on(client::request(&a.url, req, token))?;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! One peer: its shared state, the task that keeps a session to it alive,
+//! and the accept loop that hands dialed-in sessions to their peer task.
+
+use super::session::{run_session, Ws};
+use super::MeshContext;
+use crate::host::supervisor::Control;
+use actix::prelude::*;
+use edgemu_actors::messages::PeerStatus;
+use edgemu_actors::router::{Inbound, PeerSendError, PeerSender};
+use edgemu_codec::ids::HostId;
+use edgemu_codec::wire::{decode_frame, encode_frame, Envelope, Frame, Handshake, HandshakeOutcome};
+use futures_util::{SinkExt, StreamExt};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+
+/// The base round trip to a peer, measured by heartbeats.
+#[derive(actix::Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct BaseRtt {
+    pub peer: HostId,
+    pub rtt_ns: u64,
+}
+
+/// Where the mesh delivers what it receives. Filled in once the host's
+/// actors exist (after the run start); until then inbound envelopes are dropped.
+#[derive(Clone, Default)]
+pub struct MeshTargets {
+    inner: Arc<Mutex<TargetsInner>>,
+}
+
+#[derive(Default)]
+struct TargetsInner {
+    router: Option<Recipient<Inbound>>,
+    supervisor: Option<Recipient<Control>>,
+    status: Vec<Recipient<PeerStatus>>,
+    rtt: Option<Recipient<BaseRtt>>,
+}
+
+impl MeshTargets {
+    pub fn set(
+        &self,
+        router: Recipient<Inbound>,
+        supervisor: Recipient<Control>,
+        status: Vec<Recipient<PeerStatus>>,
+        rtt: Recipient<BaseRtt>,
+    ) {
+        if let Ok(mut t) = self.inner.lock() {
+            t.router = Some(router);
+            t.supervisor = Some(supervisor);
+            t.status = status;
+            t.rtt = Some(rtt);
+        }
+    }
+    pub(crate) fn router(&self) -> Option<Recipient<Inbound>> {
+        self.inner.lock().ok().and_then(|t| t.router.clone())
+    }
+    pub(crate) fn supervisor(&self) -> Option<Recipient<Control>> {
+        self.inner.lock().ok().and_then(|t| t.supervisor.clone())
+    }
+    pub(crate) fn peer_status(&self, peer: HostId, up: bool) {
+        if let Ok(t) = self.inner.lock() {
+            for s in &t.status {
+                s.do_send(PeerStatus { peer, up });
+            }
+        }
+    }
+    pub(crate) fn base_rtt(&self, peer: HostId, rtt_ns: u64) {
+        if let Ok(t) = self.inner.lock() {
+            if let Some(r) = &t.rtt {
+                r.do_send(BaseRtt { peer, rtt_ns });
+            }
+        }
+    }
+}
+
+pub(crate) struct PeerShared {
+    pub id: HostId,
+    pub name: String,
+    pub up: AtomicBool,
+    pub env_tx: mpsc::Sender<Envelope>,
+    pub ctrl_tx: mpsc::UnboundedSender<Frame>,
+    pub rtt_min_ns: AtomicU64,
+    next_request: AtomicU64,
+    pending: Mutex<HashMap<u64, oneshot::Sender<String>>>,
+}
+
+impl PeerShared {
+    pub fn new(id: HostId, name: String, env_tx: mpsc::Sender<Envelope>, ctrl_tx: mpsc::UnboundedSender<Frame>) -> Self {
+        PeerShared {
+            id,
+            name,
+            up: AtomicBool::new(false),
+            env_tx,
+            ctrl_tx,
+            rtt_min_ns: AtomicU64::new(u64::MAX),
+            next_request: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Queues a forwarded control request; the receiver gets the reply text.
+    pub fn register_request(&self, request: &serde_json::Value) -> Result<oneshot::Receiver<String>, String> {
+        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().map_err(|_| "poisoned")?.insert(id, tx);
+        self.ctrl_tx
+            .send(Frame::ControlForward {
+                id,
+                json: request.to_string(),
+            })
+            .map_err(|_| format!("host {} is shutting down", self.name))?;
+        Ok(rx)
+    }
+
+    pub fn complete_request(&self, id: u64, json: String) {
+        let tx = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+        if let Some(tx) = tx {
+            let _ = tx.send(json);
+        }
+    }
+
+    /// Drops pending requests (their senders see the peer went down).
+    pub fn fail_pending(&self) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.clear();
+        }
+    }
+
+    pub fn note_rtt(&self, rtt_ns: u64) -> bool {
+        let prev = self.rtt_min_ns.fetch_min(rtt_ns, Ordering::AcqRel);
+        rtt_ns < prev
+    }
+}
+
+/// The router's handle on a peer's outbound queue.
+pub(crate) struct QueueSender(pub Arc<PeerShared>);
+
+impl PeerSender for QueueSender {
+    fn try_send(&self, envelope: Envelope) -> Result<(), PeerSendError> {
+        if !self.0.up.load(Ordering::Acquire) {
+            return Err(PeerSendError::Down);
+        }
+        self.0.env_tx.try_send(envelope).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => PeerSendError::Full,
+            mpsc::error::TrySendError::Closed(_) => PeerSendError::Down,
+        })
+    }
+}
+
+pub(crate) fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(edgemu_codec::wire::MAX_FRAME_BYTES + 1024))
+        .max_frame_size(Some(edgemu_codec::wire::MAX_FRAME_BYTES + 1024))
+}
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs the handshake on a fresh websocket; returns the outcome and the
+/// time it took (about one round trip: a first base-RTT estimate).
+pub(crate) async fn handshake(
+    ws: &mut Ws,
+    ctx: &MeshContext,
+    expected: Option<String>,
+) -> anyhow::Result<(HandshakeOutcome, Duration)> {
+    let mut hs = Handshake::new(ctx.hello(), ctx.token.clone(), expected);
+    let t0 = Instant::now();
+    ws.send(Message::binary(encode_frame(&hs.hello_frame())?)).await?;
+    let fut = async {
+        while let Some(msg) = ws.next().await {
+            let msg = msg?;
+            if !msg.is_binary() {
+                continue;
+            }
+            let frame = decode_frame(&msg.into_data())?;
+            let (reply, done) = hs.on_frame(frame)?;
+            if let Some(r) = reply {
+                ws.send(Message::binary(encode_frame(&r)?)).await?;
+            }
+            if let Some(outcome) = done {
+                return Ok(outcome);
+            }
+        }
+        anyhow::bail!("connection closed during handshake")
+    };
+    let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+        .await
+        .map_err(|_| anyhow::anyhow!("handshake timed out after {HANDSHAKE_TIMEOUT:?}"))??;
+    Ok((outcome, t0.elapsed()))
+}
+
+/// Accepts dialed-in peers: handshake, then hand the session to that peer's task.
+pub(crate) async fn accept_loop(
+    ctx: Arc<MeshContext>,
+    listener: TcpListener,
+    incoming: BTreeMap<String, mpsc::Sender<(Ws, HandshakeOutcome, Duration)>>,
+) {
+    let incoming = Arc::new(incoming);
+    loop {
+        let (tcp, addr) = match listener.accept().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("mesh accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let ctx = ctx.clone();
+        let incoming = incoming.clone();
+        actix_rt::spawn(async move {
+            let _ = tcp.set_nodelay(true);
+            let mut ws = match tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config())).await {
+                Ok(ws) => ws,
+                Err(e) => {
+                    tracing::warn!(%addr, "mesh: websocket accept failed: {e}");
+                    return;
+                }
+            };
+            match handshake(&mut ws, &ctx, None).await {
+                Ok((outcome, rtt)) => {
+                    let me = &ctx.cluster.host(ctx.host).name;
+                    match incoming.get(&outcome.peer_host) {
+                        Some(tx) if outcome.peer_host < *me => {
+                            let _ = tx.send((ws, outcome, rtt)).await;
+                        }
+                        Some(_) => tracing::warn!(%addr, peer = %outcome.peer_host, "mesh: peer dialed us but we dial it; closing"),
+                        None => tracing::warn!(%addr, peer = %outcome.peer_host, "mesh: unknown peer host"),
+                    }
+                }
+                Err(e) => tracing::warn!(%addr, "mesh: handshake refused: {e:#}"),
+            }
+        });
+    }
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+async fn dial(ctx: &MeshContext, peer: &PeerShared, addr: std::net::SocketAddr) -> (Ws, HandshakeOutcome, Duration) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let attempt = async {
+            let tcp = TcpStream::connect(addr).await?;
+            let _ = tcp.set_nodelay(true);
+            let url = format!("ws://{addr}/mesh");
+            let (mut ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(ws_config())).await?;
+            let (outcome, rtt) = handshake(&mut ws, ctx, Some(peer.name.clone())).await?;
+            anyhow::Ok((ws, outcome, rtt))
+        };
+        match attempt.await {
+            Ok(v) => return v,
+            Err(e) => {
+                tracing::debug!(peer = %peer.name, %addr, "mesh dial failed: {e:#}; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// Keeps one session to `peer` alive for the life of the process.
+pub(crate) async fn peer_task(
+    ctx: Arc<MeshContext>,
+    peer: Arc<PeerShared>,
+    mut env_rx: mpsc::Receiver<Envelope>,
+    mut ctrl_rx: mpsc::UnboundedReceiver<Frame>,
+    mut incoming: mpsc::Receiver<(Ws, HandshakeOutcome, Duration)>,
+    dial_addr: Option<std::net::SocketAddr>,
+) {
+    let mut last_incarnation: Option<u64> = None;
+    loop {
+        let (ws, outcome, rtt) = match dial_addr {
+            Some(addr) => dial(&ctx, &peer, addr).await,
+            None => match incoming.recv().await {
+                Some(v) => v,
+                None => return,
+            },
+        };
+        if last_incarnation.is_some_and(|i| i != outcome.peer_incarnation) {
+            tracing::info!(peer = %peer.name, "peer restarted (new incarnation)");
+        }
+        last_incarnation = Some(outcome.peer_incarnation);
+        let rtt_ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+        if peer.note_rtt(rtt_ns) {
+            ctx.targets.base_rtt(peer.id, rtt_ns);
+        }
+        // Discard what was queued for an earlier session.
+        while env_rx.try_recv().is_ok() {}
+        peer.up.store(true, Ordering::Release);
+        ctx.targets.peer_status(peer.id, true);
+        tracing::info!(peer = %peer.name, rtt_us = rtt.as_micros() as u64, "mesh session up");
+        let reason = run_session(&ctx, &peer, ws, &mut env_rx, &mut ctrl_rx).await;
+        peer.up.store(false, Ordering::Release);
+        peer.fail_pending();
+        ctx.targets.peer_status(peer.id, false);
+        tracing::warn!(peer = %peer.name, "mesh session down: {reason}");
+        if reason == "bye sent" || ctx.leaving.load(Ordering::Acquire) {
+            // We are leaving: do not dial again.
+            return;
+        }
+    }
+}
