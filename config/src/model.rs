@@ -1,10 +1,11 @@
 //! The resolved topology: what the runtime builds actors and links from.
 //! All durations are nanoseconds, rates bits per second, sizes bytes.
 
-use edgemu_codec::ids::{ActorId, HostId, LinkId};
+use crate::error::ConfigError;
+use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_links::LinkParams;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug)]
 pub struct Cluster {
@@ -126,13 +127,35 @@ pub struct ChaosSpec {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ChaosAction {
-    LinkKill { link: LinkId, dir: Option<edgemu_codec::ids::Direction> },
-    LinkRestore { link: LinkId, dir: Option<edgemu_codec::ids::Direction> },
-    LinkSet { link: LinkId, dir: Option<edgemu_codec::ids::Direction>, patch: LinkPatch },
-    HostPartition { a: HostId, b: HostId },
-    HostHeal { a: HostId, b: HostId },
+    LinkKill {
+        link: LinkId,
+        dir: Option<Direction>,
+    },
+    LinkRestore {
+        link: LinkId,
+        dir: Option<Direction>,
+    },
+    LinkSet {
+        link: LinkId,
+        dir: Option<Direction>,
+        patch: LinkPatch,
+    },
+    HostPartition {
+        a: HostId,
+        b: HostId,
+    },
+    HostHeal {
+        a: HostId,
+        b: HostId,
+    },
     /// Random flapping: up for Exp(mtbf), down for Exp(mttr), seeded.
-    LinkFlap { link: LinkId, mtbf_ns: u64, mttr_ns: u64, seed: u64, until_ns: Option<u64> },
+    LinkFlap {
+        link: LinkId,
+        mtbf_ns: u64,
+        mttr_ns: u64,
+        seed: u64,
+        until_ns: Option<u64>,
+    },
     RunStop,
 }
 
@@ -166,15 +189,148 @@ impl LinkPatch {
     }
 }
 
+impl ActorKind {
+    /// The `kind = "…"` name.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            ActorKind::ConstantSender { .. } => "constant",
+            ActorKind::BurstySender { .. } => "bursty",
+            ActorKind::Pinger { .. } => "pinger",
+            ActorKind::Sink => "sink",
+        }
+    }
+
+    /// Where a sender's packets go; `None` for actors that only receive.
+    pub fn route(&self) -> Option<&Route> {
+        match self {
+            ActorKind::ConstantSender { route, .. }
+            | ActorKind::BurstySender { route, .. }
+            | ActorKind::Pinger { route, .. } => Some(route),
+            ActorKind::Sink => None,
+        }
+    }
+
+    /// Whether other actors may name this one as their `to`.
+    pub fn receives(&self) -> bool {
+        matches!(self, ActorKind::Sink)
+    }
+
+    /// When a sender starts and stops (ns from the run's start); `None` for receivers.
+    pub fn active(&self) -> Option<(u64, Option<u64>)> {
+        match self {
+            ActorKind::ConstantSender {
+                start_ns, stop_ns, ..
+            }
+            | ActorKind::BurstySender {
+                start_ns, stop_ns, ..
+            }
+            | ActorKind::Pinger {
+                start_ns, stop_ns, ..
+            } => Some((*start_ns, *stop_ns)),
+            ActorKind::Sink => None,
+        }
+    }
+}
+
+impl LinkSpec {
+    /// The parameters of one direction.
+    pub fn params(&self, dir: Direction) -> &LinkParams {
+        match dir {
+            Direction::AtoB => &self.ab,
+            Direction::BtoA => &self.ba,
+        }
+    }
+
+    pub fn params_mut(&mut self, dir: Direction) -> &mut LinkParams {
+        match dir {
+            Direction::AtoB => &mut self.ab,
+            Direction::BtoA => &mut self.ba,
+        }
+    }
+
+    /// The direction a packet sent by `src` takes: `AtoB` from `a`, `BtoA`
+    /// from `b`, `None` if `src` is not an endpoint.
+    pub fn direction_from(&self, src: ActorId) -> Option<Direction> {
+        if src == self.a {
+            Some(Direction::AtoB)
+        } else if src == self.b {
+            Some(Direction::BtoA)
+        } else {
+            None
+        }
+    }
+
+    /// (sender, receiver) of a direction.
+    pub fn endpoints(&self, dir: Direction) -> (ActorId, ActorId) {
+        match dir {
+            Direction::AtoB => (self.a, self.b),
+            Direction::BtoA => (self.b, self.a),
+        }
+    }
+
+    /// Whether the link joins `x` and `y` (in either order).
+    pub fn joins(&self, x: ActorId, y: ActorId) -> bool {
+        (self.a == x && self.b == y) || (self.a == y && self.b == x)
+    }
+}
+
+impl ChaosAction {
+    /// The control command this action is (`"link.kill"`, …).
+    pub fn command(&self) -> &'static str {
+        match self {
+            ChaosAction::LinkKill { .. } => "link.kill",
+            ChaosAction::LinkRestore { .. } => "link.restore",
+            ChaosAction::LinkSet { .. } => "link.set",
+            ChaosAction::HostPartition { .. } => "host.partition",
+            ChaosAction::HostHeal { .. } => "host.heal",
+            ChaosAction::LinkFlap { .. } => "link.flap",
+            ChaosAction::RunStop => "run.stop",
+        }
+    }
+}
+
 impl Cluster {
+    /// Reads and validates a `cluster.toml` (see the crate docs for the format).
+    pub fn load(path: &Path) -> Result<Cluster, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Cluster::from_str(&text, path)
+    }
+
+    /// Parses and validates `text`; `source` names it in errors and anchors
+    /// relative paths (results folder, trace files).
+    pub fn from_str(text: &str, source: &Path) -> Result<Cluster, ConfigError> {
+        crate::load::load(text, source)
+    }
+
+    /// The digest as lowercase hex.
+    pub fn digest_hex(&self) -> String {
+        self.digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// For ids from the config itself (panics on an id out of range); use
+    /// [`Cluster::get_host`] for ids from the wire.
     pub fn host(&self, id: HostId) -> &HostSpec {
         &self.hosts[id.0 as usize]
     }
+    /// For ids from the config itself; see [`Cluster::get_actor`].
     pub fn actor(&self, id: ActorId) -> &ActorSpec {
         &self.actors[id.0 as usize]
     }
+    /// For ids from the config itself; see [`Cluster::get_link`].
     pub fn link(&self, id: LinkId) -> &LinkSpec {
         &self.links[id.0 as usize]
+    }
+    pub fn get_host(&self, id: HostId) -> Option<&HostSpec> {
+        self.hosts.get(id.0 as usize)
+    }
+    pub fn get_actor(&self, id: ActorId) -> Option<&ActorSpec> {
+        self.actors.get(id.0 as usize)
+    }
+    pub fn get_link(&self, id: LinkId) -> Option<&LinkSpec> {
+        self.links.get(id.0 as usize)
     }
     pub fn host_by_name(&self, name: &str) -> Option<&HostSpec> {
         self.hosts.iter().find(|h| h.name == name)
@@ -184,5 +340,28 @@ impl Cluster {
     }
     pub fn actor_by_name(&self, name: &str) -> Option<&ActorSpec> {
         self.actors.iter().find(|a| a.name == name)
+    }
+
+    /// The actors placed on `host`, in id order.
+    pub fn actors_on(&self, host: HostId) -> impl Iterator<Item = &ActorSpec> + '_ {
+        self.actors.iter().filter(move |a| a.host == host)
+    }
+
+    /// The host that sends in direction `dir` of `link` (the host of `a` for
+    /// `AtoB`): the link's actor for that direction lives there.
+    pub fn link_endpoint_host(&self, link: LinkId, dir: Direction) -> HostId {
+        let (src, _) = self.link(link).endpoints(dir);
+        self.actor(src).host
+    }
+
+    /// Whether some host's mesh or control socket is on (or advertised at)
+    /// a non-loopback address: then the cluster token is required.
+    pub fn requires_token(&self) -> bool {
+        self.hosts.iter().any(|h| {
+            [Some(h.listen), Some(h.advertise), h.control]
+                .into_iter()
+                .flatten()
+                .any(|a| !a.ip().is_loopback())
+        })
     }
 }

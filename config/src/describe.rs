@@ -1,0 +1,378 @@
+//! The normalized form behind [`Cluster::digest`] and the human description
+//! that `edgemu check` prints.
+
+use crate::model::*;
+use crate::units::{fmt_bytes, fmt_duration, fmt_rate};
+use edgemu_codec::ids::Direction;
+use edgemu_links::{Delivery, LinkParams, LossSpec, RateSpec};
+use sha2::{Digest, Sha256};
+use std::fmt::{self, Write};
+use std::path::Path;
+
+/// Version of the normalized form; bump it when the form changes.
+const NORMAL_FORM: &str = "edgemu-config normalized v1";
+
+struct HashWriter(Sha256);
+
+impl fmt::Write for HashWriter {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.update(s.as_bytes());
+        Ok(())
+    }
+}
+
+impl Cluster {
+    /// The canonical text of the resolved config: one line per run, host,
+    /// actor, link and chaos entry, every value resolved (ids, ns, bps, bytes,
+    /// parsed traces). Whitespace, comments, key order and spelling of units
+    /// do not change it; the file's location does not either (the results
+    /// folder is written relative to the config's folder).
+    pub fn normalized(&self) -> String {
+        let mut s = String::new();
+        self.write_normalized(&mut s).expect("writing to a String");
+        s
+    }
+
+    fn write_normalized(&self, w: &mut impl Write) -> fmt::Result {
+        writeln!(w, "{NORMAL_FORM}")?;
+        let r = &self.run;
+        let base = self.source.parent().unwrap_or(Path::new(""));
+        let results = r.results_dir.strip_prefix(base).unwrap_or(&r.results_dir);
+        writeln!(
+            w,
+            "run name={:?} duration_ns={} seed={} time={:?} results={:?} token_env={:?} sample_ns={}",
+            r.name, r.duration_ns, r.seed, r.time, results, r.token_env, r.sample_ns
+        )?;
+        for h in &self.hosts {
+            writeln!(
+                w,
+                "host {} name={:?} listen={} advertise={} control={:?}",
+                h.id.0, h.name, h.listen, h.advertise, h.control
+            )?;
+        }
+        for a in &self.actors {
+            writeln!(
+                w,
+                "actor {} name={:?} host={} kind={:?}",
+                a.id.0, a.name, a.host.0, a.kind
+            )?;
+        }
+        for l in &self.links {
+            writeln!(
+                w,
+                "link {} name={:?} a={} b={} ab={:?} ba={:?}",
+                l.id.0, l.name, l.a.0, l.b.0, l.ab, l.ba
+            )?;
+        }
+        for c in &self.chaos {
+            writeln!(
+                w,
+                "chaos {} at_ns={} for_ns={:?} every_ns={:?} action={:?}",
+                c.index, c.at_ns, c.for_ns, c.every_ns, c.action
+            )?;
+        }
+        Ok(())
+    }
+
+    /// SHA-256 of [`Cluster::normalized`] (what [`Cluster::digest`] holds).
+    pub fn compute_digest(&self) -> [u8; 32] {
+        let mut h = HashWriter(Sha256::new());
+        self.write_normalized(&mut h).expect("hashing cannot fail");
+        h.0.finalize().into()
+    }
+
+    /// The resolved topology in human units, for `edgemu check`.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        self.write_description(&mut s).expect("writing to a String");
+        s
+    }
+
+    fn write_description(&self, w: &mut String) -> fmt::Result {
+        let r = &self.run;
+        writeln!(
+            w,
+            "cluster {:?} from {} (digest {})",
+            r.name,
+            self.source.display(),
+            &self.digest_hex()[..16]
+        )?;
+        writeln!(
+            w,
+            "run: {} in {} time, seed {}, counters every {}, results under {}, token from ${}",
+            fmt_duration(r.duration_ns),
+            match r.time {
+                TimeMode::Real => "real",
+                TimeMode::Virtual => "virtual",
+            },
+            r.seed,
+            fmt_duration(r.sample_ns),
+            r.results_dir.display(),
+            r.token_env
+        )?;
+        writeln!(w, "\nhosts ({}):", self.hosts.len())?;
+        for h in &self.hosts {
+            write!(w, "  {}: listen {}", h.name, h.listen)?;
+            if h.advertise != h.listen {
+                write!(w, ", advertise {}", h.advertise)?;
+            }
+            match h.control {
+                Some(c) => writeln!(w, ", control {c}")?,
+                None => writeln!(w, ", no control socket")?,
+            }
+            for a in self.actors_on(h.id) {
+                writeln!(w, "    {}: {}", a.name, self.describe_kind(&a.kind))?;
+            }
+        }
+        writeln!(w, "\nlinks ({}):", self.links.len())?;
+        for l in &self.links {
+            let (a, b) = (self.actor(l.a), self.actor(l.b));
+            writeln!(
+                w,
+                "  {}: {} ({}) <-> {} ({})",
+                l.name,
+                a.name,
+                self.host(a.host).name,
+                b.name,
+                self.host(b.host).name
+            )?;
+            for dir in [Direction::AtoB, Direction::BtoA] {
+                let (src, dst) = l.endpoints(dir);
+                writeln!(
+                    w,
+                    "    {dir} {} -> {}: {}",
+                    self.actor(src).name,
+                    self.actor(dst).name,
+                    describe_params(l.params(dir))
+                )?;
+            }
+        }
+        writeln!(w, "\nchaos ({}):", self.chaos.len())?;
+        let mut timeline: Vec<&ChaosSpec> = self.chaos.iter().collect();
+        timeline.sort_by_key(|c| (c.at_ns, c.index));
+        for c in timeline {
+            write!(
+                w,
+                "  {:>8}  #{} {}",
+                fmt_duration(c.at_ns),
+                c.index,
+                self.describe_action(&c.action)
+            )?;
+            if let Some(f) = c.for_ns {
+                write!(w, ", heals after {}", fmt_duration(f))?;
+            }
+            if let Some(e) = c.every_ns {
+                write!(w, ", every {}", fmt_duration(e))?;
+            }
+            writeln!(w)?;
+        }
+        Ok(())
+    }
+
+    fn describe_route(&self, route: &Route) -> String {
+        let mut s = format!("-> {}", self.actor(route.to).name);
+        match route.via {
+            Some(l) => write!(s, " via {}", self.link(l).name).ok(),
+            None => write!(s, " (direct)").ok(),
+        };
+        s
+    }
+
+    fn describe_kind(&self, kind: &ActorKind) -> String {
+        let window = |start: u64, stop: Option<u64>| match stop {
+            Some(stop) => format!("from {} to {}", fmt_duration(start), fmt_duration(stop)),
+            None => format!("from {} to the end", fmt_duration(start)),
+        };
+        match kind {
+            ActorKind::ConstantSender {
+                route,
+                rate_bps,
+                size,
+                start_ns,
+                stop_ns,
+            } => format!(
+                "constant {}: {} in {} packets, {}",
+                self.describe_route(route),
+                fmt_rate(*rate_bps),
+                fmt_bytes(u64::from(*size)),
+                window(*start_ns, *stop_ns)
+            ),
+            ActorKind::BurstySender {
+                route,
+                burst,
+                size,
+                interval_ns,
+                start_ns,
+                stop_ns,
+            } => format!(
+                "bursty {}: {burst} x {} packets every {}, {}",
+                self.describe_route(route),
+                fmt_bytes(u64::from(*size)),
+                fmt_duration(*interval_ns),
+                window(*start_ns, *stop_ns)
+            ),
+            ActorKind::Pinger {
+                route,
+                reply_via,
+                size,
+                interval_ns,
+                start_ns,
+                stop_ns,
+            } => format!(
+                "pinger {}: {} pings every {}, replies {}, {}",
+                self.describe_route(route),
+                fmt_bytes(u64::from(*size)),
+                fmt_duration(*interval_ns),
+                match reply_via {
+                    Some(l) => format!("via {}", self.link(*l).name),
+                    None => "direct".into(),
+                },
+                window(*start_ns, *stop_ns)
+            ),
+            ActorKind::Sink => "sink".into(),
+        }
+    }
+
+    fn describe_action(&self, action: &ChaosAction) -> String {
+        let dir = |d: &Option<Direction>| match d {
+            Some(d) => format!(" {d}"),
+            None => " (both directions)".into(),
+        };
+        let cmd = action.command();
+        match action {
+            ChaosAction::LinkKill { link, dir: d } | ChaosAction::LinkRestore { link, dir: d } => {
+                format!("{cmd} {}{}", self.link(*link).name, dir(d))
+            }
+            ChaosAction::LinkSet {
+                link,
+                dir: d,
+                patch,
+            } => {
+                format!(
+                    "{cmd} {}{}: {}",
+                    self.link(*link).name,
+                    dir(d),
+                    describe_patch(patch)
+                )
+            }
+            ChaosAction::HostPartition { a, b } | ChaosAction::HostHeal { a, b } => {
+                format!("{cmd} {} | {}", self.host(*a).name, self.host(*b).name)
+            }
+            ChaosAction::LinkFlap {
+                link,
+                mtbf_ns,
+                mttr_ns,
+                seed,
+                until_ns,
+            } => format!(
+                "{cmd} {}: up ~Exp(mean {}), down ~Exp(mean {}), seed {seed}{}",
+                self.link(*link).name,
+                fmt_duration(*mtbf_ns),
+                fmt_duration(*mttr_ns),
+                match until_ns {
+                    Some(u) => format!(", until {}", fmt_duration(*u)),
+                    None => ", until the end".into(),
+                }
+            ),
+            ChaosAction::RunStop => cmd.into(),
+        }
+    }
+}
+
+fn describe_rate(r: &RateSpec) -> String {
+    match r {
+        RateSpec::Unlimited => "unlimited".into(),
+        RateSpec::Fixed { bps } => fmt_rate(*bps),
+        RateSpec::Trace(t) => {
+            let period = match t.period_ms() {
+                Some(p) => format!(
+                    "repeats every {}",
+                    fmt_duration(p.saturating_mul(1_000_000))
+                ),
+                None => "last rate holds".into(),
+            };
+            format!(
+                "trace (long-run {}, {period})",
+                fmt_rate(t.long_run_bps().round() as u64)
+            )
+        }
+    }
+}
+
+/// Long-run fraction of packets lost by a Gilbert–Elliott chain.
+pub fn ge_stationary_loss(eps_g: f64, eps_b: f64, p_gb: f64, p_bg: f64) -> f64 {
+    if p_gb + p_bg == 0.0 {
+        return eps_g; // never leaves the Good state it starts in
+    }
+    let pi_b = p_gb / (p_gb + p_bg);
+    (1.0 - pi_b) * eps_g + pi_b * eps_b
+}
+
+fn describe_loss(l: &LossSpec) -> String {
+    match l {
+        LossSpec::None => "none".into(),
+        LossSpec::Bernoulli { p } => format!("bernoulli p={p} ({:.2}%)", p * 100.0),
+        LossSpec::GilbertElliott {
+            eps_g,
+            eps_b,
+            p_gb,
+            p_bg,
+        } => format!(
+            "ge eps_g={eps_g} eps_b={eps_b} p_gb={p_gb} p_bg={p_bg} (stationary {:.2}%)",
+            ge_stationary_loss(*eps_g, *eps_b, *p_gb, *p_bg) * 100.0
+        ),
+        LossSpec::Trace(t) => format!(
+            "trace (eps_g={} eps_b={}{})",
+            t.eps_good(),
+            t.eps_bad(),
+            match t.period_ms() {
+                Some(p) => format!(
+                    ", repeats every {}",
+                    fmt_duration(p.saturating_mul(1_000_000))
+                ),
+                None => String::new(),
+            }
+        ),
+    }
+}
+
+fn describe_params(p: &LinkParams) -> String {
+    format!(
+        "rate {}, delay {}, jitter {}{}, queue {}, loss {}, {}",
+        describe_rate(&p.rate),
+        fmt_duration(p.delay_ns),
+        fmt_duration(p.jitter_ns),
+        if p.reorder { " (may reorder)" } else { "" },
+        p.queue_bytes
+            .map(fmt_bytes)
+            .unwrap_or_else(|| "unlimited".into()),
+        describe_loss(&p.loss),
+        match p.delivery {
+            Delivery::Datagram => "datagram",
+            Delivery::Reliable => "reliable",
+        }
+    )
+}
+
+fn describe_patch(p: &LinkPatch) -> String {
+    let mut parts = Vec::new();
+    if let Some(r) = &p.rate {
+        parts.push(format!("rate {}", describe_rate(r)));
+    }
+    if let Some(d) = p.delay_ns {
+        parts.push(format!("delay {}", fmt_duration(d)));
+    }
+    if let Some(j) = p.jitter_ns {
+        parts.push(format!("jitter {}", fmt_duration(j)));
+    }
+    if let Some(q) = p.queue_bytes {
+        parts.push(format!(
+            "queue {}",
+            q.map(fmt_bytes).unwrap_or_else(|| "unlimited".into())
+        ));
+    }
+    if let Some(l) = &p.loss {
+        parts.push(format!("loss {}", describe_loss(l)));
+    }
+    parts.join(", ")
+}

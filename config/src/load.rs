@@ -1,0 +1,818 @@
+//! From TOML text to a validated [`Cluster`].
+
+use crate::action::{parse_action, parse_layer, PARAM_KEYS};
+use crate::error::{ActionError, ConfigError, Diagnostic, Diagnostics};
+use crate::fields::*;
+use crate::model::*;
+use crate::node::{line_col, locate, Node};
+use crate::units::fmt_duration;
+use edgemu_codec::ids::{ActorId, HostId, LinkId};
+use edgemu_links::LinkParams;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+const TOP_KEYS: &[&str] = &["run", "hosts", "actors", "links", "chaos"];
+const RUN_KEYS: &[&str] = &[
+    "name",
+    "duration",
+    "seed",
+    "time",
+    "results",
+    "token_env",
+    "sample",
+];
+const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control"];
+const ACTOR_KINDS: &[&str] = &["constant", "bursty", "pinger", "sink"];
+const CHAOS_KEYS: &[&str] = &["at", "command", "for", "every"];
+/// Commands whose fault `for` can heal.
+const HEALABLE: &[&str] = &["link.kill", "link.set", "host.partition"];
+
+fn actor_keys(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "constant" => &[
+            "name", "host", "kind", "to", "via", "rate", "size", "start", "stop",
+        ],
+        "bursty" => &[
+            "name", "host", "kind", "to", "via", "burst", "interval", "size", "start", "stop",
+        ],
+        "pinger" => &[
+            "name",
+            "host",
+            "kind",
+            "to",
+            "via",
+            "reply_via",
+            "interval",
+            "size",
+            "start",
+            "stop",
+        ],
+        "sink" => &["name", "host", "kind"],
+        // Unknown kind: accept every key some kind has, report the kind.
+        _ => &[
+            "name",
+            "host",
+            "kind",
+            "to",
+            "via",
+            "reply_via",
+            "rate",
+            "burst",
+            "interval",
+            "size",
+            "start",
+            "stop",
+        ],
+    }
+}
+
+pub(crate) fn load(text: &str, source: &Path) -> Result<Cluster, ConfigError> {
+    let root: Spanned<Node> = toml::from_str(text).map_err(|e| {
+        let (line, column) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
+        ConfigError::Invalid(Diagnostics(vec![Diagnostic {
+            file: source.to_path_buf(),
+            line,
+            column,
+            message: e.message().trim().to_string(),
+        }]))
+    })?;
+    let mut loader = Loader {
+        text,
+        source,
+        base_dir: source.parent().unwrap_or(Path::new("")).to_path_buf(),
+        diags: Vec::new(),
+    };
+    let cluster = loader.cluster(&root);
+    if loader.diags.is_empty() {
+        let mut cluster = cluster;
+        cluster.digest = cluster.compute_digest();
+        Ok(cluster)
+    } else {
+        Err(loader.finish())
+    }
+}
+
+struct Loader<'a> {
+    text: &'a str,
+    source: &'a Path,
+    base_dir: PathBuf,
+    /// (byte offset, message).
+    diags: Vec<(usize, String)>,
+}
+
+/// One entry of an array of tables, with its JSON form.
+struct Entry<'n> {
+    node: &'n Spanned<Node>,
+    obj: Obj,
+}
+
+/// Name → index of its first definition, and where that was.
+struct Names {
+    what: &'static str,
+    list: Vec<String>,
+    first: HashMap<String, usize>,
+}
+
+impl Names {
+    fn new(what: &'static str, entries: &[Entry<'_>]) -> Names {
+        let list: Vec<String> = entries
+            .iter()
+            .map(|e| match e.obj.get("name") {
+                Some(Value::String(s)) => s.clone(),
+                _ => String::new(),
+            })
+            .collect();
+        let mut first = HashMap::new();
+        for (i, n) in list.iter().enumerate() {
+            if !n.is_empty() {
+                first.entry(n.clone()).or_insert(i);
+            }
+        }
+        Names { what, list, first }
+    }
+
+    fn resolve(&self, key: &str, name: &str) -> Result<usize, ActionError> {
+        self.first
+            .get(name)
+            .copied()
+            .ok_or_else(|| ActionError::UnknownName {
+                field: key.to_string(),
+                what: self.what,
+                name: name.to_string(),
+                known: {
+                    let mut known: Vec<String> = Vec::new();
+                    for n in self.list.iter().filter(|n| !n.is_empty()) {
+                        if !known.contains(n) {
+                            known.push(n.clone());
+                        }
+                    }
+                    known
+                },
+            })
+    }
+}
+
+/// Checks made once all actors and links are known.
+struct PendingRoute {
+    actor: usize,
+    to: usize,
+    /// (key, link index)
+    links: Vec<(&'static str, usize)>,
+}
+
+impl<'a> Loader<'a> {
+    fn finish(mut self) -> ConfigError {
+        self.diags.sort_by_key(|d| d.0);
+        self.diags.dedup();
+        ConfigError::Invalid(Diagnostics(
+            self.diags
+                .iter()
+                .map(|(offset, message)| {
+                    let (line, column) = line_col(self.text, *offset);
+                    Diagnostic {
+                        file: self.source.to_path_buf(),
+                        line,
+                        column,
+                        message: message.clone(),
+                    }
+                })
+                .collect(),
+        ))
+    }
+
+    fn line_of(&self, node: &Spanned<Node>, field: &str) -> usize {
+        line_col(self.text, locate(node, Some(field), false).start).0
+    }
+
+    fn report(&mut self, node: &Spanned<Node>, e: ActionError) {
+        let at_key = matches!(e, ActionError::UnknownField { .. });
+        let span = locate(node, e.field(), at_key);
+        self.diags.push((span.start, e.to_string()));
+    }
+
+    fn report_all(&mut self, node: &Spanned<Node>, errs: Errs) {
+        for e in errs.0 {
+            self.report(node, e);
+        }
+    }
+
+    /// The tables of `[[key]]`; anything else there is reported.
+    fn entries<'n>(&mut self, root: &'n Spanned<Node>, key: &str) -> Vec<Entry<'n>> {
+        let Some((_, value)) = root.get_ref().entry(key) else {
+            return Vec::new();
+        };
+        let expected = format!("an array of tables ([[{key}]] sections)");
+        let Node::Array(items) = value.get_ref() else {
+            let found = describe_value(&value.get_ref().to_json());
+            self.report(
+                root,
+                ActionError::invalid(key, format!("expected {expected}, found {found}")),
+            );
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for item in items {
+            match item.get_ref().to_json() {
+                Value::Object(obj) => out.push(Entry { node: item, obj }),
+                other => {
+                    let found = describe_value(&other);
+                    self.diags.push((
+                        item.span().start,
+                        format!("`{key}`: expected {expected}, found {found}"),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    fn cluster(&mut self, root: &Spanned<Node>) -> Cluster {
+        let top = match root.get_ref().to_json() {
+            Value::Object(o) => o,
+            _ => Obj::new(),
+        };
+        let mut errs = Errs::default();
+        check_keys(&top, TOP_KEYS, "the top level", &mut errs);
+        self.report_all(root, errs);
+
+        let run = self.run(root);
+        let host_entries = self.entries(root, "hosts");
+        let actor_entries = self.entries(root, "actors");
+        let link_entries = self.entries(root, "links");
+        let chaos_entries = self.entries(root, "chaos");
+        let host_names = Names::new("host", &host_entries);
+        let actor_names = Names::new("actor", &actor_entries);
+        let link_names = Names::new("link", &link_entries);
+
+        if host_entries.is_empty() {
+            self.report(
+                root,
+                missing(
+                    "hosts",
+                    "at least one [[hosts]] table with `name` and `listen`",
+                ),
+            );
+        }
+        if host_entries.len() > usize::from(u16::MAX) {
+            self.report(
+                root,
+                ActionError::invalid("hosts", "too many hosts (at most 65535)"),
+            );
+        }
+        let hosts = self.hosts(&host_entries);
+        self.duplicates(&actor_entries, "actor");
+        self.duplicates(&link_entries, "link");
+
+        let mut pending = Vec::new();
+        let actors: Vec<ActorSpec> = actor_entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| self.actor(i, e, &host_names, &actor_names, &link_names, &mut pending))
+            .collect();
+        let links: Vec<LinkSpec> = link_entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| self.link(i, e, &actor_names))
+            .collect();
+        for p in pending {
+            let node = actor_entries[p.actor].node;
+            let (me, to) = (&actors[p.actor], &actors[p.to]);
+            if !to.kind.receives() {
+                self.report(
+                    node,
+                    ActionError::invalid(
+                        "to",
+                        format!(
+                            "actor {:?} is a {} and cannot receive; expected a receiving actor (kind \"sink\")",
+                            to.name,
+                            to.kind.kind_name()
+                        ),
+                    ),
+                );
+            }
+            for (key, l) in p.links {
+                let link = &links[l];
+                let joins =
+                    (link.a == me.id && link.b == to.id) || (link.a == to.id && link.b == me.id);
+                if !joins {
+                    self.report(
+                        node,
+                        ActionError::invalid(
+                            key,
+                            format!(
+                                "link {:?} joins {:?} and {:?}, not {:?} and {:?}; expected a link between this actor and its `to`",
+                                link.name,
+                                actors[link.a.0 as usize].name,
+                                actors[link.b.0 as usize].name,
+                                me.name,
+                                to.name
+                            ),
+                        ),
+                    );
+                }
+            }
+        }
+
+        let mut cluster = Cluster {
+            source: self.source.to_path_buf(),
+            digest: [0; 32],
+            run,
+            hosts,
+            actors,
+            links,
+            chaos: Vec::new(),
+        };
+        let chaos: Vec<ChaosSpec> = chaos_entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| self.chaos(i, e, &cluster))
+            .collect();
+        cluster.chaos = chaos;
+        cluster
+    }
+
+    fn run(&mut self, root: &Spanned<Node>) -> RunSpec {
+        let stem = self
+            .source
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "cluster".into());
+        let mut run = RunSpec {
+            name: stem,
+            // Until a valid `duration` is read: no chaos time is beyond it.
+            duration_ns: u64::MAX,
+            seed: 0,
+            time: TimeMode::Real,
+            results_dir: self.base_dir.join("results"),
+            token_env: "EDGEMU_TOKEN".into(),
+            sample_ns: 1_000_000_000,
+        };
+        let Some((_, node)) = root.get_ref().entry("run") else {
+            self.report(
+                root,
+                missing("run", "a [run] table with at least `duration = \"20s\"`"),
+            );
+            return run;
+        };
+        let Value::Object(obj) = node.get_ref().to_json() else {
+            self.report(root, ActionError::invalid("run", "expected a [run] table"));
+            return run;
+        };
+        let mut errs = Errs::default();
+        check_keys(&obj, RUN_KEYS, "[run]", &mut errs);
+        if let Some(name) = errs.ok(opt_str(&obj, "name")).flatten() {
+            if name.trim().is_empty() {
+                errs.push(ActionError::invalid(
+                    "name",
+                    "expected a run name, found an empty string",
+                ));
+            }
+            run.name = name.to_string();
+        }
+        if let Some(d) = errs.ok(req_duration(&obj, "duration", true)) {
+            run.duration_ns = d;
+        }
+        if let Some(s) = errs.ok(opt_u64(&obj, "seed")).flatten() {
+            run.seed = s;
+        }
+        if let Some(t) = errs
+            .ok(opt_enum(&obj, "time", &["real", "virtual"]))
+            .flatten()
+        {
+            run.time = if t == "virtual" {
+                TimeMode::Virtual
+            } else {
+                TimeMode::Real
+            };
+        }
+        if let Some(r) = errs.ok(opt_str(&obj, "results")).flatten() {
+            if r.is_empty() {
+                errs.push(ActionError::invalid(
+                    "results",
+                    "expected a folder, found an empty string",
+                ));
+            }
+            run.results_dir = self.base_dir.join(r);
+        }
+        if let Some(t) = errs.ok(opt_str(&obj, "token_env")).flatten() {
+            if t.is_empty() || t.contains('=') || t.contains('\0') {
+                errs.push(ActionError::invalid(
+                    "token_env",
+                    format!("expected the name of an environment variable, found {t:?}"),
+                ));
+            }
+            run.token_env = t.to_string();
+        }
+        if let Some(s) = errs.ok(opt_duration(&obj, "sample", true)).flatten() {
+            run.sample_ns = s;
+        }
+        self.report_all(node, errs);
+        run
+    }
+
+    fn duplicates(&mut self, entries: &[Entry<'_>], what: &str) {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for e in entries {
+            let Some(Value::String(name)) = e.obj.get("name") else {
+                continue;
+            };
+            let line = self.line_of(e.node, "name");
+            if let Some(first) = seen.get(name) {
+                self.report(
+                    e.node,
+                    ActionError::invalid(
+                        "name",
+                        format!("duplicate {what} name {name:?}; it is already defined at line {first}, expected a unique name"),
+                    ),
+                );
+            } else {
+                seen.insert(name.clone(), line);
+            }
+        }
+    }
+
+    fn hosts(&mut self, entries: &[Entry<'_>]) -> Vec<HostSpec> {
+        self.duplicates(entries, "host");
+        let placeholder: SocketAddr = ([0, 0, 0, 0], 0).into();
+        // address → (host name, key, line)
+        let mut used: HashMap<SocketAddr, (String, &'static str, usize)> = HashMap::new();
+        let mut hosts = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let mut errs = Errs::default();
+            check_keys(&e.obj, HOST_KEYS, "[[hosts]]", &mut errs);
+            let name = errs
+                .ok(req_name(&e.obj, "name", "a host name"))
+                .unwrap_or("")
+                .to_string();
+            let listen = errs.ok(req_addr(&e.obj, "listen"));
+            let advertise = errs.ok(opt_addr(&e.obj, "advertise")).flatten();
+            let control = errs.ok(opt_addr(&e.obj, "control")).flatten();
+            for (key, addr) in [("listen", listen), ("control", control)] {
+                let Some(addr) = addr else { continue };
+                let line = self.line_of(e.node, key);
+                match used.get(&addr) {
+                    Some((other, other_key, other_line)) => errs.push(ActionError::invalid(
+                        key,
+                        format!(
+                            "address {addr} is already the {other_key} address of host {other:?} (line {other_line}); expected an address no other host or control socket uses"
+                        ),
+                    )),
+                    None => {
+                        used.insert(addr, (name.clone(), key, line));
+                    }
+                }
+            }
+            self.report_all(e.node, errs);
+            let listen = listen.unwrap_or(placeholder);
+            hosts.push(HostSpec {
+                id: HostId(i as u16),
+                name,
+                listen,
+                advertise: advertise.unwrap_or(listen),
+                control,
+            });
+        }
+        hosts
+    }
+
+    fn actor(
+        &mut self,
+        i: usize,
+        e: &Entry<'_>,
+        hosts: &Names,
+        actors: &Names,
+        links: &Names,
+        pending: &mut Vec<PendingRoute>,
+    ) -> ActorSpec {
+        let obj = &e.obj;
+        let mut errs = Errs::default();
+        let name = errs
+            .ok(req_name(obj, "name", "an actor name"))
+            .unwrap_or("")
+            .to_string();
+        let host = errs
+            .ok(req_str(obj, "host", "the name of a host").and_then(|h| hosts.resolve("host", h)))
+            .unwrap_or(0);
+        let kind = errs
+            .ok(req_str(
+                obj,
+                "kind",
+                "one of \"constant\", \"bursty\", \"pinger\", \"sink\"",
+            )
+            .and_then(|_| opt_enum(obj, "kind", ACTOR_KINDS).map(|k| k.unwrap_or("sink"))))
+            .unwrap_or("?");
+        let context = if ACTOR_KINDS.contains(&kind) {
+            format!("kind {kind:?}")
+        } else {
+            "an actor".into()
+        };
+        check_keys(obj, actor_keys(kind), &context, &mut errs);
+
+        let mut route = Route {
+            to: ActorId(0),
+            via: None,
+        };
+        let mut reply_via = None;
+        let (mut start_ns, mut stop_ns) = (0, None);
+        if kind != "sink" {
+            let mut p = PendingRoute {
+                actor: i,
+                to: i,
+                links: Vec::new(),
+            };
+            let to = errs.ok(req_str(obj, "to", "the name of the destination actor")
+                .and_then(|t| actors.resolve("to", t)));
+            if to == Some(i) {
+                errs.push(ActionError::invalid(
+                    "to",
+                    "an actor cannot send to itself; expected another actor",
+                ));
+            }
+            for key in ["via", "reply_via"] {
+                let l = errs
+                    .ok(opt_str(obj, key)
+                        .and_then(|l| l.map(|l| links.resolve(key, l)).transpose()));
+                if let Some(Some(l)) = l {
+                    let id = LinkId(l as u32);
+                    if key == "via" {
+                        route.via = Some(id);
+                    } else {
+                        reply_via = Some(id);
+                    }
+                    p.links.push((key, l));
+                }
+            }
+            if let Some(to) = to.filter(|&t| t != i) {
+                route.to = ActorId(to as u32);
+                p.to = to;
+                pending.push(p);
+            }
+            start_ns = errs
+                .ok(opt_duration(obj, "start", false))
+                .flatten()
+                .unwrap_or(0);
+            stop_ns = errs.ok(opt_duration(obj, "stop", false)).flatten();
+            if let Some(stop) = stop_ns {
+                if stop <= start_ns {
+                    errs.push(ActionError::invalid(
+                        "stop",
+                        format!(
+                            "expected a time after `start` ({}), found {:?}",
+                            fmt_duration(start_ns),
+                            fmt_duration(stop)
+                        ),
+                    ));
+                }
+            }
+        }
+        let size = |errs: &mut Errs, default: u32| {
+            errs.ok(opt_packet_size(obj, "size"))
+                .flatten()
+                .unwrap_or(default)
+        };
+        let kind = match kind {
+            "constant" => ActorKind::ConstantSender {
+                rate_bps: errs
+                    .ok(opt_rate(obj, "rate", false).and_then(|r| {
+                        r.flatten().ok_or_else(|| {
+                            missing("rate", "a rate like \"20Mbps\" (bps, Kbps, Mbps, Gbps)")
+                        })
+                    }))
+                    .unwrap_or(1),
+                size: size(&mut errs, 1400),
+                route,
+                start_ns,
+                stop_ns,
+            },
+            "bursty" => {
+                let burst = errs.ok(opt_u64(obj, "burst")).flatten().unwrap_or(16);
+                if burst == 0 || burst > u64::from(u32::MAX) {
+                    errs.push(ActionError::invalid(
+                        "burst",
+                        format!(
+                            "expected a number of packets from 1 to {}, found {burst}",
+                            u32::MAX
+                        ),
+                    ));
+                }
+                ActorKind::BurstySender {
+                    burst: burst.clamp(1, u64::from(u32::MAX)) as u32,
+                    size: size(&mut errs, 1400),
+                    interval_ns: errs
+                        .ok(opt_duration(obj, "interval", true))
+                        .flatten()
+                        .unwrap_or(100_000_000),
+                    route,
+                    start_ns,
+                    stop_ns,
+                }
+            }
+            "pinger" => ActorKind::Pinger {
+                reply_via: reply_via.or(route.via),
+                size: size(&mut errs, 64),
+                interval_ns: errs
+                    .ok(opt_duration(obj, "interval", true))
+                    .flatten()
+                    .unwrap_or(100_000_000),
+                route,
+                start_ns,
+                stop_ns,
+            },
+            _ => ActorKind::Sink,
+        };
+        self.report_all(e.node, errs);
+        ActorSpec {
+            id: ActorId(i as u32),
+            name,
+            host: HostId(host as u16),
+            kind,
+        }
+    }
+
+    fn link(&mut self, i: usize, e: &Entry<'_>, actors: &Names) -> LinkSpec {
+        let obj = &e.obj;
+        let mut errs = Errs::default();
+        let mut valid: Vec<&'static str> = vec!["name", "a", "b"];
+        valid.extend_from_slice(PARAM_KEYS);
+        valid.extend_from_slice(&["ab", "ba"]);
+        check_keys(obj, &valid, "[[links]]", &mut errs);
+        let name = errs
+            .ok(req_name(obj, "name", "a link name"))
+            .unwrap_or("")
+            .to_string();
+        let mut ends = [None; 2];
+        for (slot, key) in ["a", "b"].into_iter().enumerate() {
+            ends[slot] = errs.ok(req_str(obj, key, "the name of an endpoint actor")
+                .and_then(|n| actors.resolve(key, n)));
+        }
+        if let [Some(a), Some(b)] = ends {
+            if a == b {
+                errs.push(ActionError::invalid(
+                    "b",
+                    format!(
+                        "both ends are {:?}; expected a link between two different actors",
+                        actors.list[a]
+                    ),
+                ));
+            }
+        }
+        let ends = ends.map(|e| e.unwrap_or(0));
+        let both = parse_layer(obj, &self.base_dir, &mut errs);
+        let mut dirs = [LinkParams::default(), LinkParams::default()];
+        for (slot, key) in ["ab", "ba"].into_iter().enumerate() {
+            both.apply(&mut dirs[slot]);
+            let Some(t) = errs.ok(opt_table(obj, key)).flatten() else {
+                continue;
+            };
+            let mut sub = Errs::default();
+            check_keys(t, PARAM_KEYS, &format!("[links.{key}]"), &mut sub);
+            let layer = parse_layer(t, &self.base_dir, &mut sub);
+            layer.apply(&mut dirs[slot]);
+            errs.0.extend(sub.0.into_iter().map(|e| e.nested(key)));
+        }
+        self.report_all(e.node, errs);
+        let [ab, ba] = dirs;
+        LinkSpec {
+            id: LinkId(i as u32),
+            name,
+            a: ActorId(ends[0] as u32),
+            b: ActorId(ends[1] as u32),
+            ab,
+            ba,
+        }
+    }
+
+    fn chaos(&mut self, i: usize, e: &Entry<'_>, cluster: &Cluster) -> Option<ChaosSpec> {
+        let obj = &e.obj;
+        let mut errs = Errs::default();
+        let duration = cluster.run.duration_ns;
+        let at_ns = errs.ok(req_duration(obj, "at", false));
+        if let Some(at) = at_ns.filter(|&at| at > duration) {
+            errs.push(ActionError::invalid(
+                "at",
+                format!(
+                    "{} is beyond the run's duration ({}); expected a time within the run",
+                    fmt_duration(at),
+                    fmt_duration(duration)
+                ),
+            ));
+        }
+        let for_ns = errs.ok(opt_duration(obj, "for", true)).flatten();
+        let every_ns = errs.ok(opt_duration(obj, "every", true)).flatten();
+        if let (Some(f), Some(ev)) = (for_ns, every_ns) {
+            if ev < f {
+                errs.push(ActionError::invalid(
+                    "every",
+                    format!(
+                        "{} is shorter than `for` ({}); expected a period at least as long as the fault",
+                        fmt_duration(ev),
+                        fmt_duration(f)
+                    ),
+                ));
+            }
+        }
+        let command = errs.ok(req_str(
+            obj,
+            "command",
+            &format!("one of {}", crate::action::COMMANDS.join(", ")),
+        ));
+        let mut action = None;
+        if let Some(command) = command {
+            let fields: Obj = obj
+                .iter()
+                .filter(|(k, _)| !CHAOS_KEYS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            match parse_action(cluster, command, &fields) {
+                Ok(a) => action = Some(a),
+                Err(ActionError::UnknownCommand { command, valid }) => {
+                    errs.push(ActionError::invalid(
+                        "command",
+                        format!(
+                            "unknown command {command:?}; expected one of: {}",
+                            valid.join(", ")
+                        ),
+                    ));
+                }
+                Err(ActionError::UnknownField {
+                    field,
+                    context,
+                    mut valid,
+                }) => {
+                    valid.extend_from_slice(CHAOS_KEYS);
+                    errs.push(ActionError::UnknownField {
+                        field,
+                        context,
+                        valid,
+                    });
+                }
+                Err(other) => errs.push(other),
+            }
+            if for_ns.is_some() && !HEALABLE.contains(&command) {
+                errs.push(ActionError::invalid(
+                    "for",
+                    format!(
+                        "{command:?} has no fault to heal; `for` is valid only with {}",
+                        HEALABLE.join(", ")
+                    ),
+                ));
+            }
+            if every_ns.is_some() && matches!(command, "link.flap" | "run.stop") {
+                errs.push(ActionError::invalid(
+                    "every",
+                    format!("{command:?} cannot repeat; remove `every`"),
+                ));
+            }
+            if let (
+                Some(ChaosAction::LinkFlap {
+                    until_ns: Some(until),
+                    ..
+                }),
+                Some(at),
+            ) = (&action, at_ns)
+            {
+                if *until <= at {
+                    errs.push(ActionError::invalid(
+                        "until",
+                        format!(
+                            "expected a time after `at` ({}), found {:?}",
+                            fmt_duration(at),
+                            fmt_duration(*until)
+                        ),
+                    ));
+                }
+            }
+        }
+        let ok = errs.0.is_empty();
+        self.report_all(e.node, errs);
+        match (ok, at_ns, action) {
+            (true, Some(at_ns), Some(action)) => Some(ChaosSpec {
+                index: i + 1,
+                at_ns,
+                action,
+                for_ns,
+                every_ns,
+            }),
+            _ => None,
+        }
+    }
+}
+
+fn opt_addr(obj: &Obj, key: &str) -> Result<Option<SocketAddr>, ActionError> {
+    let Some(s) = opt_str(obj, key)? else {
+        return Ok(None);
+    };
+    s.parse().map(Some).map_err(|_| {
+        ActionError::invalid(
+            key,
+            format!("expected a socket address like \"127.0.0.1:7101\", found {s:?}"),
+        )
+    })
+}
+
+fn req_addr(obj: &Obj, key: &str) -> Result<SocketAddr, ActionError> {
+    opt_addr(obj, key)?.ok_or_else(|| missing(key, "a socket address like \"127.0.0.1:7101\""))
+}
