@@ -1026,3 +1026,14 @@ fn a_bad_duration_does_not_cascade() {
     assert_eq!(d.len(), 1, "{}", Diagnostics(d.clone()));
     assert!(d[0].message.contains("`duration`"));
 }
+
+#[test]
+fn root_cluster_toml_is_valid() {
+    // Owned by the lead engineer; checked here when it exists.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cluster.toml");
+    if path.exists() {
+        let c = Cluster::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!c.hosts.is_empty());
+        println!("{}", c.describe());
+    }
+}
