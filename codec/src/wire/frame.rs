@@ -1,0 +1,181 @@
+//! Frames: what one websocket binary message carries between two hosts.
+
+use super::envelope::Envelope;
+use super::error::WireError;
+use super::handshake::{Auth, Hello};
+use serde::{Deserialize, Serialize};
+
+pub const MAGIC: [u8; 4] = *b"EDGM";
+pub const WIRE_VERSION: u8 = 1;
+/// Largest encoded frame (header included) accepted or produced.
+pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Application heartbeat, sent every second by both sides of a mesh link.
+/// `echo_ns` returns the peer's last `sent_ns` (with the local hold time
+/// subtracted) so each side measures the base RTT between the two hosts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub seq: u64,
+    /// Sender's clock (ns since the run epoch, or since process start before it).
+    pub sent_ns: u64,
+    /// The last heartbeat `sent_ns` received from the peer, if any.
+    pub echo_ns: Option<u64>,
+    /// How long the echoed heartbeat waited here before this one left.
+    pub echo_hold_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Frame {
+    /// First frame each side sends.
+    Hello(Hello),
+    /// Answer to the peer's `Hello` nonce.
+    Auth(Auth),
+    Heartbeat(Heartbeat),
+    /// One or more envelopes for actors on the receiving host.
+    Envelopes(Vec<Envelope>),
+    /// The run starts at this unix time (ns); sent by the coordinator host.
+    Start {
+        unix_ns: u64,
+    },
+    /// A control-plane command forwarded to the host that owns its target:
+    /// JSON text of the request, answered by `ControlReply` with the same id.
+    ControlForward {
+        id: u64,
+        json: String,
+    },
+    ControlReply {
+        id: u64,
+        json: String,
+    },
+    /// The sender is leaving cleanly (run over or stopped).
+    Bye {
+        reason: String,
+    },
+}
+
+impl Frame {
+    /// A short name of the variant, for logs and error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Frame::Hello(_) => "Hello",
+            Frame::Auth(_) => "Auth",
+            Frame::Heartbeat(_) => "Heartbeat",
+            Frame::Envelopes(_) => "Envelopes",
+            Frame::Start { .. } => "Start",
+            Frame::ControlForward { .. } => "ControlForward",
+            Frame::ControlReply { .. } => "ControlReply",
+            Frame::Bye { .. } => "Bye",
+        }
+    }
+}
+
+const HEADER_LEN: usize = MAGIC.len() + 1;
+
+/// bincode's decode limit for a frame body.
+///
+/// bincode counts against it the bytes every decoded value *claims* (a
+/// `u64` claims 8 even when its varint took 1 byte on the wire; a string or
+/// byte vector claims its declared length before it is allocated). Among the
+/// types a [`Frame`] holds no value claims more than 8 bytes per wire byte, so
+/// with the body itself at most [`MAX_FRAME_BYTES`] every well-formed body
+/// stays under this limit, while a hostile length prefix can make the decoder
+/// reserve at most this much (zeroed, untouched memory) before it fails.
+/// A field that claims more per wire byte (a `u128`: 16 from 1) would break
+/// that bound; `full_frame_of_tiny_envelopes_decodes` in the tests guards it.
+const DECODE_LIMIT: usize = 8 * MAX_FRAME_BYTES;
+
+/// bincode configuration of the frame body: standard (little endian, varint
+/// integers) with a decode limit, so a hostile length prefix inside a small
+/// frame cannot make the decoder reserve gigabytes.
+fn body_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<DECODE_LIMIT>()
+}
+
+/// A `Vec` writer that refuses to grow past [`MAX_FRAME_BYTES`], so encoding
+/// an oversized frame fails early instead of building the whole buffer.
+struct BoundedVec {
+    buf: Vec<u8>,
+    overflowed: bool,
+}
+
+impl bincode::enc::write::Writer for BoundedVec {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        if bytes.len() > MAX_FRAME_BYTES - self.buf.len() {
+            self.overflowed = true;
+            return Err(bincode::error::EncodeError::Other(
+                "frame over MAX_FRAME_BYTES",
+            ));
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// Encodes `frame` with header. Fails with [`WireError::TooLarge`] past [`MAX_FRAME_BYTES`].
+///
+/// On `TooLarge`, `len` is a lower bound (encoding stops at the limit), always
+/// more than `max`.
+pub fn encode_frame(frame: &Frame) -> Result<Vec<u8>, WireError> {
+    let mut out = BoundedVec {
+        buf: Vec::with_capacity(64),
+        overflowed: false,
+    };
+    out.buf.extend_from_slice(&MAGIC);
+    out.buf.push(WIRE_VERSION);
+    match bincode::serde::encode_into_writer(frame, &mut out, body_config()) {
+        Ok(()) => Ok(out.buf),
+        Err(_) if out.overflowed => Err(WireError::TooLarge {
+            len: MAX_FRAME_BYTES + 1,
+            max: MAX_FRAME_BYTES,
+        }),
+        Err(e) => Err(WireError::Encode(e.to_string())),
+    }
+}
+
+/// Decodes one frame. Never panics on any input.
+///
+/// Checks, in order: the size limit ([`WireError::TooLarge`]), the 5-byte
+/// header ([`WireError::Truncated`]), the magic ([`WireError::BadMagic`]), the
+/// version ([`WireError::WrongVersion`]); then the body must decode and use
+/// every remaining byte ([`WireError::Malformed`] otherwise, including a body
+/// cut short and trailing garbage).
+pub fn decode_frame(bytes: &[u8]) -> Result<Frame, WireError> {
+    if bytes.len() > MAX_FRAME_BYTES {
+        return Err(WireError::TooLarge {
+            len: bytes.len(),
+            max: MAX_FRAME_BYTES,
+        });
+    }
+    let (header, body) = match bytes.split_first_chunk::<HEADER_LEN>() {
+        Some(split) => split,
+        None => return Err(WireError::Truncated { len: bytes.len() }),
+    };
+    let [m0, m1, m2, m3, version] = *header;
+    let magic = [m0, m1, m2, m3];
+    if magic != MAGIC {
+        return Err(WireError::BadMagic { found: magic });
+    }
+    if version != WIRE_VERSION {
+        return Err(WireError::WrongVersion {
+            found: version,
+            expected: WIRE_VERSION,
+        });
+    }
+    let (frame, used): (Frame, usize) = bincode::serde::decode_from_slice(body, body_config())
+        .map_err(|e| match e {
+            bincode::error::DecodeError::UnexpectedEnd { additional } => {
+                WireError::Malformed(format!("body truncated ({additional} more bytes needed)"))
+            }
+            bincode::error::DecodeError::LimitExceeded => {
+                WireError::Malformed("body declares a length over the decode limit".into())
+            }
+            other => WireError::Malformed(other.to_string()),
+        })?;
+    if used != body.len() {
+        return Err(WireError::Malformed(format!(
+            "{} trailing bytes after the frame body",
+            body.len().saturating_sub(used)
+        )));
+    }
+    Ok(frame)
+}

@@ -1,0 +1,25 @@
+//! Host-to-host wire format.
+//!
+//! A websocket binary message holds exactly one [`Frame`]: 4 magic bytes
+//! `EDGM`, one version byte ([`WIRE_VERSION`]), then the bincode-2 (serde,
+//! standard config, with a decode limit) encoding of the frame. Frames larger
+//! than [`MAX_FRAME_BYTES`] are refused on both encode and decode. Decoding
+//! never panics: any malformed, truncated, oversized or wrong-version input is
+//! a [`WireError`].
+
+mod envelope;
+mod error;
+mod frame;
+mod handshake;
+#[cfg(test)]
+mod tests;
+
+pub use envelope::{Envelope, Msg, Ping, Pong, Probe};
+pub use error::WireError;
+pub use frame::{
+    decode_frame, encode_frame, Frame, Heartbeat, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION,
+};
+pub use handshake::{
+    auth_mac, config_digest, Auth, Handshake, HandshakeError, HandshakeOutcome, Hello,
+    PROTOCOL_VERSION,
+};
