@@ -18,7 +18,11 @@ pub const MAX_DT: u8 = 15;
 
 /// Fills `cc` (one coefficient per source packet of the repair range, lowest id
 /// first) for `repair_key` and density threshold `dt`.
-pub fn generate_coding_coefficients(repair_key: u16, cc: &mut [u8], dt: u8) -> Result<(), FecError> {
+pub fn generate_coding_coefficients(
+    repair_key: u16,
+    cc: &mut [u8],
+    dt: u8,
+) -> Result<(), FecError> {
     if dt > MAX_DT {
         return Err(FecError::BadDensity(dt));
     }
@@ -35,7 +39,11 @@ pub fn generate_coding_coefficients(repair_key: u16, cc: &mut [u8], dt: u8) -> R
         }
     } else {
         for c in cc.iter_mut() {
-            *c = if s.rand16() <= dt { draw_nonzero(&mut s) } else { 0 };
+            *c = if s.rand16() <= dt {
+                draw_nonzero(&mut s)
+            } else {
+                0
+            };
         }
     }
     Ok(())

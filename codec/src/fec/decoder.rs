@@ -38,14 +38,13 @@
 //! state unchanged. The decoder never returns bytes other than the linear-algebra
 //! consequence of what it received, so an honest stream never yields wrong data.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::coefficients::{generate_coding_coefficients, MAX_DT};
 use super::error::FecError;
 use super::gf::{gf_inv, mul, mul_add, xor_into};
 use super::packet::{
-    parse, read_symbol, FecPacket, PacketBody, RepairHeader, SourcePacket, MAX_PAYLOAD,
-    SYMBOL_SIZE,
+    parse, read_symbol, FecPacket, PacketBody, RepairHeader, SourcePacket, MAX_PAYLOAD, SYMBOL_SIZE,
 };
 
 /// Decoder parameters.
@@ -182,6 +181,8 @@ pub struct RlcDecoder {
     pending_base: u32,
     max_first: u32,
     equations: u32,
+    /// Ids whose slot holds an equation (so eliminations visit only those).
+    pivots: BTreeSet<u32>,
     /// Decoded ids in `[prefix, end)`.
     decoded_ahead: u32,
     pool: Vec<Box<[u8]>>,
@@ -208,6 +209,7 @@ impl RlcDecoder {
             pending_base: 0,
             max_first: 0,
             equations: 0,
+            pivots: BTreeSet::new(),
             decoded_ahead: 0,
             pool: Vec::new(),
             cc: Vec::new(),
@@ -314,7 +316,10 @@ impl RlcDecoder {
     /// ids below the prefix) without changing anything.
     fn check_room(&self, id: u32) -> Result<(), FecError> {
         if id == u32::MAX {
-            return Err(FecError::IdOverflow { first: id, count: 1 });
+            return Err(FecError::IdOverflow {
+                first: id,
+                count: 1,
+            });
         }
         if id < self.end() {
             return Ok(());
@@ -409,7 +414,7 @@ impl RlcDecoder {
             Slot::Unknown => {
                 // Cancel this id in the equations below it.
                 let mut singles = Vec::new();
-                for p in self.prefix..s.id {
+                for &p in self.pivots.range(..s.id) {
                     let i = (p - self.base) as usize;
                     if let Slot::Pivot(row) = &mut self.slots[i] {
                         let c = row.coeff_at(p, s.id);
@@ -435,6 +440,7 @@ impl RlcDecoder {
                 // nonzero (a non-pivot unknown, by RREF). No other equation has a
                 // nonzero here.
                 self.equations -= 1;
+                self.pivots.remove(&s.id);
                 xor_into(&mut row.symbol, &sym);
                 self.stats.payload_ops += 1;
                 self.slots[idx] = Slot::Decoded(sym);
@@ -483,7 +489,10 @@ impl RlcDecoder {
         generate_coding_coefficients(h.key, &mut self.cc, h.dt)?;
         if first < self.base {
             let released = (self.base - first) as usize;
-            if self.cc[..released.min(self.cc.len())].iter().any(|&c| c != 0) {
+            if self.cc[..released.min(self.cc.len())]
+                .iter()
+                .any(|&c| c != 0)
+            {
                 self.stats.stale += 1;
                 self.finish();
                 return Ok(self.progress(Outcome::Stale, Vec::new()));
@@ -494,8 +503,9 @@ impl RlcDecoder {
 
         // 1. Reduce the coefficient vector alone, recording payload operations.
         let lo = first.max(self.base);
-        let end = self.end();
-        let width = (end - lo) as usize;
+        // The vector starts as wide as the repair range and grows only when an
+        // equation subtracted from it reaches further.
+        let width = (last + 1 - lo) as usize;
         let Self {
             slots,
             scratch: v,
@@ -510,23 +520,29 @@ impl RlcDecoder {
         let skip = (lo - first) as usize;
         v[..cc.len() - skip].copy_from_slice(&cc[skip..]);
         ops.clear();
-        for off in 0..width {
+        // `v` may grow inside the loop, hence `while` over its current length.
+        let mut off = 0;
+        while off < v.len() {
             let c = v[off];
-            if c == 0 {
-                continue;
-            }
-            let id = lo + off as u32;
-            match &slots[(id - base) as usize] {
-                Slot::Decoded(_) => {
-                    ops.push((id, c));
-                    v[off] = 0;
+            if c != 0 {
+                let id = lo + off as u32;
+                match &slots[(id - base) as usize] {
+                    Slot::Decoded(_) => {
+                        ops.push((id, c));
+                        v[off] = 0;
+                    }
+                    Slot::Pivot(row) => {
+                        ops.push((id, c));
+                        let need = off + row.coeffs.len();
+                        if need > v.len() {
+                            v.resize(need, 0);
+                        }
+                        mul_add(&mut v[off..], &row.coeffs, c);
+                    }
+                    Slot::Unknown => {}
                 }
-                Slot::Pivot(row) => {
-                    ops.push((id, c));
-                    mul_add(&mut v[off..], &row.coeffs, c);
-                }
-                Slot::Unknown => {}
             }
+            off += 1;
         }
         let Some(q_off) = v.iter().position(|&c| c != 0) else {
             self.stats.redundant += 1;
@@ -550,7 +566,14 @@ impl RlcDecoder {
         self.stats.payload_ops += self.ops.len() as u64;
         self.stats.innovative += 1;
         let mut decoded = Vec::new();
-        self.install_row(lo + q_off as u32, Row { coeffs, symbol: sym }, &mut decoded);
+        self.install_row(
+            lo + q_off as u32,
+            Row {
+                coeffs,
+                symbol: sym,
+            },
+            &mut decoded,
+        );
         self.finish();
         Ok(self.progress(Outcome::Innovative, decoded))
     }
@@ -568,7 +591,7 @@ impl RlcDecoder {
         self.stats.payload_ops += u64::from(inv != 1);
         row.trim();
         let mut singles = Vec::new();
-        for p in self.prefix..q {
+        for &p in self.pivots.range(..q) {
             let i = (p - self.base) as usize;
             if let Slot::Pivot(other) = &mut self.slots[i] {
                 let c = other.coeff_at(p, q);
@@ -592,6 +615,7 @@ impl RlcDecoder {
         let i = (q - self.base) as usize;
         self.slots[i] = Slot::Pivot(row);
         self.equations += 1;
+        self.pivots.insert(q);
         if single {
             singles.push(q);
         }
@@ -606,6 +630,7 @@ impl RlcDecoder {
         if let Slot::Pivot(row) = old {
             self.slots[i] = Slot::Decoded(row.symbol);
             self.equations -= 1;
+            self.pivots.remove(&p);
             self.decoded_ahead += 1;
             self.stats.recovered += 1;
             decoded.push(p);
@@ -661,6 +686,9 @@ impl RlcDecoder {
                     }
                 }
             }
+        }
+        if eq as usize != self.pivots.len() {
+            return Err("pivot set out of sync".into());
         }
         if eq != self.equations || dec != self.decoded_ahead {
             return Err(format!(

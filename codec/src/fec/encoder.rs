@@ -377,7 +377,10 @@ mod tests {
         let bad = |cfg| RlcEncoder::new(cfg).err();
         let d = EncoderConfig::default();
         assert!(bad(EncoderConfig { k: 0, ..d }).is_some());
-        assert_eq!(bad(EncoderConfig { dt: 16, ..d }), Some(FecError::BadDensity(16)));
+        assert_eq!(
+            bad(EncoderConfig { dt: 16, ..d }),
+            Some(FecError::BadDensity(16))
+        );
         assert!(bad(EncoderConfig { max_window: 0, ..d }).is_some());
     }
 }

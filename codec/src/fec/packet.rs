@@ -100,7 +100,8 @@ pub struct RepairHeader {
 impl RepairHeader {
     /// Highest source id combined, `None` if the range overflows or is empty.
     pub fn last_id(&self) -> Option<u32> {
-        self.first_id.checked_add(u32::from(self.count).checked_sub(1)?)
+        self.first_id
+            .checked_add(u32::from(self.count).checked_sub(1)?)
     }
 
     fn validate(&self) -> Result<u32, FecError> {
@@ -193,7 +194,9 @@ pub fn parse(buf: &[u8]) -> Result<FecPacket<'_>, FecError> {
     let body = match kind {
         0 => {
             if dt != 0 || count != 0 || key != 0 {
-                return Err(FecError::Inconsistent("source frame with repair fields set"));
+                return Err(FecError::Inconsistent(
+                    "source frame with repair fields set",
+                ));
             }
             let Some(app) = body.get(..APP_HEADER_LEN) else {
                 return Err(FecError::Truncated {
@@ -395,7 +398,10 @@ mod tests {
     #[test]
     fn rejects_bad_frames() {
         let good = build(&source(b"hello")).unwrap();
-        assert!(matches!(parse(&good[..10]), Err(FecError::Truncated { .. })));
+        assert!(matches!(
+            parse(&good[..10]),
+            Err(FecError::Truncated { .. })
+        ));
         let mut b = good.clone();
         b[0] = 0;
         assert_eq!(parse(&b), Err(FecError::BadMagic(0)));
@@ -442,7 +448,10 @@ mod tests {
         };
         assert!(parse(&mk(0, 1, 15)).is_ok());
         assert_eq!(parse(&mk(0, 1, 16)), Err(FecError::BadDensity(16)));
-        assert!(matches!(parse(&mk(0, 0, 15)), Err(FecError::Inconsistent(_))));
+        assert!(matches!(
+            parse(&mk(0, 0, 15)),
+            Err(FecError::Inconsistent(_))
+        ));
         assert!(matches!(
             parse(&mk(u32::MAX, 2, 15)),
             Err(FecError::IdOverflow { .. })

@@ -144,13 +144,24 @@ fn run(sc: &Scenario) -> Outcome {
         let before = dec.stats().payload_ops;
         let progress = dec.insert(&pkt).unwrap();
         if matches!(progress.outcome, super::decoder::Outcome::Redundant) {
-            assert_eq!(dec.stats().payload_ops, before, "redundant repair touched payloads");
+            assert_eq!(
+                dec.stats().payload_ops,
+                before,
+                "redundant repair touched payloads"
+            );
         }
         for &id in &progress.decoded {
             let (b, f, p) = &sent[id as usize];
-            assert_eq!(dec.symbol(id).unwrap(), &padded_symbol(*b, *f, p)[..], "id {id}");
+            assert_eq!(
+                dec.symbol(id).unwrap(),
+                &padded_symbol(*b, *f, p)[..],
+                "id {id}"
+            );
             let got = dec.get(id).unwrap().unwrap();
-            assert_eq!((got.block_id, got.fragment_id, got.payload), (*b, *f, &p[..]));
+            assert_eq!(
+                (got.block_id, got.fragment_id, got.payload),
+                (*b, *f, &p[..])
+            );
         }
         dec.check_invariants().unwrap();
         let fb = dec.feedback();
@@ -168,7 +179,10 @@ fn run(sc: &Scenario) -> Outcome {
             let (_, fb) = acks.pop_front().unwrap();
             enc.on_ack(&fb).unwrap();
         }
-        assert!(enc.window().start <= dec.prefix(), "encoder dropped a needed packet");
+        assert!(
+            enc.window().start <= dec.prefix(),
+            "encoder dropped a needed packet"
+        );
         let frame = match action {
             None => {
                 let p = payload_for(&mut rng);
@@ -202,7 +216,9 @@ fn run(sc: &Scenario) -> Outcome {
     if let Some(h) = held.take() {
         deliver(h, &mut dec, &mut rows, &sent);
     }
-    let decoded = (0..sent.len() as u32).filter(|&i| dec.is_decoded(i)).collect();
+    let decoded = (0..sent.len() as u32)
+        .filter(|&i| dec.is_decoded(i))
+        .collect();
     Outcome {
         decoded,
         determined: determined(&rows, n_src),
@@ -443,15 +459,24 @@ fn hostile_packets_are_rejected_without_changing_state() {
     // The window is measured from the prefix (1): ids up to 100 fit.
     assert!(matches!(
         dec.insert_frame(&src(101, 9)),
-        Err(FecError::TooFarAhead { id: 101, limit: 100 })
+        Err(FecError::TooFarAhead {
+            id: 101,
+            limit: 100
+        })
     ));
     assert!(matches!(
         dec.insert_frame(&src(5, 8)),
-        Err(FecError::WrongSession { expected: 9, got: 8 })
+        Err(FecError::WrongSession {
+            expected: 9,
+            got: 8
+        })
     ));
     assert!(matches!(
         dec.insert_frame(&rep(1, 17)),
-        Err(FecError::CountOverLimit { count: 17, limit: 16 })
+        Err(FecError::CountOverLimit {
+            count: 17,
+            limit: 16
+        })
     ));
     assert!(matches!(
         dec.insert_frame(&rep(90, 16)),
@@ -514,7 +539,13 @@ fn memory_stays_bounded_on_a_long_stream() {
 #[test]
 fn reference_rank_helper_sanity() {
     // e0 + e1 and e1 determine both; e0 + e1 alone determines none.
-    assert_eq!(determined(&[vec![1, 1], vec![0, 1]], 2), BTreeSet::from([0, 1]));
+    assert_eq!(
+        determined(&[vec![1, 1], vec![0, 1]], 2),
+        BTreeSet::from([0, 1])
+    );
     assert!(determined(&[vec![1, 1]], 2).is_empty());
-    assert_eq!(determined(&[vec![1, 1, 0], vec![0, 0, 7]], 3), BTreeSet::from([2]));
+    assert_eq!(
+        determined(&[vec![1, 1, 0], vec![0, 0, 7]], 3),
+        BTreeSet::from([2])
+    );
 }

@@ -35,7 +35,12 @@ impl TinyMt32 {
         }
         // Period certification: the all-zero state is not allowed.
         if s.status[0] & MASK == 0 && s.status[1] == 0 && s.status[2] == 0 && s.status[3] == 0 {
-            s.status = [u32::from(b'T'), u32::from(b'I'), u32::from(b'N'), u32::from(b'Y')];
+            s.status = [
+                u32::from(b'T'),
+                u32::from(b'I'),
+                u32::from(b'N'),
+                u32::from(b'Y'),
+            ];
         }
         for _ in 0..PRE_LOOP {
             s.next_state();
@@ -104,10 +109,9 @@ mod tests {
         2196103051, 2783359912, 764534509, 643179475, 1822416315, 881558334, 4207026366,
         3690273640, 3240535687, 2921447122, 3984931427, 4092394160, 44209675, 2188315343,
         2908663843, 1834519336, 3774670961, 3019990707, 4065554902, 1239765502, 4035716197,
-        3412127188, 552822483, 161364450, 353727785, 140085994, 149132008, 2547770827,
-        4064042525, 4078297538, 2057335507, 622384752, 2041665899, 2193913817, 1080849512,
-        33160901, 662956935, 642999063, 3384709977, 1723175122, 3866752252, 521822317,
-        2292524454,
+        3412127188, 552822483, 161364450, 353727785, 140085994, 149132008, 2547770827, 4064042525,
+        4078297538, 2057335507, 622384752, 2041665899, 2193913817, 1080849512, 33160901, 662956935,
+        642999063, 3384709977, 1723175122, 3866752252, 521822317, 2292524454,
     ];
 
     #[test]
@@ -132,9 +136,15 @@ mod tests {
 
     #[test]
     fn seeds_differ_and_repeat() {
-        let a: Vec<u32> = (0..8).scan(TinyMt32::new(7), |s, _| Some(s.next_u32())).collect();
-        let b: Vec<u32> = (0..8).scan(TinyMt32::new(7), |s, _| Some(s.next_u32())).collect();
-        let c: Vec<u32> = (0..8).scan(TinyMt32::new(8), |s, _| Some(s.next_u32())).collect();
+        let a: Vec<u32> = (0..8)
+            .scan(TinyMt32::new(7), |s, _| Some(s.next_u32()))
+            .collect();
+        let b: Vec<u32> = (0..8)
+            .scan(TinyMt32::new(7), |s, _| Some(s.next_u32()))
+            .collect();
+        let c: Vec<u32> = (0..8)
+            .scan(TinyMt32::new(8), |s, _| Some(s.next_u32()))
+            .collect();
         assert_eq!(a, b);
         assert_ne!(a, c);
         // Seed 0 is allowed by TinyMT32.

@@ -105,7 +105,10 @@ impl Kernel {
 
     /// The kernels this CPU can run, slowest first.
     pub fn available() -> Vec<Kernel> {
-        Kernel::ALL.into_iter().filter(|k| k.is_available()).collect()
+        Kernel::ALL
+            .into_iter()
+            .filter(|k| k.is_available())
+            .collect()
     }
 
     /// The fastest kernel this CPU can run.
@@ -204,8 +207,10 @@ pub fn xor_into(dst: &mut [u8], src: &[u8]) {
     scalar::xor_into(dst, src);
 }
 
+/// [`Kernel::mul_add`] without the availability check, for callers that
+/// checked once (the benchmark loop).
 #[inline]
-fn dispatch_mul_add(kernel: Kernel, dst: &mut [u8], src: &[u8], c: u8) {
+pub(crate) fn dispatch_mul_add(kernel: Kernel, dst: &mut [u8], src: &[u8], c: u8) {
     let n = dst.len().min(src.len());
     let (dst, src) = (&mut dst[..n], &src[..n]);
     if c == 0 || n == 0 {

@@ -18,7 +18,10 @@ fn simd_kernels() -> Vec<Kernel> {
         .collect();
     for k in Kernel::ALL {
         if !k.is_available() {
-            eprintln!("note: kernel {} not available on this CPU, not tested", k.name());
+            eprintln!(
+                "note: kernel {} not available on this CPU, not tested",
+                k.name()
+            );
         }
     }
     ks

@@ -43,10 +43,7 @@ pub(crate) unsafe fn mul_add_ssse3(dst: &mut [u8], src: &[u8], c: u8) {
     while i + 16 <= n {
         let x = _mm_loadu_si128(s.add(i).cast());
         let y = _mm_loadu_si128(d.add(i).cast());
-        _mm_storeu_si128(
-            d.add(i).cast(),
-            _mm_xor_si128(y, mul16(lo, hi, mask, x)),
-        );
+        _mm_storeu_si128(d.add(i).cast(), _mm_xor_si128(y, mul16(lo, hi, mask, x)));
         i += 16;
     }
     scalar::mul_add(&mut dst[i..n], &src[i..n], c);
@@ -88,24 +85,35 @@ pub(crate) unsafe fn mul_add_avx2(dst: &mut [u8], src: &[u8], c: u8) {
     let mask = _mm256_set1_epi8(0x0f);
     let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
     let mut i = 0;
-    while i + 64 <= n {
+    // Four independent vectors per iteration keep both shuffle ports busy.
+    while i + 128 <= n {
         let x0 = _mm256_loadu_si256(s.add(i).cast());
         let x1 = _mm256_loadu_si256(s.add(i + 32).cast());
-        let y0 = _mm256_loadu_si256(d.add(i).cast());
-        let y1 = _mm256_loadu_si256(d.add(i + 32).cast());
-        let p0 = mul32(lo, hi, mask, x0);
-        let p1 = mul32(lo, hi, mask, x1);
-        _mm256_storeu_si256(d.add(i).cast(), _mm256_xor_si256(y0, p0));
-        _mm256_storeu_si256(d.add(i + 32).cast(), _mm256_xor_si256(y1, p1));
-        i += 64;
+        let x2 = _mm256_loadu_si256(s.add(i + 64).cast());
+        let x3 = _mm256_loadu_si256(s.add(i + 96).cast());
+        let y0 = _mm256_xor_si256(_mm256_loadu_si256(d.add(i).cast()), mul32(lo, hi, mask, x0));
+        let y1 = _mm256_xor_si256(
+            _mm256_loadu_si256(d.add(i + 32).cast()),
+            mul32(lo, hi, mask, x1),
+        );
+        let y2 = _mm256_xor_si256(
+            _mm256_loadu_si256(d.add(i + 64).cast()),
+            mul32(lo, hi, mask, x2),
+        );
+        let y3 = _mm256_xor_si256(
+            _mm256_loadu_si256(d.add(i + 96).cast()),
+            mul32(lo, hi, mask, x3),
+        );
+        _mm256_storeu_si256(d.add(i).cast(), y0);
+        _mm256_storeu_si256(d.add(i + 32).cast(), y1);
+        _mm256_storeu_si256(d.add(i + 64).cast(), y2);
+        _mm256_storeu_si256(d.add(i + 96).cast(), y3);
+        i += 128;
     }
-    if i + 32 <= n {
+    while i + 32 <= n {
         let x = _mm256_loadu_si256(s.add(i).cast());
         let y = _mm256_loadu_si256(d.add(i).cast());
-        _mm256_storeu_si256(
-            d.add(i).cast(),
-            _mm256_xor_si256(y, mul32(lo, hi, mask, x)),
-        );
+        _mm256_storeu_si256(d.add(i).cast(), _mm256_xor_si256(y, mul32(lo, hi, mask, x)));
         i += 32;
     }
     if i + 16 <= n {
