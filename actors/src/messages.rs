@@ -27,10 +27,20 @@ pub struct Deliver {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "Result<u64, String>")]
 pub enum LinkControl {
-    Kill { heal_after_ns: Option<u64> },
+    Kill {
+        heal_after_ns: Option<u64>,
+    },
     Restore,
-    Set { patch: LinkPatch, heal_after_ns: Option<u64> },
-    Flap { mtbf_ns: u64, mttr_ns: u64, seed: u64, until_ns: Option<u64> },
+    Set {
+        patch: LinkPatch,
+        heal_after_ns: Option<u64>,
+    },
+    Flap {
+        mtbf_ns: u64,
+        mttr_ns: u64,
+        seed: u64,
+        until_ns: Option<u64>,
+    },
 }
 
 /// Base one-way delay to the host this link direction delivers to; the link
@@ -76,8 +86,13 @@ pub struct LinkStats {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "u64")]
 pub enum PeerControl {
-    Partition { peer: HostId, heal_after_ns: Option<u64> },
-    Heal { peer: HostId },
+    Partition {
+        peer: HostId,
+        heal_after_ns: Option<u64>,
+    },
+    Heal {
+        peer: HostId,
+    },
 }
 
 /// A peer host went down or came back (from the mesh).

@@ -9,10 +9,10 @@
 //! or partitioned peer, or an unknown id drops the envelope and counts it,
 //! like a router would; nothing is buffered without limit.
 
-use crate::link_actor::LinkActor;
-use crate::messages::{Deliver, PeerControl, PeerStatus, Route};
 use crate::clock::Clock;
 use crate::events::{Event, EventLog};
+use crate::link_actor::LinkActor;
+use crate::messages::{Deliver, PeerControl, PeerStatus, Route};
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_codec::wire::Envelope;

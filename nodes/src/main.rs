@@ -167,10 +167,14 @@ enum BenchCmd {
     Mesh(bench::BenchArgs),
     /// Simulated seconds per wall second for a saturated 100 Mb/s link in virtual time.
     Virtual(bench::BenchArgs),
+    /// GF(2^8) region kernels vs memcpy, and streaming RLC encode/decode per 1000 packets.
+    Fec(bench::BenchArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    edgemu_config::parse_duration_ns(s).map(Duration::from_nanos).map_err(|e| e.to_string())
+    edgemu_config::parse_duration_ns(s)
+        .map(Duration::from_nanos)
+        .map_err(|e| e.to_string())
 }
 
 fn main() {
@@ -218,12 +222,15 @@ fn real_main() -> Result<()> {
             BenchCmd::Link(a) => bench::link::run(&a),
             BenchCmd::Mesh(a) => bench::mesh::run(&a),
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
+            BenchCmd::Fec(a) => bench::fec(&a),
         },
     }
 }
 
 fn ctl(a: CtlArgs) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let token = a.token.as_deref();
     let req = match a.cmd {
         CtlCmd::Status => serde_json::json!({ "cmd": "status" }),
@@ -235,26 +242,45 @@ fn ctl(a: CtlArgs) -> Result<()> {
                 count.is_none_or(|c| n < c)
             }));
         }
-        CtlCmd::Link(l) => match l {
-            LinkCmd::Kill { name, dir, for_ } => serde_json::json!({ "cmd": "link.kill", "link": name, "dir": dir, "for": for_ }),
-            LinkCmd::Restore { name, dir } => serde_json::json!({ "cmd": "link.restore", "link": name, "dir": dir }),
-            LinkCmd::Set { name, dir, rate, delay, jitter, queue, loss, for_ } => {
-                let mut v = serde_json::json!({ "cmd": "link.set", "link": name, "dir": dir, "for": for_,
-                    "rate": rate, "delay": delay, "jitter": jitter, "queue": queue });
-                if let Some(l) = loss {
-                    v["loss"] = serde_json::from_str(&l).context("--loss must be a JSON object like {\"model\":\"bernoulli\",\"p\":0.01}")?;
+        CtlCmd::Link(l) => {
+            match l {
+                LinkCmd::Kill { name, dir, for_ } => {
+                    serde_json::json!({ "cmd": "link.kill", "link": name, "dir": dir, "for": for_ })
                 }
-                v
+                LinkCmd::Restore { name, dir } => {
+                    serde_json::json!({ "cmd": "link.restore", "link": name, "dir": dir })
+                }
+                LinkCmd::Set {
+                    name,
+                    dir,
+                    rate,
+                    delay,
+                    jitter,
+                    queue,
+                    loss,
+                    for_,
+                } => {
+                    let mut v = serde_json::json!({ "cmd": "link.set", "link": name, "dir": dir, "for": for_,
+                    "rate": rate, "delay": delay, "jitter": jitter, "queue": queue });
+                    if let Some(l) = loss {
+                        v["loss"] = serde_json::from_str(&l).context("--loss must be a JSON object like {\"model\":\"bernoulli\",\"p\":0.01}")?;
+                    }
+                    v
+                }
             }
-        },
-        CtlCmd::Partition { a: x, b: y, for_ } => serde_json::json!({ "cmd": "host.partition", "hosts": [x, y], "for": for_ }),
+        }
+        CtlCmd::Partition { a: x, b: y, for_ } => {
+            serde_json::json!({ "cmd": "host.partition", "hosts": [x, y], "for": for_ })
+        }
         CtlCmd::Heal { a: x, b: y } => serde_json::json!({ "cmd": "host.heal", "hosts": [x, y] }),
         CtlCmd::Stop => serde_json::json!({ "cmd": "run.stop" }),
         CtlCmd::Raw { json } => serde_json::from_str(&json).context("the request must be JSON")?,
     };
     // Drop nulls (unset options) so the host sees only what was given.
     let req = match req {
-        serde_json::Value::Object(m) => serde_json::Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        serde_json::Value::Object(m) => {
+            serde_json::Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect())
+        }
         other => other,
     };
     let result = rt.block_on(client::request(&a.url, req, token))?;

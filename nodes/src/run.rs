@@ -41,7 +41,11 @@ pub struct RunOutcome {
 /// Runs every host of the file in this process: one thread and actix system
 /// per host over loopback websockets in real time, or all in one paused
 /// system in virtual time.
-pub fn run_all(cluster: Arc<Cluster>, run_id: Option<String>, show_progress: bool) -> Result<RunOutcome> {
+pub fn run_all(
+    cluster: Arc<Cluster>,
+    run_id: Option<String>,
+    show_progress: bool,
+) -> Result<RunOutcome> {
     let pb = progress_bar(&cluster, show_progress);
     let outcome = match cluster.run.time {
         TimeMode::Virtual => {
@@ -50,7 +54,9 @@ pub fn run_all(cluster: Arc<Cluster>, run_id: Option<String>, show_progress: boo
         }
         TimeMode::Real => {
             // All hosts must agree on the folder before the run starts.
-            let run_id = run_id.unwrap_or_else(|| results::run_id(&cluster.run.name, edgemu_actors::clock::unix_now_ns()));
+            let run_id = run_id.unwrap_or_else(|| {
+                results::run_id(&cluster.run.name, edgemu_actors::clock::unix_now_ns())
+            });
             let mut threads = Vec::new();
             for (i, h) in cluster.hosts.iter().enumerate() {
                 let cluster = cluster.clone();
@@ -69,33 +75,58 @@ pub fn run_all(cluster: Arc<Cluster>, run_id: Option<String>, show_progress: boo
             }
             let mut hosts = Vec::new();
             for (name, t) in threads {
-                let r = t.join().map_err(|_| anyhow::anyhow!("host {name} panicked"))?;
+                let r = t
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("host {name} panicked"))?;
                 hosts.push(r.with_context(|| format!("host {name}"))?);
             }
-            RunOutcome { dir: cluster.run.results_dir.join(&run_id), hosts }
+            RunOutcome {
+                dir: cluster.run.results_dir.join(&run_id),
+                hosts,
+            }
         }
     };
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
     let summary = serde_json::json!({ "hosts": outcome.hosts });
-    results::write_file(&outcome.dir.join("summary.json"), serde_json::to_string_pretty(&summary)?.as_bytes())?;
+    results::write_file(
+        &outcome.dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary)?.as_bytes(),
+    )?;
     Ok(outcome)
 }
 
 /// Runs one host of the file (one machine of a multi-machine run).
-pub fn run_node(cluster: Arc<Cluster>, host: &str, run_id: Option<String>, wait_peers: Duration, show_progress: bool) -> Result<HostSummary> {
+pub fn run_node(
+    cluster: Arc<Cluster>,
+    host: &str,
+    run_id: Option<String>,
+    wait_peers: Duration,
+    show_progress: bool,
+) -> Result<HostSummary> {
     let spec = cluster
         .host_by_name(host)
         .with_context(|| {
             let names: Vec<&str> = cluster.hosts.iter().map(|h| h.name.as_str()).collect();
-            format!("no host {host:?} in {}; hosts are: {}", cluster.source.display(), names.join(", "))
+            format!(
+                "no host {host:?} in {}; hosts are: {}",
+                cluster.source.display(),
+                names.join(", ")
+            )
         })?
         .clone();
     if cluster.run.time == TimeMode::Virtual {
-        anyhow::bail!("{} uses time = \"virtual\", which runs every host in one process: use `edgemu run`", cluster.source.display());
+        anyhow::bail!(
+            "{} uses time = \"virtual\", which runs every host in one process: use `edgemu run`",
+            cluster.source.display()
+        );
     }
-    let opts = HostOptions { run_id, wait_peers: Some(wait_peers), progress: progress_bar(&cluster, show_progress) };
+    let opts = HostOptions {
+        run_id,
+        wait_peers: Some(wait_peers),
+        progress: progress_bar(&cluster, show_progress),
+    };
     let pb = opts.progress.clone();
     let r = actix::System::new().block_on(run_host_real(cluster, spec.id, opts));
     if let Some(pb) = pb {
@@ -116,7 +147,11 @@ pub fn print_summary(dir: &Path, hosts: &[HostSummary]) {
     }
     for h in hosts {
         let r = &h.router;
-        let dropped = r.dropped_queue_full + r.dropped_peer_down + r.dropped_partition + r.dropped_unknown + r.dropped_bad_route;
+        let dropped = r.dropped_queue_full
+            + r.dropped_peer_down
+            + r.dropped_partition
+            + r.dropped_unknown
+            + r.dropped_bad_route;
         if dropped > 0 {
             println!(
                 "host {}: router dropped {dropped} envelopes (queue full {}, peer down {}, partition {}, unknown {}, bad route {})",

@@ -129,4 +129,3 @@ impl Handler<Flush> for Pinger {
         MessageResult(vec![self.rtt.summary()])
     }
 }
-

@@ -1,5 +1,405 @@
-//! placeholder
-use anyhow::Result;
-pub fn run(_a: &super::BenchArgs) -> Result<()> {
-    anyhow::bail!("not yet")
+//! `edgemu bench mesh`: envelopes/s and payload bytes/s through one mesh
+//! websocket between two hosts on loopback, next to raw TCP in the same run.
+//!
+//! The websocket side is the real mesh: two [`Mesh`]es (each host on its
+//! own thread and actix system, as `edgemu run` does), handshake included.
+//! On host `a` a generator pushes `Msg::Bytes` envelopes into the peer's
+//! bounded outbound queue as fast as it takes them (yielding to the session
+//! task when it is full); the session batches them into frames; on host `b`
+//! the session decodes every frame and hands each envelope to a counting
+//! actor standing in for the router. Rates are measured at the receiver
+//! over a fixed window after a short warm-up, counting payload bytes only.
+//!
+//! The TCP side writes the same payload bytes over a tokio `TcpStream`
+//! (`write_all` of 1 MiB buffers — the mesh's batch budget — and, as a
+//! second figure, of one 1400-byte payload per write) to a reader on
+//! another thread that reads into a 256 KiB buffer.
+//!
+//! Aim: `ratio_1400` = websocket / TCP (1 MiB writes) ≥ 0.5.
+
+use super::common::{free_ports, print_json, table};
+use super::BenchArgs;
+use crate::host::supervisor::Control;
+use crate::mesh::{BaseRtt, Mesh, MeshTargets};
+use actix::prelude::*;
+use anyhow::{Context as _, Result};
+use edgemu_actors::messages::PeerStatus;
+use edgemu_actors::router::{Inbound, PeerSendError, PeerSender};
+use edgemu_codec::ids::{ActorId, HostId};
+use edgemu_codec::wire::{Envelope, Msg};
+use edgemu_config::Cluster;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const AIM_RATIO: f64 = 0.5;
+
+#[derive(Default)]
+struct Counts {
+    envelopes: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Counts {
+    fn snapshot(&self) -> (u64, u64) {
+        (
+            self.envelopes.load(Ordering::Acquire),
+            self.bytes.load(Ordering::Acquire),
+        )
+    }
+}
+
+/// Stands in for host `b`'s router and supervisor: counts what arrives.
+struct CountingRouter(Arc<Counts>);
+
+impl Actor for CountingRouter {
+    type Context = Context<Self>;
+}
+
+impl Handler<Inbound> for CountingRouter {
+    type Result = ();
+    fn handle(&mut self, msg: Inbound, _: &mut Context<Self>) {
+        let n = match &msg.0.payload {
+            Msg::Bytes(b) => b.len() as u64,
+            _ => 0,
+        };
+        self.0.envelopes.fetch_add(1, Ordering::Relaxed);
+        self.0.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Handler<Control> for CountingRouter {
+    type Result = Result<serde_json::Value, String>;
+    fn handle(&mut self, _: Control, _: &mut Context<Self>) -> Self::Result {
+        Err("bench host".into())
+    }
+}
+
+impl Handler<PeerStatus> for CountingRouter {
+    type Result = ();
+    fn handle(&mut self, _: PeerStatus, _: &mut Context<Self>) {}
+}
+
+impl Handler<BaseRtt> for CountingRouter {
+    type Result = ();
+    fn handle(&mut self, _: BaseRtt, _: &mut Context<Self>) {}
+}
+
+fn mesh_cluster(dir: &std::path::Path, ports: [u16; 2]) -> Result<Arc<Cluster>> {
+    let text = format!(
+        r#"[run]
+name = "bench-mesh"
+duration = "60s"
+time = "real"
+token_env = "EDGEMU_BENCH_TOKEN_UNUSED"
+
+[[hosts]]
+name = "a"
+listen = "127.0.0.1:{}"
+
+[[hosts]]
+name = "b"
+listen = "127.0.0.1:{}"
+
+[[actors]]
+name = "sink-a"
+host = "a"
+kind = "sink"
+
+[[actors]]
+name = "sink-b"
+host = "b"
+kind = "sink"
+"#,
+        ports[0], ports[1]
+    );
+    let path = dir.join("cluster.toml");
+    let c = Cluster::from_str(&text, &path)
+        .map_err(|e| anyhow::anyhow!("generated cluster file: {e}"))?;
+    Ok(Arc::new(c))
+}
+
+/// One measured phase: payloads of `size` bytes for `secs`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Phase {
+    envelopes_per_s: f64,
+    mbps: f64,
+}
+
+fn window(before: (u64, u64), after: (u64, u64), dt: Duration) -> Phase {
+    let s = dt.as_secs_f64().max(1e-9);
+    Phase {
+        envelopes_per_s: after.0.saturating_sub(before.0) as f64 / s,
+        mbps: after.1.saturating_sub(before.1) as f64 * 8.0 / s / 1e6,
+    }
+}
+
+/// Pushes envelopes of `size` bytes into `peer` for `warmup + secs`;
+/// returns the receiver's rates over the last `secs`.
+async fn drive(
+    peer: &dyn PeerSender,
+    counts: &Counts,
+    size: usize,
+    warmup: Duration,
+    secs: Duration,
+) -> Result<Phase> {
+    let template = Envelope {
+        src: ActorId(0),
+        dst: ActorId(1),
+        via: None,
+        sent_at_ns: 0,
+        due_ns: None,
+        payload: Msg::Bytes(vec![0u8; size]),
+    };
+    let t0 = Instant::now();
+    let mut mark: Option<(Instant, (u64, u64))> = None;
+    let mut pending: Option<Envelope> = None;
+    loop {
+        let now = Instant::now();
+        if mark.is_none() && now >= t0 + warmup {
+            mark = Some((now, counts.snapshot()));
+        }
+        if let Some((m, before)) = mark {
+            if now >= m + secs {
+                return Ok(window(before, counts.snapshot(), now - m));
+            }
+        }
+        for _ in 0..256 {
+            let env = pending.take().unwrap_or_else(|| template.clone());
+            match peer.try_send(env.clone()) {
+                Ok(()) => {}
+                Err(PeerSendError::Full) => {
+                    pending = Some(env);
+                    break;
+                }
+                Err(PeerSendError::Down) => {
+                    anyhow::bail!("the mesh session went down during the benchmark")
+                }
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+struct WsFigures {
+    small: Phase,
+    large: Phase,
+}
+
+fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
+    let dir = super::common::ScratchDir::new("mesh")?;
+    let cluster = mesh_cluster(dir.path(), free_ports()?)?;
+    let counts = Arc::new(Counts::default());
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let b = {
+        let cluster = cluster.clone();
+        let counts = counts.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("bench-host-b".into())
+            .spawn(move || -> Result<()> {
+                actix::System::new().block_on(async move {
+                    let targets = MeshTargets::default();
+                    let mesh = Mesh::start(cluster, HostId(1), Vec::new(), targets.clone()).await?;
+                    let r = CountingRouter(counts).start();
+                    targets.set(
+                        r.clone().recipient(),
+                        r.clone().recipient(),
+                        vec![r.clone().recipient()],
+                        r.recipient(),
+                    );
+                    while !stop.load(Ordering::Acquire) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    mesh.say_goodbye("bench over");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok(())
+                })
+            })
+            .context("starting host b")?
+    };
+
+    let a_result = std::thread::Builder::new()
+        .name("bench-host-a".into())
+        .spawn({
+            let counts = counts.clone();
+            move || -> Result<WsFigures> {
+                actix::System::new().block_on(async move {
+                    let mesh =
+                        Mesh::start(cluster, HostId(0), Vec::new(), MeshTargets::default()).await?;
+                    let t0 = Instant::now();
+                    while mesh.peers_up() < 1 {
+                        if t0.elapsed() > Duration::from_secs(10) {
+                            anyhow::bail!("the mesh session did not come up within 10 s");
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    let senders = mesh.peer_senders();
+                    let (_, peer) = senders.first().context("no peer sender")?;
+                    let small = drive(peer.as_ref(), &counts, 64, warmup, secs).await?;
+                    let large = drive(peer.as_ref(), &counts, 1400, warmup, secs).await?;
+                    mesh.say_goodbye("bench over");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok(WsFigures { small, large })
+                })
+            }
+        })
+        .context("starting host a")?
+        .join();
+    stop.store(true, Ordering::Release);
+    let b_result = b.join();
+    let figures = a_result.map_err(|_| anyhow::anyhow!("host a panicked"))??;
+    b_result.map_err(|_| anyhow::anyhow!("host b panicked"))??;
+    Ok(figures)
+}
+
+/// Raw TCP over loopback: `write_len`-byte `write_all`s of 1400-byte payloads.
+fn tcp_bench(write_len: usize, warmup: Duration, secs: Duration) -> Result<f64> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("binding the TCP bench listener")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let bytes = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let bytes = bytes.clone();
+        std::thread::Builder::new()
+            .name("bench-tcp-rx".into())
+            .spawn(move || -> Result<()> {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)?;
+                    let (mut s, _) = listener.accept().await?;
+                    let mut buf = vec![0u8; 256 * 1024];
+                    loop {
+                        let n = s.read(&mut buf).await?;
+                        if n == 0 {
+                            return Ok(());
+                        }
+                        bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                })
+            })?
+    };
+    let writer = {
+        let bytes = bytes.clone();
+        std::thread::Builder::new()
+            .name("bench-tcp-tx".into())
+            .spawn(move || -> Result<f64> {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let mut s = tokio::net::TcpStream::connect(addr).await?;
+                    s.set_nodelay(true)?;
+                    let chunk = vec![0u8; write_len.max(1)];
+                    let t0 = Instant::now();
+                    let mut mark: Option<(Instant, u64)> = None;
+                    loop {
+                        s.write_all(&chunk).await?;
+                        let now = Instant::now();
+                        if mark.is_none() && now >= t0 + warmup {
+                            mark = Some((now, bytes.load(Ordering::Acquire)));
+                        }
+                        if let Some((m, b0)) = mark {
+                            if now >= m + secs {
+                                let b1 = bytes.load(Ordering::Acquire);
+                                let _ = s.shutdown().await;
+                                return Ok(b1.saturating_sub(b0) as f64 * 8.0
+                                    / (now - m).as_secs_f64()
+                                    / 1e6);
+                            }
+                        }
+                    }
+                })
+            })?
+    };
+    let mbps = writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("TCP writer panicked"))??;
+    reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("TCP reader panicked"))??;
+    Ok(mbps)
+}
+
+pub fn report(args: &BenchArgs) -> Result<serde_json::Value> {
+    let (warmup, secs) = if args.quick {
+        (Duration::from_millis(200), Duration::from_millis(600))
+    } else {
+        (Duration::from_millis(500), Duration::from_secs(3))
+    };
+    let ws = ws_bench(warmup, secs)?;
+    let batch = 1400 * (edgemu_codec::wire::MAX_FRAME_BYTES / 4 / 1400);
+    let tcp = tcp_bench(batch, warmup, secs)?;
+    let tcp_small = tcp_bench(1400, warmup, secs)?;
+    Ok(serde_json::json!({
+        "ws_mbps_1400": ws.large.mbps,
+        "tcp_mbps_1400": tcp,
+        "ratio_1400": if tcp > 0.0 { ws.large.mbps / tcp } else { 0.0 },
+        "envelopes_per_s_64": ws.small.envelopes_per_s,
+        "ws_mbps_64": ws.small.mbps,
+        "envelopes_per_s_1400": ws.large.envelopes_per_s,
+        "tcp_mbps_1400_per_write": tcp_small,
+        "tcp_write_bytes": batch,
+        "window_s": secs.as_secs_f64(),
+    }))
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let v = report(args)?;
+    if args.json {
+        return print_json(&v);
+    }
+    let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
+    println!(
+        "bench mesh: one loopback websocket between two hosts (real mesh, receiver decodes every frame), \
+         payload bytes only, {} s windows",
+        f("window_s")
+    );
+    println!(
+        "raw TCP: write_all of {} B buffers (and of one 1400 B payload per write)\n",
+        f("tcp_write_bytes")
+    );
+    let rows = vec![
+        vec![
+            "websocket, 64 B".to_string(),
+            format!("{:.0}", f("envelopes_per_s_64")),
+            format!("{:.1}", f("ws_mbps_64")),
+            String::new(),
+            String::new(),
+        ],
+        vec![
+            "websocket, 1400 B".to_string(),
+            format!("{:.0}", f("envelopes_per_s_1400")),
+            format!("{:.1}", f("ws_mbps_1400")),
+            format!("{:.3}", f("ratio_1400")),
+            format!("{:.2}", f("ratio_1400") / AIM_RATIO),
+        ],
+        vec![
+            "raw TCP, 1 MiB writes".to_string(),
+            String::new(),
+            format!("{:.1}", f("tcp_mbps_1400")),
+            String::new(),
+            String::new(),
+        ],
+        vec![
+            "raw TCP, 1400 B writes".to_string(),
+            String::new(),
+            format!("{:.1}", f("tcp_mbps_1400_per_write")),
+            String::new(),
+            String::new(),
+        ],
+    ];
+    print!(
+        "{}",
+        table(
+            &["path", "envelopes/s", "Mb/s", "ws/TCP", "ratio/aim (0.5)"],
+            &rows
+        )
+    );
+    Ok(())
 }

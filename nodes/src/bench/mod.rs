@@ -1,5 +1,9 @@
 //! `edgemu bench …`: figures and ratios measured in one run (never pass/fail).
+//!
+//! Each benchmark has a `report(&BenchArgs) -> serde_json::Value` (the
+//! object `--json` prints) and a `run` that prints a table or that object.
 
+pub mod common;
 pub mod link;
 pub mod mesh;
 pub mod virtual_time;
@@ -14,4 +18,16 @@ pub struct BenchArgs {
     /// Shorter runs (for smoke tests; figures are noisier).
     #[arg(long)]
     pub quick: bool,
+}
+
+/// `edgemu bench fec`: the codec crate's benchmark, printed.
+pub fn fec(args: &BenchArgs) -> anyhow::Result<()> {
+    let report =
+        edgemu_codec::fec::run_fec_bench(&edgemu_codec::fec::FecBenchOptions { quick: args.quick });
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
 }

@@ -5,7 +5,11 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
 /// Sends one request and returns the reply's `result` (or the error it carried).
-pub async fn request(url: &str, mut req: serde_json::Value, token: Option<&str>) -> Result<serde_json::Value> {
+pub async fn request(
+    url: &str,
+    mut req: serde_json::Value,
+    token: Option<&str>,
+) -> Result<serde_json::Value> {
     let (mut ws, _) = tokio_tungstenite::connect_async(url)
         .await
         .with_context(|| format!("connecting to {url}"))?;
@@ -24,7 +28,12 @@ pub async fn request(url: &str, mut req: serde_json::Value, token: Option<&str>)
             if v.get("ok").and_then(|o| o.as_bool()) == Some(true) {
                 return Ok(v.get("result").cloned().unwrap_or_default());
             }
-            bail!("{}", v.get("error").and_then(|e| e.as_str()).unwrap_or("request failed"));
+            bail!(
+                "{}",
+                v.get("error")
+                    .and_then(|e| e.as_str())
+                    .unwrap_or("request failed")
+            );
         }
     }
     bail!("connection closed before a reply")
@@ -49,7 +58,12 @@ pub async fn subscribe(
         if let Message::Text(t) = msg? {
             let v: serde_json::Value = serde_json::from_str(&t).context("malformed message")?;
             if v.get("ok").and_then(|o| o.as_bool()) == Some(false) {
-                bail!("{}", v.get("error").and_then(|e| e.as_str()).unwrap_or("subscription refused"));
+                bail!(
+                    "{}",
+                    v.get("error")
+                        .and_then(|e| e.as_str())
+                        .unwrap_or("subscription refused")
+                );
             }
             if v.get("event").and_then(|e| e.as_str()) == Some("metrics") {
                 if let Some(r) = v.get("result") {

@@ -54,7 +54,13 @@ fn reply(id: &serde_json::Value, result: Result<serde_json::Value, String>) -> S
 }
 
 /// Binds `addr` and serves control connections for the life of the host.
-pub async fn serve(addr: SocketAddr, sup: Addr<Supervisor>, token: Vec<u8>, cluster: Arc<Cluster>, host: HostId) -> Result<()> {
+pub async fn serve(
+    addr: SocketAddr,
+    sup: Addr<Supervisor>,
+    token: Vec<u8>,
+    cluster: Arc<Cluster>,
+    host: HostId,
+) -> Result<()> {
     let listener = TcpListener::bind(addr).await?;
     let host_name = cluster.host(host).name.clone();
     tracing::info!(host = %host_name, %addr, "control websocket listening");
@@ -81,7 +87,11 @@ pub async fn serve(addr: SocketAddr, sup: Addr<Supervisor>, token: Vec<u8>, clus
     Ok(())
 }
 
-async fn connection(tcp: tokio::net::TcpStream, sup: Addr<Supervisor>, token: Arc<Vec<u8>>) -> Result<()> {
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    sup: Addr<Supervisor>,
+    token: Arc<Vec<u8>>,
+) -> Result<()> {
     let ws = tokio_tungstenite::accept_async(tcp).await?;
     let (mut tx, mut rx) = ws.split();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(256);
@@ -99,7 +109,12 @@ async fn connection(tcp: tokio::net::TcpStream, sup: Addr<Supervisor>, token: Ar
             Message::Binary(b) => match String::from_utf8(b.to_vec()) {
                 Ok(t) => t,
                 Err(_) => {
-                    let _ = out_tx.send(reply(&serde_json::Value::Null, Err("binary frames are not accepted; send JSON text".into()))).await;
+                    let _ = out_tx
+                        .send(reply(
+                            &serde_json::Value::Null,
+                            Err("binary frames are not accepted; send JSON text".into()),
+                        ))
+                        .await;
                     continue;
                 }
             },
@@ -109,23 +124,46 @@ async fn connection(tcp: tokio::net::TcpStream, sup: Addr<Supervisor>, token: Ar
         let request: serde_json::Value = match serde_json::from_str(&text) {
             Ok(v @ serde_json::Value::Object(_)) => v,
             Ok(_) => {
-                let _ = out_tx.send(reply(&serde_json::Value::Null, Err("a request must be a JSON object".into()))).await;
+                let _ = out_tx
+                    .send(reply(
+                        &serde_json::Value::Null,
+                        Err("a request must be a JSON object".into()),
+                    ))
+                    .await;
                 continue;
             }
             Err(e) => {
-                let _ = out_tx.send(reply(&serde_json::Value::Null, Err(format!("malformed JSON: {e}")))).await;
+                let _ = out_tx
+                    .send(reply(
+                        &serde_json::Value::Null,
+                        Err(format!("malformed JSON: {e}")),
+                    ))
+                    .await;
                 continue;
             }
         };
-        let id = request.get("id").cloned().unwrap_or(serde_json::Value::Null);
+        let id = request
+            .get("id")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
         let given = request.get("token").and_then(|t| t.as_str()).unwrap_or("");
         if !token_ok(&token, given) {
-            let why = if request.get("token").is_none() { "missing token" } else { "wrong token" };
+            let why = if request.get("token").is_none() {
+                "missing token"
+            } else {
+                "wrong token"
+            };
             tracing::warn!("control request refused: {why}");
-            let _ = out_tx.send(reply(&id, Err(format!("unauthorized: {why}")))).await;
+            let _ = out_tx
+                .send(reply(&id, Err(format!("unauthorized: {why}"))))
+                .await;
             continue;
         }
-        let cmd = request.get("cmd").and_then(|c| c.as_str()).unwrap_or("").to_string();
+        let cmd = request
+            .get("cmd")
+            .and_then(|c| c.as_str())
+            .unwrap_or("")
+            .to_string();
         let sup = sup.clone();
         let out = out_tx.clone();
         if cmd == "metrics.subscribe" {
@@ -137,23 +175,32 @@ async fn connection(tcp: tokio::net::TcpStream, sup: Addr<Supervisor>, token: Ar
             let interval = match interval {
                 Ok(i) => Duration::from_nanos(i.unwrap_or(1_000_000_000).max(10_000_000)),
                 Err(e) => {
-                    let _ = out.send(reply(&id, Err(format!("\"interval\": {e}")))).await;
+                    let _ = out
+                        .send(reply(&id, Err(format!("\"interval\": {e}"))))
+                        .await;
                     continue;
                 }
             };
-            let _ = out.send(reply(&id, Ok(serde_json::json!({ "subscribed": true })))).await;
+            let _ = out
+                .send(reply(&id, Ok(serde_json::json!({ "subscribed": true }))))
+                .await;
             actix_rt::spawn(async move {
                 let mut tick = tokio::time::interval(interval);
                 loop {
                     tick.tick().await;
                     let r = sup
-                        .send(Control { request: serde_json::json!({ "cmd": "metrics" }), forwarded: false, source: "control".into() })
+                        .send(Control {
+                            request: serde_json::json!({ "cmd": "metrics" }),
+                            forwarded: false,
+                            source: "control".into(),
+                        })
                         .await;
                     let v = match r {
                         Ok(Ok(v)) => v,
                         _ => break,
                     };
-                    let msg = serde_json::json!({ "event": "metrics", "id": id, "result": v }).to_string();
+                    let msg = serde_json::json!({ "event": "metrics", "id": id, "result": v })
+                        .to_string();
                     if out.send(msg).await.is_err() {
                         break;
                     }
@@ -162,7 +209,13 @@ async fn connection(tcp: tokio::net::TcpStream, sup: Addr<Supervisor>, token: Ar
             continue;
         }
         actix_rt::spawn(async move {
-            let r = sup.send(Control { request, forwarded: false, source: "control".into() }).await;
+            let r = sup
+                .send(Control {
+                    request,
+                    forwarded: false,
+                    source: "control".into(),
+                })
+                .await;
             let result = match r {
                 Ok(r) => r,
                 Err(e) => Err(format!("host is shutting down: {e}")),

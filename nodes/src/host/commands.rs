@@ -73,14 +73,26 @@ pub fn all_targets(cluster: &Cluster, action: &ChaosAction) -> Vec<(HostId, Targ
         | ChaosAction::LinkSet { link, dir, .. } => {
             for d in dirs(*dir) {
                 if let Some(h) = link_owner(cluster, *link, d) {
-                    out.push((h, Target::Link { link: *link, dir: d }));
+                    out.push((
+                        h,
+                        Target::Link {
+                            link: *link,
+                            dir: d,
+                        },
+                    ));
                 }
             }
         }
         ChaosAction::LinkFlap { link, .. } => {
             for d in dirs(None) {
                 if let Some(h) = link_owner(cluster, *link, d) {
-                    out.push((h, Target::Link { link: *link, dir: d }));
+                    out.push((
+                        h,
+                        Target::Link {
+                            link: *link,
+                            dir: d,
+                        },
+                    ));
                 }
             }
         }
@@ -106,7 +118,10 @@ pub fn local_targets(cluster: &Cluster, action: &ChaosAction, host: HostId) -> V
 }
 
 pub fn owner_hosts(cluster: &Cluster, action: &ChaosAction) -> Vec<HostId> {
-    let mut v: Vec<HostId> = all_targets(cluster, action).into_iter().map(|(h, _)| h).collect();
+    let mut v: Vec<HostId> = all_targets(cluster, action)
+        .into_iter()
+        .map(|(h, _)| h)
+        .collect();
     v.sort();
     v.dedup();
     v
@@ -118,17 +133,31 @@ pub fn concerns_host(cluster: &Cluster, action: &ChaosAction, host: HostId) -> b
 
 /// Turns a control request (`{"cmd": "link.kill", "link": "wan", "for": "3s"}`)
 /// into an action and its optional self-heal delay.
-pub fn parse_request(cluster: &Cluster, request: &serde_json::Value) -> Result<(ChaosAction, Option<u64>), String> {
-    let obj = request.as_object().ok_or("a request must be a JSON object")?;
-    let cmd = obj.get("cmd").and_then(|c| c.as_str()).ok_or("missing \"cmd\"")?;
+pub fn parse_request(
+    cluster: &Cluster,
+    request: &serde_json::Value,
+) -> Result<(ChaosAction, Option<u64>), String> {
+    let obj = request
+        .as_object()
+        .ok_or("a request must be a JSON object")?;
+    let cmd = obj
+        .get("cmd")
+        .and_then(|c| c.as_str())
+        .ok_or("missing \"cmd\"")?;
     let mut fields = obj.clone();
     for k in ["cmd", "id", "token", "for"] {
         fields.remove(k);
     }
     let for_ns = match obj.get("for") {
         None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s)) => Some(edgemu_config::parse_duration_ns(s).map_err(|e| format!("\"for\": {e}"))?),
-        Some(other) => return Err(format!("\"for\" must be a duration string like \"3s\", found {other}")),
+        Some(serde_json::Value::String(s)) => {
+            Some(edgemu_config::parse_duration_ns(s).map_err(|e| format!("\"for\": {e}"))?)
+        }
+        Some(other) => {
+            return Err(format!(
+                "\"for\" must be a duration string like \"3s\", found {other}"
+            ))
+        }
     };
     let action = edgemu_config::parse_action(cluster, cmd, &fields).map_err(|e| e.to_string())?;
     Ok((action, for_ns))
@@ -137,11 +166,19 @@ pub fn parse_request(cluster: &Cluster, request: &serde_json::Value) -> Result<(
 fn target_name(cluster: &Cluster, t: &Target) -> String {
     match t {
         Target::Link { link, dir } => {
-            let name = cluster.links.get(link.0 as usize).map(|l| l.name.as_str()).unwrap_or("?");
+            let name = cluster
+                .links
+                .get(link.0 as usize)
+                .map(|l| l.name.as_str())
+                .unwrap_or("?");
             format!("link {name} {dir}")
         }
         Target::Peer { peer } => {
-            let name = cluster.hosts.get(peer.0 as usize).map(|h| h.name.as_str()).unwrap_or("?");
+            let name = cluster
+                .hosts
+                .get(peer.0 as usize)
+                .map(|h| h.name.as_str())
+                .unwrap_or("?");
             format!("peer {name}")
         }
     }
@@ -162,7 +199,9 @@ pub async fn apply(
         let result: Result<u64, String> = match (&t, &action) {
             (Target::Link { link, dir }, a) => {
                 let msg = match a {
-                    ChaosAction::LinkKill { .. } => Some(LinkControl::Kill { heal_after_ns: for_ns }),
+                    ChaosAction::LinkKill { .. } => Some(LinkControl::Kill {
+                        heal_after_ns: for_ns,
+                    }),
                     ChaosAction::LinkRestore { .. } => Some(LinkControl::Restore),
                     ChaosAction::LinkSet { patch, .. } => Some(LinkControl::Set {
                         patch: patch.clone(),
@@ -183,7 +222,9 @@ pub async fn apply(
                     _ => None,
                 };
                 match (msg, actors.links.get(&(*link, *dir))) {
-                    (Some(m), Some(addr)) => addr.send(m).await.unwrap_or_else(|e| Err(e.to_string())),
+                    (Some(m), Some(addr)) => {
+                        addr.send(m).await.unwrap_or_else(|e| Err(e.to_string()))
+                    }
                     (None, _) => Err("not a link command".into()),
                     (_, None) => Err("link direction is not on this host".into()),
                 }
@@ -204,8 +245,18 @@ pub async fn apply(
             (Target::Peer { .. }, _) => Err("not a host command".into()),
         };
         out.push(match result {
-            Ok(at_ns) => Applied { host: host_name.clone(), target: name, at_ns, error: None },
-            Err(e) => Applied { host: host_name.clone(), target: name, at_ns: 0, error: Some(e) },
+            Ok(at_ns) => Applied {
+                host: host_name.clone(),
+                target: name,
+                at_ns,
+                error: None,
+            },
+            Err(e) => Applied {
+                host: host_name.clone(),
+                target: name,
+                at_ns: 0,
+                error: Some(e),
+            },
         });
     }
     out

@@ -52,7 +52,8 @@ pub fn cluster_token(cluster: &Cluster, host: HostId) -> Result<Vec<u8>> {
         Ok(t) if !t.is_empty() => Ok(t.into_bytes()),
         _ => {
             let h = cluster.host(host);
-            let exposed = !h.listen.ip().is_loopback() || h.control.is_some_and(|c| !c.ip().is_loopback());
+            let exposed =
+                !h.listen.ip().is_loopback() || h.control.is_some_and(|c| !c.ip().is_loopback());
             if exposed {
                 anyhow::bail!(
                     "host {} listens on a non-loopback address: set the cluster token in the environment variable {var} (same value on every host)",
@@ -82,7 +83,11 @@ fn actor_names(cluster: &Cluster) -> Vec<String> {
 }
 
 /// Runs one host under real time, inside an actix system.
-pub async fn run_host_real(cluster: Arc<Cluster>, host: HostId, opts: HostOptions) -> Result<HostSummary> {
+pub async fn run_host_real(
+    cluster: Arc<Cluster>,
+    host: HostId,
+    opts: HostOptions,
+) -> Result<HostSummary> {
     let host_name = cluster.host(host).name.clone();
     let token = cluster_token(&cluster, host)?;
     let targets = MeshTargets::default();
@@ -100,20 +105,33 @@ pub async fn run_host_real(cluster: Arc<Cluster>, host: HostId, opts: HostOption
     } else {
         tracing::info!(host = %host_name, "waiting for the coordinator to start the run");
     }
-    let start_unix = mesh.wait_start().await.context("mesh stopped before the run started")?;
+    let start_unix = mesh
+        .wait_start()
+        .await
+        .context("mesh stopped before the run started")?;
     let clock = Clock::from_unix_epoch(start_unix);
-    let run_id = opts.run_id.clone().unwrap_or_else(|| results::run_id(&cluster.run.name, start_unix));
-    let run_dir = results::create_run_dir(&cluster, &run_id, run_facts(&cluster, Some(start_unix)))?;
+    let run_id = opts
+        .run_id
+        .clone()
+        .unwrap_or_else(|| results::run_id(&cluster.run.name, start_unix));
+    let run_dir =
+        results::create_run_dir(&cluster, &run_id, run_facts(&cluster, Some(start_unix)))?;
     let shared_events = SharedEvents::default();
     let events = EventLog::new(Box::new(shared_events.clone()));
     let res = HostResults::create(&run_dir, &host_name, &shared_events, actor_names(&cluster))?;
-    let timer = Timer::Precise(PreciseTimer::start(&host_name).context("starting the timer thread")?);
+    let timer =
+        Timer::Precise(PreciseTimer::start(&host_name).context("starting the timer thread")?);
     tokio::time::sleep_until(clock.epoch()).await;
 
     let probes = res.probes.clone();
-    let actors = spawn_host_actors(&cluster, host, clock, &timer, false, &events, &|| Box::new(probes.clone()));
+    let actors = spawn_host_actors(&cluster, host, clock, &timer, false, &events, &|| {
+        Box::new(probes.clone())
+    });
     for (h, s) in mesh.peer_senders() {
-        actors.router.do_send(SetPeer { host: h, sender: Some(s) });
+        actors.router.do_send(SetPeer {
+            host: h,
+            sender: Some(s),
+        });
     }
     let (done_tx, done_rx) = oneshot::channel();
     let sup = Supervisor::new(
@@ -131,7 +149,10 @@ pub async fn run_host_real(cluster: Arc<Cluster>, host: HostId, opts: HostOption
     targets.set(
         actors.router.clone().recipient::<Inbound>(),
         sup.clone().recipient(),
-        vec![actors.router.clone().recipient::<PeerStatus>(), sup.clone().recipient::<PeerStatus>()],
+        vec![
+            actors.router.clone().recipient::<PeerStatus>(),
+            sup.clone().recipient::<PeerStatus>(),
+        ],
         sup.clone().recipient(),
     );
     // Peers that came up before the actors existed.
@@ -148,9 +169,13 @@ pub async fn run_host_real(cluster: Arc<Cluster>, host: HostId, opts: HostOption
     let stop = sup.clone();
     actix_rt::spawn(async move {
         wait_for_signal().await;
-        stop.do_send(StopRun { reason: "signal".into() });
+        stop.do_send(StopRun {
+            reason: "signal".into(),
+        });
     });
-    let summary = done_rx.await.context("host supervisor ended without a summary")?;
+    let summary = done_rx
+        .await
+        .context("host supervisor ended without a summary")?;
     mesh.say_goodbye("run finished");
     tokio::time::sleep(Duration::from_millis(100)).await;
     tracing::info!(host = %host_name, dir = %run_dir.display(), "host finished");
@@ -161,13 +186,14 @@ pub async fn run_host_real(cluster: Arc<Cluster>, host: HostId, opts: HostOption
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
@@ -203,7 +229,8 @@ pub fn run_virtual(
         .context("building the paused tokio runtime")?;
     let mut rt = Some(rt);
     let system = actix::System::with_tokio_rt(move || {
-        rt.take().unwrap_or_else(|| unreachable!("the runtime factory is called once"))
+        rt.take()
+            .unwrap_or_else(|| unreachable!("the runtime factory is called once"))
     });
     let run_id = run_id.unwrap_or_else(|| results::run_id(&cluster.run.name, unix_now_ns()));
     let run_dir = results::create_run_dir(&cluster, &run_id, run_facts(&cluster, None))?;
@@ -217,14 +244,20 @@ pub fn run_virtual(
             let events = EventLog::new(Box::new(shared_events.clone()));
             let res = HostResults::create(&dir, &h.name, &shared_events, actor_names(&cluster))?;
             let probes = res.probes.clone();
-            let actors = spawn_host_actors(&cluster, h.id, clock, &Timer::Tokio, true, &events, &|| Box::new(probes.clone()));
+            let actors =
+                spawn_host_actors(&cluster, h.id, clock, &Timer::Tokio, true, &events, &|| {
+                    Box::new(probes.clone())
+                });
             routers.push((h.id, actors.router.clone()));
             all.push((h.id, actors, events, res));
         }
         for (h, actors, _, _) in &all {
             for (peer, addr) in &routers {
                 if peer != h {
-                    actors.router.do_send(SetPeer { host: *peer, sender: Some(Box::new(VirtualPeer(addr.clone()))) });
+                    actors.router.do_send(SetPeer {
+                        host: *peer,
+                        sender: Some(Box::new(VirtualPeer(addr.clone()))),
+                    });
                 }
             }
         }
@@ -232,12 +265,26 @@ pub fn run_virtual(
         for (i, (h, actors, events, res)) in all.into_iter().enumerate() {
             let (done_tx, done_rx) = oneshot::channel();
             let progress = if i == 0 { progress.clone() } else { None };
-            Supervisor::new(cluster.clone(), h, clock, actors, events, Some(res), None, progress, done_tx).start();
+            Supervisor::new(
+                cluster.clone(),
+                h,
+                clock,
+                actors,
+                events,
+                Some(res),
+                None,
+                progress,
+                done_tx,
+            )
+            .start();
             waits.push(done_rx);
         }
         let mut summaries = Vec::new();
         for w in waits {
-            summaries.push(w.await.context("a host supervisor ended without a summary")?);
+            summaries.push(
+                w.await
+                    .context("a host supervisor ended without a summary")?,
+            );
         }
         System::current().stop();
         anyhow::Ok(summaries)

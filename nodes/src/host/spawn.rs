@@ -1,12 +1,12 @@
 //! Creates the actors of one host from the resolved cluster.
 
+use actix::prelude::*;
 use edgemu_actors::clock::{Clock, Timer};
 use edgemu_actors::events::EventLog;
 use edgemu_actors::link_actor::LinkActor;
 use edgemu_actors::messages::{Deliver, Flush, StopSending};
 use edgemu_actors::probes::{DiscardLog, Pinger, ProbeLog, Sender, SenderPattern, Sink};
 use edgemu_actors::router::{RegisterActor, RegisterLink, Router};
-use actix::prelude::*;
 use edgemu_codec::ids::{Direction, HostId, LinkId};
 use edgemu_config::{ActorKind, Cluster};
 use std::collections::BTreeMap;
@@ -94,7 +94,8 @@ pub fn spawn_host_actors(
                 start_ns,
                 stop_ns,
             } => {
-                let gap_ns = (u64::from(*size) * 8).saturating_mul(1_000_000_000) / (*rate_bps).max(1);
+                let gap_ns =
+                    (u64::from(*size) * 8).saturating_mul(1_000_000_000) / (*rate_bps).max(1);
                 let addr = Sender::new(
                     a.id,
                     r.to,
@@ -164,14 +165,24 @@ pub fn spawn_host_actors(
                 Some(addr.recipient())
             }
             ActorKind::Sink => {
-                let addr = Sink::new(a.id, a.name.clone(), names.clone(), clock, route.clone(), probe_log())
-                    .start();
+                let addr = Sink::new(
+                    a.id,
+                    a.name.clone(),
+                    names.clone(),
+                    clock,
+                    route.clone(),
+                    probe_log(),
+                )
+                .start();
                 flushers.push(addr.clone().recipient());
                 Some(addr.recipient())
             }
         };
         if let Some(recipient) = deliver {
-            router.do_send(RegisterActor { id: a.id, recipient });
+            router.do_send(RegisterActor {
+                id: a.id,
+                recipient,
+            });
         }
     }
     HostActors {

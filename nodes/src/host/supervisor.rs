@@ -23,7 +23,11 @@ use tokio::sync::oneshot;
 
 /// Sends a control request to another host and waits for its JSON reply.
 pub trait ControlForwarder: Send + Sync {
-    fn forward(&self, host: HostId, request: serde_json::Value) -> BoxFuture<'static, Result<serde_json::Value, String>>;
+    fn forward(
+        &self,
+        host: HostId,
+        request: serde_json::Value,
+    ) -> BoxFuture<'static, Result<serde_json::Value, String>>;
 }
 
 /// A control request (from the control websocket, a peer, or the chaos timeline).
@@ -104,7 +108,10 @@ impl Supervisor {
             last_sample: BTreeMap::new(),
             done: Some(done),
             stopping: false,
-            drain_ns: max_delay.saturating_mul(2).saturating_add(300_000_000).min(3_000_000_000),
+            drain_ns: max_delay
+                .saturating_mul(2)
+                .saturating_add(300_000_000)
+                .min(3_000_000_000),
         }
     }
 
@@ -133,7 +140,10 @@ impl Supervisor {
 
     fn sample(&mut self, ctx: &mut Context<Self>) {
         let fut = self.link_stats();
-        ctx.spawn(fut.into_actor(self).map(|stats, act, _| act.write_sample(&stats)));
+        ctx.spawn(
+            fut.into_actor(self)
+                .map(|stats, act, _| act.write_sample(&stats)),
+        );
     }
 
     fn write_sample(&mut self, stats: &[LinkStats]) {
@@ -171,7 +181,9 @@ impl Supervisor {
             let mut at = spec.at_ns;
             loop {
                 let s = spec.clone();
-                ctx.run_later(self.clock.until(at), move |act, ctx| act.fire_chaos(&s, ctx));
+                ctx.run_later(self.clock.until(at), move |act, ctx| {
+                    act.fire_chaos(&s, ctx)
+                });
                 match spec.every_ns {
                     Some(every) if every > 0 && at.saturating_add(every) < end => at += every,
                     _ => break,
@@ -192,7 +204,14 @@ impl Supervisor {
             return;
         }
         let targets = commands::local_targets(&self.cluster, &spec.action, self.host);
-        let fut = commands::apply(self.actors.clone(), self.cluster.clone(), self.host_name.clone(), targets, spec.action.clone(), spec.for_ns);
+        let fut = commands::apply(
+            self.actors.clone(),
+            self.cluster.clone(),
+            self.host_name.clone(),
+            targets,
+            spec.action.clone(),
+            spec.for_ns,
+        );
         let kind = commands::action_name(&spec.action);
         ctx.spawn(fut.into_actor(self).map(move |applied, act, _| {
             for a in applied {
@@ -228,33 +247,42 @@ impl Supervisor {
                 let counters = router.send(GetRouterCounters).await.unwrap_or_default();
                 (stats, flows, counters)
             };
-            ctx.spawn(fut.into_actor(act).map(move |(stats, flows, router), act, _| {
-                act.write_sample(&stats);
-                let active_s = end_ns as f64 / 1e9;
-                let links = stats.iter().map(|s| LinkRow::new(&act.host_name, s, active_s)).collect();
-                let summary = HostSummary {
-                    host: act.host_name.clone(),
-                    end_ns,
-                    stop_reason: reason,
-                    links,
-                    flows,
-                    router,
-                };
-                if let Some(res) = &act.results {
-                    match serde_json::to_vec_pretty(&summary) {
-                        Ok(bytes) => {
-                            if let Err(e) = crate::results::write_file(&res.dir.join("summary.json"), &bytes) {
-                                tracing::error!("{e:#}");
+            ctx.spawn(
+                fut.into_actor(act)
+                    .map(move |(stats, flows, router), act, _| {
+                        act.write_sample(&stats);
+                        let active_s = end_ns as f64 / 1e9;
+                        let links = stats
+                            .iter()
+                            .map(|s| LinkRow::new(&act.host_name, s, active_s))
+                            .collect();
+                        let summary = HostSummary {
+                            host: act.host_name.clone(),
+                            end_ns,
+                            stop_reason: reason,
+                            links,
+                            flows,
+                            router,
+                        };
+                        if let Some(res) = &act.results {
+                            match serde_json::to_vec_pretty(&summary) {
+                                Ok(bytes) => {
+                                    if let Err(e) = crate::results::write_file(
+                                        &res.dir.join("summary.json"),
+                                        &bytes,
+                                    ) {
+                                        tracing::error!("{e:#}");
+                                    }
+                                }
+                                Err(e) => tracing::error!("summary.json: {e}"),
                             }
                         }
-                        Err(e) => tracing::error!("summary.json: {e}"),
-                    }
-                }
-                act.events.flush();
-                if let Some(done) = act.done.take() {
-                    let _ = done.send(summary);
-                }
-            }));
+                        act.events.flush();
+                        if let Some(done) = act.done.take() {
+                            let _ = done.send(summary);
+                        }
+                    }),
+            );
         });
     }
 
@@ -265,15 +293,29 @@ impl Supervisor {
         source: String,
         ctx: &mut Context<Self>,
     ) -> ResponseActFuture<Self, Result<serde_json::Value, String>> {
-        let cmd = request.get("cmd").and_then(|c| c.as_str()).unwrap_or("").to_string();
+        let cmd = request
+            .get("cmd")
+            .and_then(|c| c.as_str())
+            .unwrap_or("")
+            .to_string();
         match cmd.as_str() {
             "status" | "metrics" => {
                 let stats = self.link_stats();
                 let router = self.actors.router.clone();
                 let host = self.host_name.clone();
                 let now = self.clock.now_ns();
-                let peers: Vec<HostId> = self.cluster.hosts.iter().map(|h| h.id).filter(|h| *h != self.host).collect();
-                let fwd = if forwarded { None } else { self.forwarder.clone() };
+                let peers: Vec<HostId> = self
+                    .cluster
+                    .hosts
+                    .iter()
+                    .map(|h| h.id)
+                    .filter(|h| *h != self.host)
+                    .collect();
+                let fwd = if forwarded {
+                    None
+                } else {
+                    self.forwarder.clone()
+                };
                 let req = request.clone();
                 Box::pin(
                     async move {
@@ -286,11 +328,13 @@ impl Supervisor {
                             for p in peers {
                                 match f.forward(p, req.clone()).await {
                                     Ok(v) => {
-                                        if let Some(arr) = v.get("hosts").and_then(|h| h.as_array()) {
+                                        if let Some(arr) = v.get("hosts").and_then(|h| h.as_array())
+                                        {
                                             hosts.extend(arr.iter().cloned());
                                         }
                                     }
-                                    Err(e) => hosts.push(serde_json::json!({ "host_id": p.0, "error": e })),
+                                    Err(e) => hosts
+                                        .push(serde_json::json!({ "host_id": p.0, "error": e })),
                                 }
                             }
                         }
@@ -306,12 +350,20 @@ impl Supervisor {
                     if let Some(f) = self.forwarder.clone() {
                         for h in self.cluster.hosts.iter().filter(|h| h.id != self.host) {
                             let fut = f.forward(h.id, request.clone());
-                            ctx.spawn(async move { let _ = fut.await; }.into_actor(self));
+                            ctx.spawn(
+                                async move {
+                                    let _ = fut.await;
+                                }
+                                .into_actor(self),
+                            );
                         }
                     }
                 }
                 self.finish(format!("{source}: run.stop"), ctx);
-                Box::pin(async move { Ok(serde_json::json!({ "applied": [{"host_effective_ns": t}] })) }.into_actor(self))
+                Box::pin(
+                    async move { Ok(serde_json::json!({ "applied": [{"host_effective_ns": t}] })) }
+                        .into_actor(self),
+                )
             }
             _ => {
                 let parsed = commands::parse_request(&self.cluster, &request);
@@ -323,12 +375,28 @@ impl Supervisor {
                 let remote: BTreeSet<HostId> = if forwarded {
                     BTreeSet::new()
                 } else {
-                    commands::owner_hosts(&self.cluster, &action).into_iter().filter(|h| *h != self.host).collect()
+                    commands::owner_hosts(&self.cluster, &action)
+                        .into_iter()
+                        .filter(|h| *h != self.host)
+                        .collect()
                 };
                 if !remote.is_empty() && self.forwarder.is_none() {
-                    return Box::pin(async move { Err("target is owned by another host and this host has no mesh".to_string()) }.into_actor(self));
+                    return Box::pin(
+                        async move {
+                            Err("target is owned by another host and this host has no mesh"
+                                .to_string())
+                        }
+                        .into_actor(self),
+                    );
                 }
-                let fut = commands::apply(self.actors.clone(), self.cluster.clone(), self.host_name.clone(), local, action.clone(), for_ns);
+                let fut = commands::apply(
+                    self.actors.clone(),
+                    self.cluster.clone(),
+                    self.host_name.clone(),
+                    local,
+                    action.clone(),
+                    for_ns,
+                );
                 let fwd = self.forwarder.clone();
                 let kind = commands::action_name(&action);
                 Box::pin(
@@ -344,7 +412,9 @@ impl Supervisor {
                             for h in remote {
                                 match f.forward(h, request.clone()).await {
                                     Ok(v) => {
-                                        if let Some(arr) = v.get("applied").and_then(|a| a.as_array()) {
+                                        if let Some(arr) =
+                                            v.get("applied").and_then(|a| a.as_array())
+                                        {
                                             applied.extend(arr.iter().cloned());
                                         }
                                     }
@@ -355,17 +425,19 @@ impl Supervisor {
                         (local_applied, local_json, applied, errors)
                     }
                     .into_actor(self)
-                    .map(move |(local_applied, local_json, mut applied, errors), act, _| {
-                        for a in &local_applied {
-                            act.log(a.at_ns, &source, kind, a.detail());
-                        }
-                        let mut all = local_json;
-                        all.append(&mut applied);
-                        if all.is_empty() && !errors.is_empty() {
-                            return Err(errors.join("; "));
-                        }
-                        Ok(serde_json::json!({ "applied": all, "errors": errors }))
-                    }),
+                    .map(
+                        move |(local_applied, local_json, mut applied, errors), act, _| {
+                            for a in &local_applied {
+                                act.log(a.at_ns, &source, kind, a.detail());
+                            }
+                            let mut all = local_json;
+                            all.append(&mut applied);
+                            if all.is_empty() && !errors.is_empty() {
+                                return Err(errors.join("; "));
+                            }
+                            Ok(serde_json::json!({ "applied": all, "errors": errors }))
+                        },
+                    ),
                 )
             }
         }
@@ -384,9 +456,16 @@ impl Actor for Supervisor {
         });
         self.schedule_chaos(ctx);
         let end = self.cluster.run.duration_ns;
-        ctx.run_later(self.clock.until(end), |act, ctx| act.finish("duration reached".into(), ctx));
+        ctx.run_later(self.clock.until(end), |act, ctx| {
+            act.finish("duration reached".into(), ctx)
+        });
         let t = self.clock.now_ns();
-        self.log(t, "run", "run.start", serde_json::json!({ "duration_ns": end }));
+        self.log(
+            t,
+            "run",
+            "run.start",
+            serde_json::json!({ "duration_ns": end }),
+        );
     }
 }
 
@@ -407,7 +486,12 @@ impl Handler<StopRun> for Supervisor {
 impl Handler<PeerStatus> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: PeerStatus, _: &mut Context<Self>) {
-        let name = self.cluster.hosts.get(msg.peer.0 as usize).map(|h| h.name.clone()).unwrap_or_default();
+        let name = self
+            .cluster
+            .hosts
+            .get(msg.peer.0 as usize)
+            .map(|h| h.name.clone())
+            .unwrap_or_default();
         if msg.up {
             tracing::info!(host = %self.host_name, peer = %name, "peer up");
         } else {

@@ -76,17 +76,31 @@ pub struct Mesh {
 
 /// The coordinator is the host whose name sorts first.
 pub fn coordinator(cluster: &Cluster) -> Option<HostId> {
-    cluster.hosts.iter().min_by(|a, b| a.name.cmp(&b.name)).map(|h| h.id)
+    cluster
+        .hosts
+        .iter()
+        .min_by(|a, b| a.name.cmp(&b.name))
+        .map(|h| h.id)
 }
 
 impl Mesh {
     /// Binds the mesh listener and starts one task per peer. Must be called
     /// inside the host's actix system.
-    pub async fn start(cluster: Arc<Cluster>, host: HostId, token: Vec<u8>, targets: MeshTargets) -> Result<Mesh> {
+    pub async fn start(
+        cluster: Arc<Cluster>,
+        host: HostId,
+        token: Vec<u8>,
+        targets: MeshTargets,
+    ) -> Result<Mesh> {
         let spec = cluster.host(host).clone();
         let listener = tokio::net::TcpListener::bind(spec.listen)
             .await
-            .with_context(|| format!("binding mesh listener {} for host {}", spec.listen, spec.name))?;
+            .with_context(|| {
+                format!(
+                    "binding mesh listener {} for host {}",
+                    spec.listen, spec.name
+                )
+            })?;
         let (start, start_rx) = watch::channel(None);
         let ctx = Arc::new(MeshContext {
             coordinator: coordinator(&cluster) == Some(host),
@@ -105,13 +119,28 @@ impl Mesh {
             let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel::<Frame>();
             let shared = Arc::new(PeerShared::new(h.id, h.name.clone(), env_tx, ctrl_tx));
             let (in_tx, in_rx) = mpsc::channel(4);
-            let dial = if spec.name < h.name { Some(h.advertise) } else { None };
-            actix_rt::spawn(peer::peer_task(ctx.clone(), shared.clone(), env_rx, ctrl_rx, in_rx, dial));
+            let dial = if spec.name < h.name {
+                Some(h.advertise)
+            } else {
+                None
+            };
+            actix_rt::spawn(peer::peer_task(
+                ctx.clone(),
+                shared.clone(),
+                env_rx,
+                ctrl_rx,
+                in_rx,
+                dial,
+            ));
             incoming.insert(h.name.clone(), in_tx);
             peers.insert(h.id, shared);
         }
         actix_rt::spawn(peer::accept_loop(ctx.clone(), listener, incoming));
-        Ok(Mesh { ctx, peers, start_rx })
+        Ok(Mesh {
+            ctx,
+            peers,
+            start_rx,
+        })
     }
 
     pub fn is_coordinator(&self) -> bool {
@@ -119,11 +148,16 @@ impl Mesh {
     }
 
     pub fn peers_up(&self) -> usize {
-        self.peers.values().filter(|p| p.up.load(Ordering::Acquire)).count()
+        self.peers
+            .values()
+            .filter(|p| p.up.load(Ordering::Acquire))
+            .count()
     }
 
     pub fn peer_is_up(&self, h: HostId) -> bool {
-        self.peers.get(&h).is_some_and(|p| p.up.load(Ordering::Acquire))
+        self.peers
+            .get(&h)
+            .is_some_and(|p| p.up.load(Ordering::Acquire))
     }
 
     pub fn peer_count(&self) -> usize {
@@ -156,7 +190,13 @@ impl Mesh {
     pub fn peer_senders(&self) -> Vec<(HostId, Box<dyn edgemu_actors::router::PeerSender>)> {
         self.peers
             .iter()
-            .map(|(h, p)| (*h, Box::new(peer::QueueSender(p.clone())) as Box<dyn edgemu_actors::router::PeerSender>))
+            .map(|(h, p)| {
+                (
+                    *h,
+                    Box::new(peer::QueueSender(p.clone()))
+                        as Box<dyn edgemu_actors::router::PeerSender>,
+                )
+            })
             .collect()
     }
 
@@ -185,7 +225,11 @@ struct MeshForwarder {
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ControlForwarder for MeshForwarder {
-    fn forward(&self, host: HostId, request: serde_json::Value) -> BoxFuture<'static, Result<serde_json::Value, String>> {
+    fn forward(
+        &self,
+        host: HostId,
+        request: serde_json::Value,
+    ) -> BoxFuture<'static, Result<serde_json::Value, String>> {
         let peer = self.peers.get(&host).cloned();
         Box::pin(async move {
             let peer = peer.ok_or_else(|| format!("no such peer host#{}", host.0))?;
@@ -201,7 +245,10 @@ impl ControlForwarder for MeshForwarder {
                         None => Ok(v.get("result").cloned().unwrap_or(v)),
                     }),
                 Ok(Err(_)) => Err(format!("host {} went down before answering", peer.name)),
-                Err(_) => Err(format!("host {} did not answer within {FORWARD_TIMEOUT:?}", peer.name)),
+                Err(_) => Err(format!(
+                    "host {} did not answer within {FORWARD_TIMEOUT:?}",
+                    peer.name
+                )),
             }
         })
     }

@@ -8,7 +8,9 @@ use actix::prelude::*;
 use edgemu_actors::messages::PeerStatus;
 use edgemu_actors::router::{Inbound, PeerSendError, PeerSender};
 use edgemu_codec::ids::HostId;
-use edgemu_codec::wire::{decode_frame, encode_frame, Envelope, Frame, Handshake, HandshakeOutcome};
+use edgemu_codec::wire::{
+    decode_frame, encode_frame, Envelope, Frame, Handshake, HandshakeOutcome,
+};
 use futures_util::{SinkExt, StreamExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,7 +93,12 @@ pub(crate) struct PeerShared {
 }
 
 impl PeerShared {
-    pub fn new(id: HostId, name: String, env_tx: mpsc::Sender<Envelope>, ctrl_tx: mpsc::UnboundedSender<Frame>) -> Self {
+    pub fn new(
+        id: HostId,
+        name: String,
+        env_tx: mpsc::Sender<Envelope>,
+        ctrl_tx: mpsc::UnboundedSender<Frame>,
+    ) -> Self {
         PeerShared {
             id,
             name,
@@ -105,7 +112,10 @@ impl PeerShared {
     }
 
     /// Queues a forwarded control request; the receiver gets the reply text.
-    pub fn register_request(&self, request: &serde_json::Value) -> Result<oneshot::Receiver<String>, String> {
+    pub fn register_request(
+        &self,
+        request: &serde_json::Value,
+    ) -> Result<oneshot::Receiver<String>, String> {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().map_err(|_| "poisoned")?.insert(id, tx);
@@ -170,7 +180,8 @@ pub(crate) async fn handshake(
 ) -> anyhow::Result<(HandshakeOutcome, Duration)> {
     let mut hs = Handshake::new(ctx.hello(), ctx.token.clone(), expected);
     let t0 = Instant::now();
-    ws.send(Message::binary(encode_frame(&hs.hello_frame())?)).await?;
+    ws.send(Message::binary(encode_frame(&hs.hello_frame())?))
+        .await?;
     let fut = async {
         while let Some(msg) = ws.next().await {
             let msg = msg?;
@@ -214,13 +225,14 @@ pub(crate) async fn accept_loop(
         let incoming = incoming.clone();
         actix_rt::spawn(async move {
             let _ = tcp.set_nodelay(true);
-            let mut ws = match tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config())).await {
-                Ok(ws) => ws,
-                Err(e) => {
-                    tracing::warn!(%addr, "mesh: websocket accept failed: {e}");
-                    return;
-                }
-            };
+            let mut ws =
+                match tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config())).await {
+                    Ok(ws) => ws,
+                    Err(e) => {
+                        tracing::warn!(%addr, "mesh: websocket accept failed: {e}");
+                        return;
+                    }
+                };
             match handshake(&mut ws, &ctx, None).await {
                 Ok((outcome, rtt)) => {
                     let me = &ctx.cluster.host(ctx.host).name;
@@ -228,8 +240,12 @@ pub(crate) async fn accept_loop(
                         Some(tx) if outcome.peer_host < *me => {
                             let _ = tx.send((ws, outcome, rtt)).await;
                         }
-                        Some(_) => tracing::warn!(%addr, peer = %outcome.peer_host, "mesh: peer dialed us but we dial it; closing"),
-                        None => tracing::warn!(%addr, peer = %outcome.peer_host, "mesh: unknown peer host"),
+                        Some(_) => {
+                            tracing::warn!(%addr, peer = %outcome.peer_host, "mesh: peer dialed us but we dial it; closing")
+                        }
+                        None => {
+                            tracing::warn!(%addr, peer = %outcome.peer_host, "mesh: unknown peer host")
+                        }
                     }
                 }
                 Err(e) => tracing::warn!(%addr, "mesh: handshake refused: {e:#}"),
@@ -241,14 +257,19 @@ pub(crate) async fn accept_loop(
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-async fn dial(ctx: &MeshContext, peer: &PeerShared, addr: std::net::SocketAddr) -> (Ws, HandshakeOutcome, Duration) {
+async fn dial(
+    ctx: &MeshContext,
+    peer: &PeerShared,
+    addr: std::net::SocketAddr,
+) -> (Ws, HandshakeOutcome, Duration) {
     let mut backoff = BACKOFF_MIN;
     loop {
         let attempt = async {
             let tcp = TcpStream::connect(addr).await?;
             let _ = tcp.set_nodelay(true);
             let url = format!("ws://{addr}/mesh");
-            let (mut ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(ws_config())).await?;
+            let (mut ws, _) =
+                tokio_tungstenite::client_async_with_config(url, tcp, Some(ws_config())).await?;
             let (outcome, rtt) = handshake(&mut ws, ctx, Some(peer.name.clone())).await?;
             anyhow::Ok((ws, outcome, rtt))
         };

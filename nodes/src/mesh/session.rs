@@ -174,7 +174,10 @@ async fn answer_forward(
 ) -> String {
     let request: serde_json::Value = match serde_json::from_str(json) {
         Ok(v) => v,
-        Err(e) => return serde_json::json!({ "error": format!("malformed forwarded request: {e}") }).to_string(),
+        Err(e) => {
+            return serde_json::json!({ "error": format!("malformed forwarded request: {e}") })
+                .to_string()
+        }
     };
     let Some(sup) = supervisor else {
         return serde_json::json!({ "error": "run has not started on this host" }).to_string();

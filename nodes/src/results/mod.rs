@@ -55,9 +55,14 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 /// Creates `results/<run-id>/` with `config.toml` and `run.json`.
-pub fn create_run_dir(cluster: &Cluster, run_id: &str, facts: serde_json::Value) -> Result<PathBuf> {
+pub fn create_run_dir(
+    cluster: &Cluster,
+    run_id: &str,
+    facts: serde_json::Value,
+) -> Result<PathBuf> {
     let dir = cluster.run.results_dir.join(run_id);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating results folder {}", dir.display()))?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating results folder {}", dir.display()))?;
     let text = std::fs::read_to_string(&cluster.source)
         .with_context(|| format!("reading {}", cluster.source.display()))?;
     write_file(&dir.join("config.toml"), text.as_bytes())?;

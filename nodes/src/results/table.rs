@@ -29,11 +29,23 @@ impl LinkRow {
             dir: s.dir.to_string(),
             host: host.to_string(),
             configured_bps: s.rate_bps,
-            offered_bps: if active_s > 0.0 { s.bytes_offered as f64 * 8.0 / active_s } else { 0.0 },
-            achieved_bps: if active_s > 0.0 { s.bytes_delivered as f64 * 8.0 / active_s } else { 0.0 },
+            offered_bps: if active_s > 0.0 {
+                s.bytes_offered as f64 * 8.0 / active_s
+            } else {
+                0.0
+            },
+            achieved_bps: if active_s > 0.0 {
+                s.bytes_delivered as f64 * 8.0 / active_s
+            } else {
+                0.0
+            },
             delay_p50_ms: s.delay_p50_ns as f64 / 1e6,
             delay_p99_ms: s.delay_p99_ns as f64 / 1e6,
-            loss_measured: if accounted > 0 { s.lost as f64 / accounted as f64 } else { 0.0 },
+            loss_measured: if accounted > 0 {
+                s.lost as f64 / accounted as f64
+            } else {
+                0.0
+            },
             loss_expected: s.expected_loss,
             stats: s.clone(),
         }
@@ -87,7 +99,8 @@ pub fn link_table(rows: &[LinkRow]) -> String {
                 format!("{:.2}", r.delay_p50_ms),
                 format!("{:.2}", r.delay_p99_ms),
                 format!("{:.2}%", r.loss_measured * 100.0),
-                r.loss_expected.map_or("-".into(), |l| format!("{:.2}%", l * 100.0)),
+                r.loss_expected
+                    .map_or("-".into(), |l| format!("{:.2}%", l * 100.0)),
                 r.stats.queue_dropped.to_string(),
                 r.stats.down_dropped.to_string(),
             ]
@@ -95,8 +108,18 @@ pub fn link_table(rows: &[LinkRow]) -> String {
         .collect();
     render(
         &[
-            "link", "dir", "host", "rate Mb/s", "offered", "achieved", "p50 ms", "p99 ms", "loss",
-            "expected", "q-drop", "down-drop",
+            "link",
+            "dir",
+            "host",
+            "rate Mb/s",
+            "offered",
+            "achieved",
+            "p50 ms",
+            "p99 ms",
+            "loss",
+            "expected",
+            "q-drop",
+            "down-drop",
         ],
         &body,
     )
@@ -125,7 +148,17 @@ pub fn flow_table(flows: &[FlowSummary]) -> String {
         })
         .collect();
     render(
-        &["flow", "at", "kind", "packets", "missing", "Mb/s", "p50 ms", "p99 ms", "err p99 ms"],
+        &[
+            "flow",
+            "at",
+            "kind",
+            "packets",
+            "missing",
+            "Mb/s",
+            "p50 ms",
+            "p99 ms",
+            "err p99 ms",
+        ],
         &body,
     )
 }

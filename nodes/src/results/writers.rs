@@ -128,7 +128,10 @@ impl ProbesCsv {
     }
 
     fn name(&self, id: edgemu_codec::ids::ActorId) -> &str {
-        self.names.get(id.0 as usize).map(String::as_str).unwrap_or("?")
+        self.names
+            .get(id.0 as usize)
+            .map(String::as_str)
+            .unwrap_or("?")
     }
 }
 
@@ -169,7 +172,12 @@ pub struct HostResults {
 }
 
 impl HostResults {
-    pub fn create(run_dir: &Path, host: &str, events: &SharedEvents, names: Vec<String>) -> Result<Self> {
+    pub fn create(
+        run_dir: &Path,
+        host: &str,
+        events: &SharedEvents,
+        names: Vec<String>,
+    ) -> Result<Self> {
         let dir = run_dir.join(host);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         if let Ok(mut e) = events.0.lock() {
