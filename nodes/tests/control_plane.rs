@@ -57,7 +57,10 @@ delay = "5ms"
 
 async fn wait_for_control(url: &str, token: &str) {
     for _ in 0..200 {
-        if client::request(url, serde_json::json!({"cmd": "status"}), Some(token)).await.is_ok() {
+        if client::request(url, serde_json::json!({"cmd": "status"}), Some(token))
+            .await
+            .is_ok()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -71,50 +74,91 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
     std::env::set_var(TOKEN_VAR, token);
     let dir = temp_dir("control-plane");
     let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let cfg = write(&dir, "cluster.toml", &cluster_text(&dir.join("results").display().to_string(), &ports));
+    let cfg = write(
+        &dir,
+        "cluster.toml",
+        &cluster_text(&dir.join("results").display().to_string(), &ports),
+    );
     let cluster = load(&cfg).expect("load");
     let run = std::thread::spawn(move || run_all(cluster, Some("ctl".into()), false));
 
     let alpha = format!("ws://127.0.0.1:{}", ports[1]);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let kill_ns = rt.block_on(async {
         wait_for_control(&alpha, token).await;
 
         // Wrong and missing tokens are refused; the connection and run go on.
         let e = client::request(&alpha, serde_json::json!({"cmd": "status"}), Some("wrong")).await;
-        assert!(e.as_ref().is_err_and(|e| e.to_string().contains("unauthorized")), "{e:?}");
+        assert!(
+            e.as_ref()
+                .is_err_and(|e| e.to_string().contains("unauthorized")),
+            "{e:?}"
+        );
         let e = client::request(&alpha, serde_json::json!({"cmd": "status"}), None).await;
-        assert!(e.as_ref().is_err_and(|e| e.to_string().contains("missing token")), "{e:?}");
+        assert!(
+            e.as_ref()
+                .is_err_and(|e| e.to_string().contains("missing token")),
+            "{e:?}"
+        );
 
         // Unknown command and unknown link: error replies naming the problem.
-        let e = client::request(&alpha, serde_json::json!({"cmd": "link.explode", "link": "wan"}), Some(token)).await;
+        let e = client::request(
+            &alpha,
+            serde_json::json!({"cmd": "link.explode", "link": "wan"}),
+            Some(token),
+        )
+        .await;
         assert!(e.is_err());
-        let e = client::request(&alpha, serde_json::json!({"cmd": "link.kill", "link": "nope"}), Some(token)).await;
-        assert!(e.as_ref().is_err_and(|e| e.to_string().contains("nope")), "{e:?}");
+        let e = client::request(
+            &alpha,
+            serde_json::json!({"cmd": "link.kill", "link": "nope"}),
+            Some(token),
+        )
+        .await;
+        assert!(
+            e.as_ref().is_err_and(|e| e.to_string().contains("nope")),
+            "{e:?}"
+        );
 
         // Malformed JSON on a raw connection: an error reply, then the same
         // connection still answers a good request.
         {
             use futures_util::{SinkExt, StreamExt};
             use tokio_tungstenite::tungstenite::Message;
-            let (mut ws, _) = tokio_tungstenite::connect_async(&alpha).await.expect("connect");
+            let (mut ws, _) = tokio_tungstenite::connect_async(&alpha)
+                .await
+                .expect("connect");
             ws.send(Message::text("{not json")).await.expect("send");
             let reply = ws.next().await.expect("reply").expect("frame");
-            let v: serde_json::Value = serde_json::from_str(reply.to_text().expect("text")).expect("json");
+            let v: serde_json::Value =
+                serde_json::from_str(reply.to_text().expect("text")).expect("json");
             assert_eq!(v["ok"], false);
             assert!(v["error"].as_str().unwrap_or("").contains("malformed JSON"));
-            ws.send(Message::text(serde_json::json!({"id": 7, "cmd": "status", "token": token}).to_string()))
-                .await
-                .expect("send");
+            ws.send(Message::text(
+                serde_json::json!({"id": 7, "cmd": "status", "token": token}).to_string(),
+            ))
+            .await
+            .expect("send");
             let reply = ws.next().await.expect("reply").expect("frame");
-            let v: serde_json::Value = serde_json::from_str(reply.to_text().expect("text")).expect("json");
+            let v: serde_json::Value =
+                serde_json::from_str(reply.to_text().expect("text")).expect("json");
             assert_eq!(v["id"], 7);
             assert_eq!(v["ok"], true);
         }
 
         // Status from one host covers both.
-        let st = client::request(&alpha, serde_json::json!({"cmd": "status"}), Some(token)).await.expect("status");
-        let hosts: Vec<&str> = st["hosts"].as_array().expect("hosts").iter().filter_map(|h| h["host"].as_str()).collect();
+        let st = client::request(&alpha, serde_json::json!({"cmd": "status"}), Some(token))
+            .await
+            .expect("status");
+        let hosts: Vec<&str> = st["hosts"]
+            .as_array()
+            .expect("hosts")
+            .iter()
+            .filter_map(|h| h["host"].as_str())
+            .collect();
         assert_eq!(hosts, vec!["alpha", "beta"]);
 
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -131,23 +175,42 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
         assert_eq!(applied[0]["host"], "beta");
         let kill_ns = applied[0]["effective_ns"].as_u64().expect("effective_ns");
         tokio::time::sleep(Duration::from_secs(4)).await;
-        let r = client::request(&alpha, serde_json::json!({"cmd": "run.stop"}), Some(token)).await.expect("stop");
+        let r = client::request(&alpha, serde_json::json!({"cmd": "run.stop"}), Some(token))
+            .await
+            .expect("stop");
         assert!(r["applied"].is_array());
         kill_ns
     });
     let out = run.join().expect("run thread").expect("run result");
-    assert!(out.hosts.iter().all(|h| h.stop_reason.contains("run.stop")), "stopped by run.stop");
+    assert!(
+        out.hosts.iter().all(|h| h.stop_reason.contains("run.stop")),
+        "stopped by run.stop"
+    );
 
     let rows = probes(&out.dir.join("alpha/probes.csv"));
-    let before = rows.iter().filter(|r| r.recv_ns + 100_000_000 < kill_ns).count();
-    let during = rows.iter().filter(|r| r.recv_ns > kill_ns + 50_000_000 && r.recv_ns < kill_ns + 2_000_000_000).count();
-    let after = rows.iter().filter(|r| r.recv_ns > kill_ns + 2_100_000_000).count();
+    let before = rows
+        .iter()
+        .filter(|r| r.recv_ns + 100_000_000 < kill_ns)
+        .count();
+    let during = rows
+        .iter()
+        .filter(|r| r.recv_ns > kill_ns + 50_000_000 && r.recv_ns < kill_ns + 2_000_000_000)
+        .count();
+    let after = rows
+        .iter()
+        .filter(|r| r.recv_ns > kill_ns + 2_100_000_000)
+        .count();
     assert!(before > 100, "traffic before the kill: {before}");
     assert_eq!(during, 0, "packets during the kill window");
     assert!(after > 100, "traffic after the heal: {after}");
 
     let events = std::fs::read_to_string(out.dir.join("beta/events.jsonl")).expect("events");
-    assert!(events.lines().any(|l| l.contains("\"link.kill\"") && l.contains("control")), "{events}");
+    assert!(
+        events
+            .lines()
+            .any(|l| l.contains("\"link.kill\"") && l.contains("control")),
+        "{events}"
+    );
     let refused = std::fs::read_to_string(out.dir.join("alpha/events.jsonl")).expect("events");
     assert!(!refused.contains("link.explode"));
 }
