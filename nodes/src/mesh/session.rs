@@ -37,6 +37,10 @@ pub(crate) async fn run_session(
     let (mut tx, mut rx) = ws.split();
     let mut hb = tokio::time::interval(HEARTBEAT);
     hb.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Silence is checked more often than heartbeats are sent, so a peer is
+    // declared down within a tenth of a second of its 3 s of silence.
+    let mut silence = tokio::time::interval(std::time::Duration::from_millis(100));
+    silence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut hb_seq = 0u64;
     let mut last_seen = Instant::now();
     // Peer's last heartbeat stamp, and when we got it.
@@ -148,10 +152,12 @@ pub(crate) async fn run_session(
                 }
                 send!(Frame::Envelopes(batch));
             }
-            _ = hb.tick() => {
+            _ = silence.tick() => {
                 if last_seen.elapsed() > PEER_TIMEOUT {
                     return format!("silent for {:?}", last_seen.elapsed());
                 }
+            }
+            _ = hb.tick() => {
                 hb_seq += 1;
                 let now = mono_ns();
                 let (echo_ns, echo_hold_ns) = match echo {
