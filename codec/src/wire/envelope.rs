@@ -26,8 +26,9 @@ pub enum Msg {
     Probe(Probe),
     Ping(Ping),
     Pong(Pong),
-    /// Opaque bytes; the link charges their length.
-    Bytes(Vec<u8>),
+    /// Opaque bytes; the link charges their length. Encoded as one length-
+    /// prefixed byte string (serde_bytes), not element by element.
+    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// One packet of a probe flow. It carries only a declared size: links charge
