@@ -3,8 +3,17 @@
 //! backend, KV export/import for handoffs, profiling, benchmarks and NVML
 //! telemetry. No I/O in the engine, ledger or modeled backend.
 
+pub mod backend;
+pub mod engine;
 pub mod error;
+pub mod ledger;
 pub mod model;
+pub mod profile;
 pub mod tokenizer;
 
 pub use error::{GpuError, Result};
+
+pub use backend::{Backend, ModeledBackend, RealBackend};
+pub use engine::{BatchEngine, BatchMode, EngineConfig, Request, StepOutput};
+pub use ledger::KvLedger;
+pub use profile::Profile;

@@ -43,6 +43,7 @@ pub struct Tokenizer {
     byte_dec: HashMap<char, u8>,
     bos: Option<u32>,
     eos: Option<u32>,
+    unk: Option<u32>,
     cache: RefCell<HashMap<String, Vec<u32>>>,
 }
 
@@ -97,15 +98,11 @@ impl Tokenizer {
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
         let byte_enc = byte_to_unicode();
         let byte_dec = byte_enc.iter().enumerate().map(|(b, c)| (*c, b as u8)).collect();
-        for c in byte_enc {
-            if !vocab.contains_key(&c.to_string()) {
-                return Err(tok_err(g.label(), format!("byte token `{c}` missing from vocabulary")));
-            }
-        }
         let id = |k: &str| g.usize(k).ok().map(|v| v as u32).filter(|v| (*v as usize) < tokens.len());
         Ok(Tokenizer {
             bos: id("tokenizer.ggml.bos_token_id"),
             eos: id("tokenizer.ggml.eos_token_id"),
+            unk: id("tokenizer.ggml.unknown_token_id"),
             vocab,
             tokens,
             ranks,
@@ -197,8 +194,12 @@ impl Tokenizer {
         word.iter()
             .flat_map(|s| match self.vocab.get(s) {
                 Some(id) => vec![*id],
-                // Unreachable for a consistent vocabulary: fall back to bytes.
-                None => s.chars().filter_map(|c| self.vocab.get(&c.to_string()).copied()).collect(),
+                // A byte the vocabulary lacks (SmolLM2 has no tokens for some
+                // control bytes) becomes the unknown token.
+                None => s
+                    .chars()
+                    .filter_map(|c| self.vocab.get(&c.to_string()).copied().or(self.unk))
+                    .collect(),
             })
             .collect()
     }

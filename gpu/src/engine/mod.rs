@@ -1,0 +1,412 @@
+//! The iteration-level batching engine (LYREO's DEED scheme, Orca-style).
+//!
+//! [`BatchEngine`] is a plain state machine driven by [`BatchEngine::submit`]
+//! and [`BatchEngine::step`]`(now)`; it does no I/O and reads no clock (the
+//! real backend measures compute time, the modeled one predicts it). One step is
+//! one iteration:
+//!
+//! 1. **Admission.** Waiting requests are considered in arrival order; the head
+//!    is admitted if its KV reservation `(input + output length) × α` fits in
+//!    what the running requests have not reserved, otherwise it and everything
+//!    behind it wait (no overtaking). In [`BatchMode::Static`] admission happens
+//!    only when the server is empty (the LYREO static-batching baseline).
+//! 2. **Prefill.** All newly admitted requests are prefilled together in one
+//!    backend call; each gets its first output token.
+//! 3. **Decode.** Every request that was already running produces one token in
+//!    one batched backend call (selective batching; per-sequence attention).
+//! 4. **Accounting.** The ledger records the occupancy after this iteration's
+//!    tokens and the iteration's duration `τ = prefill + decode`.
+//! 5. **Exit.** Requests that reached their output length (or EOS, if asked)
+//!    leave at the end of the iteration and free their KV. In static mode they
+//!    stay, holding their KV, until the longest member of the batch is done.
+
+pub mod request;
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+pub use request::{Finished, Prompt, Request, RequestId};
+
+use crate::backend::{Backend, DecodeItem, PrefillItem};
+use crate::error::{GpuError, Result};
+use crate::ledger::{KvLedger, LedgerSnapshot, WindowStats};
+
+/// Continuous (iteration-level) or static batching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchMode {
+    #[default]
+    Continuous,
+    Static,
+}
+
+/// Engine settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EngineConfig {
+    /// KV capacity `M_s` in bytes.
+    pub kv_capacity_bytes: u64,
+    /// Most sequences in one batch.
+    pub max_batch: usize,
+    pub mode: BatchMode,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            kv_capacity_bytes: 4 * 1024 * 1024 * 1024,
+            max_batch: 256,
+            mode: BatchMode::Continuous,
+        }
+    }
+}
+
+struct Waiting<C> {
+    req: Request,
+    submitted_at: f64,
+    cache: Option<C>,
+}
+
+struct Running {
+    req: Request,
+    generated: Vec<u32>,
+    submitted_at: f64,
+    admitted_at: f64,
+    first_token_at: f64,
+    done_at: Option<f64>,
+    hit_eos: bool,
+}
+
+/// What one iteration did.
+#[derive(Debug, Clone)]
+pub struct StepOutput<C> {
+    pub iteration: u64,
+    pub started_at: f64,
+    /// Total iteration time `prefill_s + decode_s`.
+    pub duration_s: f64,
+    pub prefill_s: f64,
+    pub decode_s: f64,
+    /// Requests prefilled in this iteration.
+    pub admitted: Vec<RequestId>,
+    /// Tokens produced, one per active request.
+    pub tokens: Vec<(RequestId, u32)>,
+    /// Requests that left at the end of the iteration.
+    pub finished: Vec<Finished<C>>,
+    /// Sequences in the decode batch.
+    pub decode_batch: usize,
+    /// Ledger after the iteration.
+    pub ledger: LedgerSnapshot,
+}
+
+impl<C> StepOutput<C> {
+    /// Whether the step did nothing (no request to run).
+    pub fn is_idle(&self) -> bool {
+        self.admitted.is_empty() && self.tokens.is_empty() && self.finished.is_empty()
+    }
+}
+
+/// The batching engine over a backend.
+pub struct BatchEngine<B: Backend> {
+    backend: B,
+    config: EngineConfig,
+    ledger: KvLedger,
+    waiting: VecDeque<Waiting<B::Cache>>,
+    running: Vec<Running>,
+    iteration: u64,
+    last_now: f64,
+}
+
+impl<B: Backend> BatchEngine<B> {
+    pub fn new(backend: B, config: EngineConfig) -> Self {
+        let ledger = KvLedger::new(backend.kv_bytes_per_token(), config.kv_capacity_bytes);
+        BatchEngine {
+            backend,
+            config,
+            ledger,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            iteration: 0,
+            last_now: 0.0,
+        }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    pub fn ledger(&self) -> &KvLedger {
+        &self.ledger
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Requests waiting for admission.
+    pub fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Requests admitted and not yet left.
+    pub fn running_len(&self) -> usize {
+        self.running.len()
+    }
+
+    /// No request waiting or running.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Slot statistics since the last call (see [`KvLedger::take_window`]).
+    pub fn take_window(&mut self, slot_s: f64) -> WindowStats {
+        self.ledger.take_window(slot_s)
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        if req.output_len == 0 {
+            return Err(GpuError::Engine(format!("request {}: output length 0", req.id)));
+        }
+        if req.prompt.is_empty() {
+            return Err(GpuError::Engine(format!("request {}: empty prompt", req.id)));
+        }
+        if !self.ledger.could_ever_fit(req.kv_tokens()) {
+            return Err(GpuError::Engine(format!(
+                "request {}: needs {} B of KV, more than the capacity {} B",
+                req.id,
+                self.ledger.bytes_for(req.kv_tokens()),
+                self.ledger.capacity_bytes()
+            )));
+        }
+        let dup = self.waiting.iter().any(|w| w.req.id == req.id)
+            || self.running.iter().any(|r| r.req.id == req.id);
+        if dup {
+            return Err(GpuError::Engine(format!("request {}: id already in use", req.id)));
+        }
+        Ok(())
+    }
+
+    /// Queues a request (admitted at a later step when its KV fits).
+    pub fn submit(&mut self, req: Request) -> Result<()> {
+        self.check(&req)?;
+        self.waiting.push_back(Waiting {
+            req,
+            submitted_at: self.last_now,
+            cache: None,
+        });
+        Ok(())
+    }
+
+    /// Queues a request whose prompt's first tokens are already in `cache` (a
+    /// handed-off context): only the rest of the prompt is prefilled.
+    pub fn submit_with_cache(&mut self, req: Request, cache: B::Cache) -> Result<()> {
+        self.check(&req)?;
+        self.waiting.push_back(Waiting {
+            req,
+            submitted_at: self.last_now,
+            cache: Some(cache),
+        });
+        Ok(())
+    }
+
+    fn admit(&mut self) -> Vec<Waiting<B::Cache>> {
+        let mut out = Vec::new();
+        if self.config.mode == BatchMode::Static && !self.running.is_empty() {
+            return out;
+        }
+        while let Some(w) = self.waiting.front() {
+            if self.running.len() + out.len() >= self.config.max_batch
+                || !self.ledger.fits(w.req.kv_tokens())
+            {
+                break;
+            }
+            let Some(w) = self.waiting.pop_front() else { break };
+            // `fits` was checked just above.
+            if self.ledger.reserve(w.req.id, w.req.kv_tokens()).is_err() {
+                self.waiting.push_front(w);
+                break;
+            }
+            out.push(w);
+        }
+        out
+    }
+
+    /// Runs one iteration at time `now` (seconds on the caller's clock).
+    pub fn step(&mut self, now: f64) -> Result<StepOutput<B::Cache>> {
+        self.last_now = now;
+        let admitted = self.admit();
+        // Decode batch: running requests that still generate.
+        let decode_idx: Vec<usize> = (0..self.running.len())
+            .filter(|&i| self.running[i].done_at.is_none())
+            .collect();
+        let mut out = StepOutput {
+            iteration: self.iteration,
+            started_at: now,
+            duration_s: 0.0,
+            prefill_s: 0.0,
+            decode_s: 0.0,
+            admitted: admitted.iter().map(|w| w.req.id).collect(),
+            tokens: Vec::new(),
+            finished: Vec::new(),
+            decode_batch: decode_idx.len(),
+            ledger: self.ledger.snapshot(),
+        };
+        if admitted.is_empty() && decode_idx.is_empty() {
+            return Ok(out);
+        }
+        self.iteration += 1;
+
+        // Prefill the newly admitted together.
+        let mut new_running = Vec::with_capacity(admitted.len());
+        if !admitted.is_empty() {
+            let mut adopted = Vec::with_capacity(admitted.len());
+            for w in admitted {
+                let Waiting {
+                    req,
+                    submitted_at,
+                    cache,
+                } = w;
+                if let Some(c) = cache {
+                    if let Err(e) = self.backend.adopt(req.id, c) {
+                        self.ledger.release(req.id);
+                        return Err(e);
+                    }
+                }
+                adopted.push((req, submitted_at));
+            }
+            let items: Vec<PrefillItem<'_>> = adopted
+                .iter()
+                .map(|(r, _)| PrefillItem {
+                    seq: r.id,
+                    tokens: r.prompt.tokens(),
+                    len: r.input_len(),
+                })
+                .collect();
+            let step = match self.backend.prefill(&items) {
+                Ok(s) => s,
+                Err(e) => {
+                    for (r, _) in &adopted {
+                        self.ledger.release(r.id);
+                        self.backend.release(r.id);
+                    }
+                    return Err(e);
+                }
+            };
+            out.prefill_s = step.duration_s;
+            let t_first = now + step.duration_s;
+            for ((req, submitted_at), tok) in adopted.into_iter().zip(step.tokens) {
+                out.tokens.push((req.id, tok));
+                new_running.push(Running {
+                    generated: vec![tok],
+                    submitted_at,
+                    admitted_at: now,
+                    first_token_at: t_first,
+                    done_at: None,
+                    hit_eos: false,
+                    req,
+                });
+            }
+        }
+
+        // One decode iteration for the requests already running.
+        if !decode_idx.is_empty() {
+            let items: Vec<DecodeItem> = decode_idx
+                .iter()
+                .map(|&i| {
+                    let r = &self.running[i];
+                    DecodeItem {
+                        seq: r.req.id,
+                        token: *r.generated.last().unwrap_or(&0),
+                    }
+                })
+                .collect();
+            let occ = self.ledger.occupancy_bytes();
+            let step = self.backend.decode(&items, occ)?;
+            out.decode_s = step.duration_s;
+            for (&i, tok) in decode_idx.iter().zip(step.tokens) {
+                let r = &mut self.running[i];
+                r.generated.push(tok);
+                out.tokens.push((r.req.id, tok));
+            }
+        }
+        out.duration_s = out.prefill_s + out.decode_s;
+        let end = now + out.duration_s;
+        self.running.extend(new_running);
+
+        // Accounting: held tokens after this iteration (input + generated).
+        let eos = self.backend.eos_token();
+        for r in &mut self.running {
+            if r.done_at.is_some() {
+                continue;
+            }
+            let held = r.req.input_len() + r.generated.len();
+            self.ledger.set_tokens(r.req.id, held as u64);
+            let last = r.generated.last().copied();
+            let eos_hit = r.req.stop_at_eos && eos.is_some() && last == eos;
+            if r.generated.len() >= r.req.output_len || eos_hit {
+                r.done_at = Some(end);
+                r.hit_eos = eos_hit && r.generated.len() < r.req.output_len;
+            }
+        }
+        self.ledger.record_iteration(out.duration_s);
+
+        // Exit.
+        let leave_all = self.running.iter().all(|r| r.done_at.is_some());
+        let mut keep = Vec::with_capacity(self.running.len());
+        for r in std::mem::take(&mut self.running) {
+            let leaves = match self.config.mode {
+                BatchMode::Continuous => r.done_at.is_some(),
+                BatchMode::Static => leave_all,
+            };
+            if !leaves {
+                keep.push(r);
+                continue;
+            }
+            self.ledger.release(r.req.id);
+            let cache = if r.req.keep_cache {
+                self.backend.take(r.req.id)
+            } else {
+                self.backend.release(r.req.id);
+                None
+            };
+            out.finished.push(Finished {
+                id: r.req.id,
+                input_len: r.req.input_len(),
+                tokens: r.generated,
+                submitted_at: r.submitted_at,
+                admitted_at: r.admitted_at,
+                first_token_at: r.first_token_at,
+                finished_at: end,
+                hit_eos: r.hit_eos,
+                cache,
+            });
+        }
+        self.running = keep;
+        out.ledger = self.ledger.snapshot();
+        Ok(out)
+    }
+
+    /// Steps until idle from `now`, advancing time by each iteration's duration;
+    /// returns all outputs (for tests and benchmarks).
+    pub fn run_to_idle(&mut self, mut now: f64) -> Result<Vec<StepOutput<B::Cache>>> {
+        let mut outs = Vec::new();
+        while !self.is_idle() {
+            let o = self.step(now)?;
+            now += o.duration_s;
+            let idle = o.is_idle();
+            outs.push(o);
+            if idle {
+                return Err(GpuError::Engine(
+                    "engine made no progress with requests pending".into(),
+                ));
+            }
+        }
+        Ok(outs)
+    }
+}
+
+#[cfg(test)]
+mod tests;

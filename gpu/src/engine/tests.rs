@@ -1,0 +1,225 @@
+use super::*;
+use crate::backend::{ModeledBackend, RealBackend};
+use crate::model::{load_tiny, KvDtype, WeightLayout};
+use crate::profile::{CurvePoint, DecodeCurve, Profile};
+use candle_core::Device;
+
+fn tiny_engine(mode: BatchMode) -> BatchEngine<RealBackend> {
+    let lm = load_tiny(7, &Device::Cpu, Some(WeightLayout::for_device(&Device::Cpu))).unwrap();
+    let be = RealBackend::new(lm.model, KvDtype::F32, None);
+    BatchEngine::new(
+        be,
+        EngineConfig {
+            kv_capacity_bytes: 1 << 30,
+            max_batch: 64,
+            mode,
+        },
+    )
+}
+
+fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32).map(|i| 3 + (seed * 53 + i * 29) % 260).collect()
+}
+
+#[test]
+fn continuous_batching_matches_decoding_alone() {
+    let mut e = tiny_engine(BatchMode::Continuous);
+    // (id, prompt length, output length, iteration at which it is submitted)
+    let plan = [(1u64, 5usize, 12usize, 0u64), (2, 17, 6, 0), (3, 9, 9, 2), (4, 30, 4, 3), (5, 2, 8, 7)];
+    let mut results = std::collections::HashMap::new();
+    let mut now = 0.0;
+    let mut it = 0;
+    let mut saw_join = false;
+    while results.len() < plan.len() {
+        for &(id, pl, ol, at) in &plan {
+            if at == it {
+                e.submit(Request::with_tokens(id, prompt(id as u32, pl), ol)).unwrap();
+            }
+        }
+        let o = e.step(now).unwrap();
+        if !o.admitted.is_empty() && o.decode_batch > 0 {
+            saw_join = true;
+        }
+        now += o.duration_s;
+        for f in o.finished {
+            results.insert(f.id, f.tokens);
+        }
+        it += 1;
+        assert!(it < 100);
+    }
+    assert!(saw_join, "some request must join a running batch");
+    let model = e.backend().model();
+    for &(id, pl, ol, _) in &plan {
+        let alone = model.generate_alone(&prompt(id as u32, pl), ol).unwrap();
+        assert_eq!(results[&id], alone, "request {id}");
+    }
+    assert_eq!(e.backend().live(), 0, "finished requests free their KV");
+    assert_eq!(e.ledger().occupancy_bytes(), 0);
+}
+
+#[test]
+fn handoff_cache_continues_the_sequence() {
+    let mut e = tiny_engine(BatchMode::Continuous);
+    let p = prompt(3, 12);
+    let mut a = Request::with_tokens(1, p.clone(), 5);
+    a.keep_cache = true;
+    e.submit(a).unwrap();
+    let outs = e.run_to_idle(0.0).unwrap();
+    let fin = outs.into_iter().flat_map(|o| o.finished).next().unwrap();
+    let cache = fin.cache.unwrap();
+    assert_eq!(cache.len(), 12 + 4);
+    let mut p2 = p.clone();
+    p2.extend_from_slice(&fin.tokens[..4]);
+    p2.extend_from_slice(&[40, 41, 42]);
+    e.submit_with_cache(Request::with_tokens(2, p2.clone(), 6), cache).unwrap();
+    let outs = e.run_to_idle(1.0).unwrap();
+    let got = outs.into_iter().flat_map(|o| o.finished).next().unwrap().tokens;
+    assert_eq!(got, e.backend().model().generate_alone(&p2, 6).unwrap());
+}
+
+fn flat_profile(alpha: u64, cap: u64) -> Profile {
+    Profile {
+        name: "flat".into(),
+        source: String::new(),
+        kv_capacity_bytes: cap,
+        kv_bytes_per_token: alpha,
+        prefill_tok_s: 100.0,
+        prefill_overhead_s: 0.0,
+        decode: vec![DecodeCurve {
+            batch: 1,
+            points: vec![CurvePoint { kv_bytes: 0, step_s: 0.01 }],
+        }],
+    }
+}
+
+fn modeled(cap: u64, mode: BatchMode) -> BatchEngine<ModeledBackend> {
+    BatchEngine::new(
+        ModeledBackend::new(flat_profile(10, cap)),
+        EngineConfig {
+            kv_capacity_bytes: cap,
+            max_batch: 16,
+            mode,
+        },
+    )
+}
+
+#[test]
+fn admission_waits_in_order_and_frees_at_iteration_end() {
+    // α = 10 B, capacity 1000 B = 100 tokens.
+    let mut e = modeled(1000, BatchMode::Continuous);
+    e.submit(Request::with_lengths(1, 40, 20)).unwrap(); // 60 tokens
+    e.submit(Request::with_lengths(2, 30, 20)).unwrap(); // 50: does not fit next to 1
+    e.submit(Request::with_lengths(3, 10, 5)).unwrap(); // 15: would fit but must not overtake 2
+    assert!(e.submit(Request::with_lengths(4, 90, 20)).is_err(), "can never fit");
+    let o = e.step(0.0).unwrap();
+    assert_eq!(o.admitted, vec![1]);
+    // prefill 40 tokens at 100 tok/s
+    assert!((o.duration_s - 0.4).abs() < 1e-12);
+    assert_eq!(o.ledger.occupancy_bytes, 410);
+    assert_eq!(o.ledger.reserved_bytes, 600);
+    assert_eq!(e.waiting_len(), 2);
+    let mut now = o.duration_s;
+    let mut admitted_2_at = None;
+    let mut finished_1_at = None;
+    for k in 1..40 {
+        let o = e.step(now).unwrap();
+        if o.admitted.contains(&2) {
+            admitted_2_at = Some(k);
+            assert!(o.admitted.contains(&3), "3 follows 2 in the same iteration");
+        }
+        for f in &o.finished {
+            if f.id == 1 {
+                finished_1_at = Some(k);
+                assert_eq!(f.tokens.len(), 20);
+            }
+        }
+        now += o.duration_s;
+        if e.is_idle() {
+            break;
+        }
+    }
+    // Request 1: prefill gives token 1, then 19 decode iterations (k = 1..=19).
+    assert_eq!(finished_1_at, Some(19));
+    assert_eq!(admitted_2_at, Some(20), "admitted in the iteration after 1 left");
+    assert!(e.is_idle());
+    let s = e.ledger().snapshot();
+    assert_eq!(s.occupancy_bytes, 0);
+    assert_eq!(s.reserved_bytes, 0);
+    // Peak: request 1 at 40 + 20 tokens = 600 B; 2 and 3 together hold at most
+    // 35 + 15 = 50 tokens (3 leaves after its 5th token) = 500 B.
+    assert_eq!(s.peak_bytes, 600);
+}
+
+#[test]
+fn memory_time_by_hand() {
+    let mut e = modeled(10_000, BatchMode::Continuous);
+    e.submit(Request::with_lengths(1, 10, 3)).unwrap();
+    // it 0: prefill 10 tok = 0.1 s, holds 11 tokens → 110 B × 0.1 s
+    // it 1: decode 0.01 s, 12 tokens → 120 × 0.01
+    // it 2: decode 0.01 s, 13 tokens → 130 × 0.01, finishes
+    let outs = e.run_to_idle(0.0).unwrap();
+    assert_eq!(outs.len(), 3);
+    let s = e.ledger().snapshot();
+    let expect = 110.0 * 0.1 + 120.0 * 0.01 + 130.0 * 0.01;
+    assert!((s.memory_time_byte_s - expect).abs() < 1e-9, "{}", s.memory_time_byte_s);
+    assert_eq!(s.peak_bytes, 130);
+    let f = &outs[2].finished[0];
+    assert!((f.finished_at - 0.12).abs() < 1e-12);
+    assert!((f.first_token_at - 0.1).abs() < 1e-12);
+    let w = e.take_window(1.0);
+    assert!((w.eta - expect / 10_000.0).abs() < 1e-12);
+}
+
+#[test]
+fn static_batching_waits_for_longest() {
+    let mut e = modeled(1_000_000, BatchMode::Static);
+    e.submit(Request::with_lengths(1, 10, 2)).unwrap();
+    e.submit(Request::with_lengths(2, 10, 5)).unwrap();
+    let o = e.step(0.0).unwrap();
+    assert_eq!(o.admitted, vec![1, 2]);
+    e.submit(Request::with_lengths(3, 10, 1)).unwrap();
+    let mut now = o.duration_s;
+    let mut fin = Vec::new();
+    for _ in 0..10 {
+        let o = e.step(now).unwrap();
+        assert!(!o.admitted.contains(&3) || fin.len() == 2, "no joining a running static batch");
+        now += o.duration_s;
+        for f in o.finished {
+            fin.push((f.id, f.finished_at, f.tokens.len()));
+        }
+        if e.is_idle() {
+            break;
+        }
+    }
+    assert_eq!(fin.len(), 3);
+    // 1 and 2 leave together, after 2's 5th token.
+    assert_eq!(fin[0].1, fin[1].1);
+    assert_eq!(fin[0].2, 2);
+    assert_eq!(fin[1].2, 5);
+    assert!(fin[2].1 > fin[1].1);
+
+    // The same workload under continuous batching lets 1 leave early.
+    let mut c = modeled(1_000_000, BatchMode::Continuous);
+    c.submit(Request::with_lengths(1, 10, 2)).unwrap();
+    c.submit(Request::with_lengths(2, 10, 5)).unwrap();
+    let outs = c.run_to_idle(0.0).unwrap();
+    let f1 = outs.iter().flat_map(|o| &o.finished).find(|f| f.id == 1).unwrap();
+    let f2 = outs.iter().flat_map(|o| &o.finished).find(|f| f.id == 2).unwrap();
+    assert!(f1.finished_at < f2.finished_at);
+}
+
+#[test]
+fn modeled_decode_time_follows_profile() {
+    let mut p = flat_profile(10, 1_000_000);
+    p.decode[0].points = vec![
+        CurvePoint { kv_bytes: 0, step_s: 0.01 },
+        CurvePoint { kv_bytes: 1000, step_s: 0.02 },
+    ];
+    let mut e = BatchEngine::new(ModeledBackend::new(p), EngineConfig::default());
+    e.submit(Request::with_lengths(1, 50, 3)).unwrap();
+    let o = e.step(0.0).unwrap();
+    assert!((o.prefill_s - 0.5).abs() < 1e-12);
+    let o = e.step(0.5).unwrap();
+    // occupancy before the iteration: 51 tokens = 510 B → 0.0151 s
+    assert!((o.decode_s - 0.0151).abs() < 1e-12, "{}", o.decode_s);
+}

@@ -1,0 +1,464 @@
+//! Server cost profiles for the modeled backend.
+//!
+//! A [`Profile`] gives the prefill rate and the per-iteration decode time as a
+//! piecewise-linear function of KV occupancy, one curve per measured batch size
+//! (linear interpolation between curves; one curve means batch-independent).
+//!
+//! # File format
+//!
+//! JSON (any extension but `.toml`) or TOML (`.toml`), same fields:
+//!
+//! ```json
+//! {
+//!   "name": "rtx4090",
+//!   "source": "built-in: LYREO paper GPU class …",
+//!   "kv_capacity_bytes": 24000000000,
+//!   "kv_bytes_per_token": 16384,
+//!   "prefill_tok_s": 8000.0,
+//!   "prefill_overhead_s": 0.0,
+//!   "decode": [
+//!     { "batch": 1, "points": [ { "kv_bytes": 0, "step_s": 0.0055 },
+//!                               { "kv_bytes": 24000000000, "step_s": 0.0293 } ] }
+//!   ]
+//! }
+//! ```
+//!
+//! `decode[*].points` are sorted by `kv_bytes`; beyond the last point the last
+//! segment's slope is extrapolated (never below the last value), before the first
+//! the first value holds. Prefill of `n` tokens takes
+//! `prefill_overhead_s + n / prefill_tok_s`.
+//!
+//! # Built-in GPU classes
+//!
+//! The LYREO paper's servers (Llama-3.2-1B, α = 16 KB/token): RTX 3080 / 3090 /
+//! 4090 with 10 / 20 / 24 GB and prefill 2 500 / 4 000 / 8 000 tok/s. The paper
+//! profiles decode throughput as non-increasing in KV occupancy without giving
+//! numbers; the built-ins use a memory-bound roofline: an iteration reads the
+//! BF16 weights (2.47 GB) and the occupied KV once at the card's memory bandwidth
+//! (760 / 936 / 1008 GB/s), plus 3 ms of launch/sampling overhead.
+//!
+//! [`run_profile`] measures a profile on the real backend.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Backend, DecodeItem, PrefillItem, RealBackend};
+use crate::error::{GpuError, Result};
+
+/// One occupancy point of a decode curve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    pub kv_bytes: u64,
+    pub step_s: f64,
+}
+
+/// Per-iteration time versus occupancy at one batch size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecodeCurve {
+    pub batch: usize,
+    pub points: Vec<CurvePoint>,
+}
+
+/// A server's cost model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub name: String,
+    #[serde(default)]
+    pub source: String,
+    pub kv_capacity_bytes: u64,
+    pub kv_bytes_per_token: u64,
+    pub prefill_tok_s: f64,
+    #[serde(default)]
+    pub prefill_overhead_s: f64,
+    pub decode: Vec<DecodeCurve>,
+}
+
+fn interp_curve(points: &[CurvePoint], occ: u64) -> f64 {
+    let x = occ as f64;
+    match points {
+        [] => 0.0,
+        [p] => p.step_s,
+        _ => {
+            if x <= points[0].kv_bytes as f64 {
+                return points[0].step_s;
+            }
+            for w in points.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                if x <= b.kv_bytes as f64 {
+                    let span = (b.kv_bytes - a.kv_bytes) as f64;
+                    let f = if span > 0.0 { (x - a.kv_bytes as f64) / span } else { 1.0 };
+                    return a.step_s + f * (b.step_s - a.step_s);
+                }
+            }
+            let n = points.len();
+            let (a, b) = (points[n - 2], points[n - 1]);
+            let span = (b.kv_bytes - a.kv_bytes) as f64;
+            let slope = if span > 0.0 { (b.step_s - a.step_s) / span } else { 0.0 };
+            b.step_s + slope.max(0.0) * (x - b.kv_bytes as f64)
+        }
+    }
+}
+
+impl Profile {
+    /// Time of one decode iteration of `batch` sequences holding `occupancy_bytes`.
+    pub fn step_time(&self, batch: usize, occupancy_bytes: u64) -> f64 {
+        let c = &self.decode;
+        if c.is_empty() || batch == 0 {
+            return 0.0;
+        }
+        if c.len() == 1 || batch <= c[0].batch {
+            return interp_curve(&c[0].points, occupancy_bytes);
+        }
+        for w in c.windows(2) {
+            if batch <= w[1].batch {
+                let ta = interp_curve(&w[0].points, occupancy_bytes);
+                let tb = interp_curve(&w[1].points, occupancy_bytes);
+                let f = (batch - w[0].batch) as f64 / (w[1].batch - w[0].batch) as f64;
+                return ta + f * (tb - ta);
+            }
+        }
+        let n = c.len();
+        let ta = interp_curve(&c[n - 2].points, occupancy_bytes);
+        let tb = interp_curve(&c[n - 1].points, occupancy_bytes);
+        let slope = (tb - ta) / (c[n - 1].batch - c[n - 2].batch) as f64;
+        tb + slope.max(0.0) * (batch - c[n - 1].batch) as f64
+    }
+
+    /// Time to prefill `tokens` tokens.
+    pub fn prefill_time(&self, tokens: usize) -> f64 {
+        if tokens == 0 {
+            return 0.0;
+        }
+        self.prefill_overhead_s + tokens as f64 / self.prefill_tok_s
+    }
+
+    /// Aggregate decode throughput (tokens/s) at a batch size and occupancy.
+    pub fn decode_tok_s(&self, batch: usize, occupancy_bytes: u64) -> f64 {
+        let t = self.step_time(batch, occupancy_bytes);
+        if t > 0.0 {
+            batch as f64 / t
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// Checks the profile is usable; `label` names it in errors.
+    pub fn validate(&self, label: &str) -> Result<()> {
+        let bad = |msg: String| GpuError::Profile {
+            path: label.to_string(),
+            msg,
+        };
+        if !(self.prefill_tok_s.is_finite() && self.prefill_tok_s > 0.0) {
+            return Err(bad(format!("prefill_tok_s must be > 0, got {}", self.prefill_tok_s)));
+        }
+        if !(self.prefill_overhead_s.is_finite() && self.prefill_overhead_s >= 0.0) {
+            return Err(bad("prefill_overhead_s must be ≥ 0".into()));
+        }
+        if self.kv_bytes_per_token == 0 || self.kv_capacity_bytes == 0 {
+            return Err(bad("kv_bytes_per_token and kv_capacity_bytes must be > 0".into()));
+        }
+        if self.decode.is_empty() {
+            return Err(bad("decode has no curves".into()));
+        }
+        let mut last_batch = 0;
+        for (i, c) in self.decode.iter().enumerate() {
+            if c.batch <= last_batch {
+                return Err(bad(format!("decode[{i}]: batch sizes must be increasing and ≥ 1")));
+            }
+            last_batch = c.batch;
+            if c.points.is_empty() {
+                return Err(bad(format!("decode[{i}] (batch {}) has no points", c.batch)));
+            }
+            let mut last = None;
+            for (j, p) in c.points.iter().enumerate() {
+                if !(p.step_s.is_finite() && p.step_s > 0.0) {
+                    return Err(bad(format!("decode[{i}].points[{j}]: step_s must be > 0")));
+                }
+                if last.is_some_and(|l| p.kv_bytes <= l) {
+                    return Err(bad(format!("decode[{i}].points[{j}]: kv_bytes must increase")));
+                }
+                last = Some(p.kv_bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a profile (TOML if the extension is `.toml`, else JSON) and validates it.
+    pub fn load(path: &Path) -> Result<Self> {
+        let label = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| GpuError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let p: Profile = if path.extension().is_some_and(|e| e == "toml") {
+            toml::from_str(&text).map_err(|e| GpuError::Profile {
+                path: label.clone(),
+                msg: e.to_string(),
+            })?
+        } else {
+            serde_json::from_str(&text).map_err(|e| GpuError::Profile {
+                path: label.clone(),
+                msg: e.to_string(),
+            })?
+        };
+        p.validate(&label)?;
+        Ok(p)
+    }
+
+    /// Writes the profile (TOML if the extension is `.toml`, else pretty JSON).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let label = path.display().to_string();
+        let text = if path.extension().is_some_and(|e| e == "toml") {
+            toml::to_string_pretty(self).map_err(|e| GpuError::Profile {
+                path: label.clone(),
+                msg: e.to_string(),
+            })?
+        } else {
+            serde_json::to_string_pretty(self).map_err(|e| GpuError::Profile {
+                path: label.clone(),
+                msg: e.to_string(),
+            })?
+        };
+        std::fs::write(path, text).map_err(|source| GpuError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// A built-in GPU class: `rtx3080`, `rtx3090` or `rtx4090`.
+    pub fn builtin(name: &str) -> Result<Self> {
+        let (cap_gb, prefill, bw_gb_s) = match name.to_ascii_lowercase().as_str() {
+            "rtx3080" => (10u64, 2500.0, 760.0),
+            "rtx3090" => (20, 4000.0, 936.0),
+            "rtx4090" => (24, 8000.0, 1008.0),
+            _ => return Err(GpuError::UnknownProfile(name.to_string())),
+        };
+        const WEIGHTS_GB: f64 = 2.47; // Llama-3.2-1B, BF16
+        const OVERHEAD_S: f64 = 0.003;
+        let cap = cap_gb * 1_000_000_000;
+        let t = |kv: u64| OVERHEAD_S + (WEIGHTS_GB * 1e9 + kv as f64) / (bw_gb_s * 1e9);
+        Ok(Profile {
+            name: name.to_ascii_lowercase(),
+            source: format!(
+                "built-in: LYREO paper GPU class ({cap_gb} GB, prefill {prefill} tok/s); decode = \
+                 memory-bound roofline at {bw_gb_s} GB/s over 2.47 GB weights + KV, + 3 ms"
+            ),
+            kv_capacity_bytes: cap,
+            kv_bytes_per_token: 16_384,
+            prefill_tok_s: prefill,
+            prefill_overhead_s: 0.0,
+            decode: vec![DecodeCurve {
+                batch: 1,
+                points: vec![
+                    CurvePoint { kv_bytes: 0, step_s: t(0) },
+                    CurvePoint { kv_bytes: cap, step_s: t(cap) },
+                ],
+            }],
+        })
+    }
+}
+
+/// What [`run_profile`] measures.
+#[derive(Debug, Clone)]
+pub struct ProfileOptions {
+    /// GGUF file (`None` → the default lookup, see [`crate::model::model_path`]).
+    pub model: Option<std::path::PathBuf>,
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// Weight layout (`None` → per device default).
+    pub layout: Option<crate::model::WeightLayout>,
+    /// Batch sizes of the grid.
+    pub batch_sizes: Vec<usize>,
+    /// Context lengths per sequence of the grid (occupancy = batch × length × α).
+    pub context_lens: Vec<usize>,
+    /// Timed decode iterations per grid point (after one warm-up).
+    pub steps: usize,
+    /// KV capacity written into the profile.
+    pub kv_capacity_bytes: u64,
+    /// KV dtype for accounting.
+    pub kv_dtype: crate::model::KvDtype,
+    /// Profile name.
+    pub name: String,
+}
+
+impl Default for ProfileOptions {
+    fn default() -> Self {
+        ProfileOptions {
+            model: None,
+            device: "cpu".into(),
+            layout: None,
+            batch_sizes: vec![1, 4, 8, 16, 32],
+            context_lens: vec![64, 256, 512, 1024],
+            steps: 3,
+            kv_capacity_bytes: 4 * 1024 * 1024 * 1024,
+            kv_dtype: crate::model::KvDtype::F32,
+            name: "measured".into(),
+        }
+    }
+}
+
+/// Loads the model and measures a profile (see [`profile_backend`]).
+pub fn run_profile(opts: &ProfileOptions, progress: &dyn Fn(usize, usize)) -> Result<Profile> {
+    let path = crate::model::resolve_model_path(opts.model.as_deref())?;
+    let device = crate::model::parse_device(&opts.device)?;
+    let lm = crate::model::load(&path, &device, opts.layout)?;
+    let eos = lm.tokenizer.eos_id();
+    let mut backend = RealBackend::new(lm.model, opts.kv_dtype, eos);
+    let mut p = profile_backend(&mut backend, opts, progress)?;
+    p.source = format!(
+        "measured on {} ({}), {}",
+        opts.device,
+        backend.model().layout().label(),
+        path.display()
+    );
+    Ok(p)
+}
+
+/// Measures prefill (two prompt lengths → rate and fixed overhead) and, for every
+/// (batch, context length) of the grid, the mean decode iteration time with
+/// synthetic caches of that length.
+pub fn profile_backend(
+    backend: &mut RealBackend,
+    opts: &ProfileOptions,
+    progress: &dyn Fn(usize, usize),
+) -> Result<Profile> {
+    let total = 2 + opts.batch_sizes.len() * opts.context_lens.len();
+    let mut done = 0;
+    let alpha = backend.kv_bytes_per_token();
+    // Prefill: t(n) = a + n / r from n = 32 and n = 256 (one warm-up first).
+    let mut time_prefill = |n: usize, seq: u64| -> Result<f64> {
+        let s = backend.prefill(&[PrefillItem { seq, tokens: None, len: n }])?;
+        backend.release(seq);
+        Ok(s.duration_s)
+    };
+    time_prefill(16, u64::MAX)?;
+    let (n1, n2) = (32usize, 256usize);
+    let t1 = time_prefill(n1, u64::MAX)?;
+    done += 1;
+    progress(done, total);
+    let t2 = time_prefill(n2, u64::MAX)?;
+    done += 1;
+    progress(done, total);
+    let rate = if t2 > t1 { (n2 - n1) as f64 / (t2 - t1) } else { n2 as f64 / t2.max(1e-9) };
+    let overhead = (t1 - n1 as f64 / rate).max(0.0);
+    let mut curves = Vec::new();
+    let mut batches = opts.batch_sizes.clone();
+    batches.sort_unstable();
+    batches.dedup();
+    let mut lens = opts.context_lens.clone();
+    lens.sort_unstable();
+    lens.dedup();
+    for &b in &batches {
+        let mut points = Vec::new();
+        for &l in &lens {
+            let seqs: Vec<u64> = (0..b as u64).map(|i| 1_000_000 + i).collect();
+            for &s in &seqs {
+                backend.insert_synthetic(s, l)?;
+            }
+            let items: Vec<DecodeItem> = seqs.iter().map(|&seq| DecodeItem { seq, token: 100 }).collect();
+            let occ = alpha * (b * l) as u64;
+            backend.decode(&items, occ)?; // warm-up
+            let mut sum = 0.0;
+            for _ in 0..opts.steps.max(1) {
+                sum += backend.decode(&items, occ)?.duration_s;
+            }
+            for &s in &seqs {
+                backend.release(s);
+            }
+            points.push(CurvePoint {
+                kv_bytes: occ,
+                step_s: sum / opts.steps.max(1) as f64,
+            });
+            done += 1;
+            progress(done, total);
+        }
+        curves.push(DecodeCurve { batch: b, points });
+    }
+    let p = Profile {
+        name: opts.name.clone(),
+        source: String::new(),
+        kv_capacity_bytes: opts.kv_capacity_bytes,
+        kv_bytes_per_token: alpha,
+        prefill_tok_s: rate,
+        prefill_overhead_s: overhead,
+        decode: curves,
+    };
+    p.validate("measured profile")?;
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_decrease_with_occupancy() {
+        for n in ["rtx3080", "rtx3090", "rtx4090"] {
+            let p = Profile::builtin(n).unwrap();
+            p.validate(n).unwrap();
+            let lo = p.decode_tok_s(8, 0);
+            let hi = p.decode_tok_s(8, p.kv_capacity_bytes);
+            assert!(hi < lo, "{n}");
+        }
+        let p = Profile::builtin("rtx4090").unwrap();
+        assert_eq!(p.kv_capacity_bytes, 24_000_000_000);
+        assert_eq!(p.prefill_tok_s, 8000.0);
+        assert!((p.prefill_time(800) - 0.1).abs() < 1e-12);
+        assert!(Profile::builtin("h100").is_err());
+    }
+
+    #[test]
+    fn interpolation_by_hand() {
+        let p = Profile {
+            name: "t".into(),
+            source: String::new(),
+            kv_capacity_bytes: 1000,
+            kv_bytes_per_token: 10,
+            prefill_tok_s: 100.0,
+            prefill_overhead_s: 0.5,
+            decode: vec![
+                DecodeCurve {
+                    batch: 1,
+                    points: vec![
+                        CurvePoint { kv_bytes: 0, step_s: 1.0 },
+                        CurvePoint { kv_bytes: 100, step_s: 2.0 },
+                    ],
+                },
+                DecodeCurve {
+                    batch: 5,
+                    points: vec![
+                        CurvePoint { kv_bytes: 0, step_s: 3.0 },
+                        CurvePoint { kv_bytes: 100, step_s: 5.0 },
+                    ],
+                },
+            ],
+        };
+        p.validate("t").unwrap();
+        assert!((p.step_time(1, 50) - 1.5).abs() < 1e-12);
+        assert!((p.step_time(5, 50) - 4.0).abs() < 1e-12);
+        assert!((p.step_time(3, 50) - 2.75).abs() < 1e-12); // halfway 1.5 → 4.0
+        assert!((p.step_time(1, 200) - 3.0).abs() < 1e-12); // extrapolated
+        assert!((p.step_time(9, 0) - 5.0).abs() < 1e-12); // batch extrapolated
+        assert!((p.prefill_time(100) - 1.5).abs() < 1e-12);
+        let dir = std::env::temp_dir();
+        for ext in ["json", "toml"] {
+            let f = dir.join(format!("edgemu-gpu-profile-test-{}.{ext}", std::process::id()));
+            p.save(&f).unwrap();
+            assert_eq!(Profile::load(&f).unwrap(), p);
+            let _ = std::fs::remove_file(&f);
+        }
+    }
+
+    #[test]
+    fn invalid_profiles_are_errors() {
+        let mut p = Profile::builtin("rtx3090").unwrap();
+        p.decode[0].points[1].kv_bytes = 0;
+        assert!(p.validate("x").unwrap_err().to_string().contains("kv_bytes must increase"));
+        let f = std::env::temp_dir().join(format!("edgemu-gpu-bad-{}.json", std::process::id()));
+        std::fs::write(&f, "{\"name\": 3}").unwrap();
+        let e = Profile::load(&f).unwrap_err().to_string();
+        assert!(e.contains(&f.display().to_string()), "{e}");
+        let _ = std::fs::remove_file(&f);
+    }
+}
