@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# The multi-host test: three `edgemu node` processes, one per network
+# namespace, joined by veth pairs on a bridge (198.18.0.0/24), driven with
+# `edgemu ctl` during the run; tests/multihost/check.py then asserts on the
+# results files. Must run as root. Usage:
+#
+#   bash tests/multihost/run.sh [path/to/edgemu]     (default target/debug/edgemu)
+#
+# Environment: EMU_KEEP=1 keeps the work folder (logs, results) after a
+# passing run; it is always kept after a failing one.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BIN=${1:-$ROOT/target/debug/edgemu}
+
+die() { echo "multihost: $*" >&2; exit 1; }
+log() { echo "multihost: $*"; }
+
+[[ $EUID -eq 0 ]] || die "must run as root (it creates network namespaces)"
+command -v ip >/dev/null || die "needs iproute2 (ip)"
+command -v python3 >/dev/null || die "needs python3"
+command -v timeout >/dev/null || die "needs coreutils timeout"
+[[ -x $BIN ]] || die "no edgemu binary at $BIN (build it: cargo build -p edgemu-nodes)"
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+
+# Unique names, so parallel runs and leftovers never collide.
+P="emu-ci-$$"
+NS_BR="$P-br"
+declare -A NS=([alpha]="$P-a" [beta]="$P-b" [gamma]="$P-c")
+declare -A IP=([alpha]=198.18.0.1 [beta]=198.18.0.2 [gamma]=198.18.0.3)
+declare -A CTL=([alpha]=ws://198.18.0.1:7201 [beta]=ws://198.18.0.2:7202 [gamma]=ws://198.18.0.3:7203)
+declare -A PID=()
+CREATED_NS=()
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/edgemu-multihost.XXXXXX")
+mkdir -p "$WORK/logs" "$WORK/ctl"
+RUNID="multihost-$$"
+RESULTS="$WORK/results/$RUNID"
+export EDGEMU_TOKEN="mh-$$-$RANDOM$RANDOM$RANDOM"
+
+cleanup() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    for h in "${!PID[@]}"; do
+        kill -9 "${PID[$h]}" 2>/dev/null
+    done
+    for h in "${!PID[@]}"; do
+        wait "${PID[$h]}" 2>/dev/null
+    done
+    for ns in "${CREATED_NS[@]}"; do
+        # Anything still running in a namespace we created was started by us.
+        for p in $(ip netns pids "$ns" 2>/dev/null); do
+            kill -9 "$p" 2>/dev/null
+        done
+        ip netns del "$ns" 2>/dev/null
+    done
+    if [[ $rc -ne 0 ]]; then
+        for f in "$WORK"/logs/{alpha,beta,gamma}.log; do
+            [[ -f $f ]] || continue
+            echo "----- last lines of $f" >&2
+            tail -n 20 "$f" >&2
+        done
+        echo "multihost: FAILED (rc $rc); logs and results kept in $WORK" >&2
+    elif [[ ${EMU_KEEP:-0} == 1 ]]; then
+        log "work folder kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+addns() { ip netns add "$1"; CREATED_NS+=("$1"); }
+
+# --- network: a bridge in its own namespace, one veth pair per host --------
+addns "$NS_BR"
+ip -n "$NS_BR" link set lo up
+ip -n "$NS_BR" link add br0 type bridge
+ip -n "$NS_BR" link set br0 up
+for h in alpha beta gamma; do
+    ns=${NS[$h]}
+    addns "$ns"
+    ip -n "$NS_BR" link add "v-$h" type veth peer name eth0 netns "$ns"
+    ip -n "$NS_BR" link set "v-$h" master br0
+    ip -n "$NS_BR" link set "v-$h" up
+    ip -n "$ns" addr add "${IP[$h]}/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+done
+log "namespaces ${NS[alpha]} ${NS[beta]} ${NS[gamma]} on bridge br0 in $NS_BR"
+
+# --- nodes ----------------------------------------------------------------
+# A copy of the file in the work folder, so results go there.
+cp "$HERE/cluster.toml" "$WORK/cluster.toml"
+"$BIN" check "$WORK/cluster.toml" >"$WORK/logs/check.log" || die "edgemu check failed: $(cat "$WORK/logs/check.log")"
+
+cd "$ROOT"
+for h in alpha beta gamma; do
+    NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
+        --config "$WORK/cluster.toml" --host "$h" --run-id "$RUNID" --wait-peers 20s --quiet \
+        >"$WORK/logs/$h.log" 2>&1 &
+    PID[$h]=$!
+done
+log "nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}; work folder $WORK"
+
+now_ns() { date +%s%N; }
+
+# The run's start (unix ns) from run.json, once the coordinator announced it.
+START_NS=""
+deadline=$(( $(now_ns) + 30000000000 ))
+while [[ -z $START_NS ]]; do
+    (( $(now_ns) < deadline )) || die "the run did not start within 30 s"
+    for h in alpha beta gamma; do
+        kill -0 "${PID[$h]}" 2>/dev/null || die "node $h exited before the run started"
+    done
+    if [[ -f $RESULTS/run.json ]]; then
+        START_NS=$(python3 -c 'import json,sys
+try: print(json.load(open(sys.argv[1]))["start_unix_ns"] or "")
+except Exception: print("")' "$RESULTS/run.json")
+    fi
+    [[ -n $START_NS ]] || sleep 0.05
+done
+log "run $RUNID starts at unix $START_NS ns"
+
+# Sleep until run time $1 (milliseconds).
+at_ms() {
+    local d=$(( START_NS + $1 * 1000000 - $(now_ns) ))
+    if (( d > 0 )); then
+        sleep "$(printf '%d.%09d' $(( d / 1000000000 )) $(( d % 1000000000 )))"
+    fi
+}
+
+# ctl NAME FROM_HOST TO_HOST ARGS…: run `edgemu ctl` inside FROM_HOST's
+# namespace against TO_HOST's control websocket; keeps stdout, stderr, rc.
+ctl() {
+    local name=$1 from=$2 to=$3
+    shift 3
+    local rc=0
+    timeout 15 ip netns exec "${NS[$from]}" "$BIN" ctl --url "${CTL[$to]}" "$@" \
+        >"$WORK/ctl/$name.json" 2>"$WORK/ctl/$name.err" || rc=$?
+    echo "$rc" >"$WORK/ctl/$name.rc"
+    log "ctl $name ($from -> $to: $*): rc $rc"
+}
+
+# t = 1 s: status through beta (forwarded to the two others).
+at_ms 1000
+ctl status-start alpha beta status
+# t = 4 s: kill "wan" for 3 s, asked of gamma, which owns neither direction.
+at_ms 4000
+ctl kill-wan beta gamma link kill wan --for 3s
+# t = 9 s: squeeze "cell" (beta's a→b direction) to 8 Mb/s, asked of alpha.
+at_ms 9000
+ctl set-cell gamma alpha link set cell --dir ab --rate 8Mbps
+# t = 10 s: a wrong token and a missing one (asked of beta and alpha) must be refused.
+at_ms 10000
+ctl refused-wrong alpha beta --token "wrong-token-$$" link kill cell
+(unset EDGEMU_TOKEN; ctl refused-unset alpha alpha link kill wan)
+# t = 15 s: kill the gamma node outright.
+at_ms 15000
+GAMMA_KILL_NS=$(now_ns)
+kill -9 "${PID[gamma]}"
+wait "${PID[gamma]}" 2>/dev/null || true
+unset 'PID[gamma]'
+log "killed gamma at run time $(( (GAMMA_KILL_NS - START_NS) / 1000000 )) ms"
+# t = 17 s: status through alpha: gamma must be reported unreachable.
+at_ms 17000
+ctl status-end beta alpha status
+
+# --- the survivors finish the run -----------------------------------------
+declare -A RC=()
+deadline=$(( START_NS + 40000000000 ))
+for h in alpha beta; do
+    while kill -0 "${PID[$h]}" 2>/dev/null; do
+        (( $(now_ns) < deadline )) || die "node $h did not finish within 40 s of the start"
+        sleep 0.1
+    done
+    rc=0
+    wait "${PID[$h]}" || rc=$?
+    RC[$h]=$rc
+    unset "PID[$h]"
+    log "node $h exited with $rc"
+done
+
+cat >"$WORK/timeline.json" <<EOF
+{
+  "run_id": "$RUNID",
+  "start_unix_ns": $START_NS,
+  "gamma_kill_unix_ns": $GAMMA_KILL_NS,
+  "exit_codes": { "alpha": ${RC[alpha]}, "beta": ${RC[beta]} }
+}
+EOF
+
+python3 "$HERE/check.py" --results "$RESULTS" --work "$WORK"
