@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod engine;
 pub mod error;
+pub mod kv_transfer;
 pub mod ledger;
 pub mod model;
 pub mod profile;

@@ -1,0 +1,372 @@
+//! KV-cache export and import for handoffs between servers.
+//!
+//! **Export** turns any layer range × token range of a [`SeqKv`] into
+//! [`KvBlock`]s, one per layer, holding K and V as little-endian bytes in BF16,
+//! F16 or F32, laid out `[kv_head][token][head_dim]` (so a (head, token) row is
+//! `head_dim` contiguous elements). PriorityFEC's transport blocks (one layer ×
+//! 16 tokens) are `export(kv, l..l+1, t..t+16, Bf16)`.
+//!
+//! **Import** rebuilds a cache of `n_tokens` tokens from whatever blocks arrived
+//! plus a per-(layer, head, token) [`PresenceMask`]. A row is present when a
+//! block covered it and the mask (if any) says so. Missing rows are either
+//! * [`MissingRows::ZeroFill`]: K and V rows of zeros (attention still sees
+//!   them, with score 0 against every query), or
+//! * [`MissingRows::Mask`]: an additive −∞ attention bias for that (head, token),
+//!   so the row is excluded from the softmax while every other token keeps its
+//!   position (RoPE was applied at the original positions before export).
+//!
+//! Decoding continues from the imported cache at position `n_tokens`.
+
+use std::ops::Range;
+
+use candle_core::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CandleContext, GpuError, Result};
+use crate::model::config::{KvDtype, LlamaConfig};
+use crate::model::kv::SeqKv;
+
+/// K and V of one layer over a token range, as bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvBlock {
+    pub layer: usize,
+    /// First token.
+    pub start: usize,
+    /// Number of tokens.
+    pub len: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub dtype: KvDtype,
+    /// `[head][token][dim]` little-endian elements.
+    pub k: Vec<u8>,
+    pub v: Vec<u8>,
+}
+
+impl KvBlock {
+    /// Expected byte length of `k` (and of `v`).
+    pub fn expected_bytes(&self) -> usize {
+        self.n_kv_heads * self.len * self.head_dim * self.dtype.size()
+    }
+
+    /// Bytes of K and V together.
+    pub fn payload_bytes(&self) -> usize {
+        self.k.len() + self.v.len()
+    }
+}
+
+/// How missing rows are rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingRows {
+    ZeroFill,
+    Mask,
+}
+
+/// Which (layer, head, token) rows arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceMask {
+    n_layers: usize,
+    n_kv_heads: usize,
+    n_tokens: usize,
+    present: Vec<bool>,
+}
+
+impl PresenceMask {
+    /// All rows present.
+    pub fn all(n_layers: usize, n_kv_heads: usize, n_tokens: usize) -> Self {
+        PresenceMask {
+            n_layers,
+            n_kv_heads,
+            n_tokens,
+            present: vec![true; n_layers * n_kv_heads * n_tokens],
+        }
+    }
+
+    fn idx(&self, layer: usize, head: usize, token: usize) -> Option<usize> {
+        (layer < self.n_layers && head < self.n_kv_heads && token < self.n_tokens)
+            .then(|| (layer * self.n_kv_heads + head) * self.n_tokens + token)
+    }
+
+    /// Marks a row; out-of-range indices are ignored and return false.
+    pub fn set(&mut self, layer: usize, head: usize, token: usize, present: bool) -> bool {
+        match self.idx(layer, head, token) {
+            Some(i) => {
+                self.present[i] = present;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a row is present (out of range: false).
+    pub fn is_present(&self, layer: usize, head: usize, token: usize) -> bool {
+        self.idx(layer, head, token).is_some_and(|i| self.present[i])
+    }
+
+    /// Number of missing rows.
+    pub fn missing(&self) -> usize {
+        self.present.iter().filter(|p| !**p).count()
+    }
+}
+
+fn encode(values: &[f32], dtype: KvDtype) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * dtype.size());
+    match dtype {
+        KvDtype::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        KvDtype::Bf16 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&half::bf16::from_f32(*v).to_le_bytes())),
+        KvDtype::F16 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
+    }
+    out
+}
+
+fn decode(bytes: &[u8], dtype: KvDtype) -> Vec<f32> {
+    match dtype {
+        KvDtype::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        KvDtype::Bf16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        KvDtype::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+    }
+}
+
+/// Exports `layers × tokens` of a cache, one block per layer.
+pub fn export(kv: &SeqKv, layers: Range<usize>, tokens: Range<usize>, dtype: KvDtype) -> Result<Vec<KvBlock>> {
+    if layers.end > kv.n_layers() || layers.start > layers.end {
+        return Err(GpuError::KvTransfer(format!(
+            "layers {layers:?} outside 0..{}",
+            kv.n_layers()
+        )));
+    }
+    if tokens.end > kv.len() || tokens.start > tokens.end {
+        return Err(GpuError::KvTransfer(format!("tokens {tokens:?} outside 0..{}", kv.len())));
+    }
+    let len = tokens.end - tokens.start;
+    let mut out = Vec::with_capacity(layers.len());
+    for layer in layers {
+        let l = &kv.layers[layer];
+        let read = |t: &Tensor| -> Result<Vec<f32>> {
+            t.narrow(1, tokens.start, len)
+                .and_then(|x| x.to_dtype(DType::F32))
+                .and_then(|x| x.flatten_all())
+                .and_then(|x| x.to_vec1::<f32>())
+                .ctx("kv export")
+        };
+        out.push(KvBlock {
+            layer,
+            start: tokens.start,
+            len,
+            n_kv_heads: kv.n_kv_heads,
+            head_dim: kv.head_dim,
+            dtype,
+            k: encode(&read(&l.k)?, dtype),
+            v: encode(&read(&l.v)?, dtype),
+        });
+    }
+    Ok(out)
+}
+
+/// Rebuilds a cache of `n_tokens` tokens from `blocks` (see the module doc).
+pub fn import(
+    config: &LlamaConfig,
+    device: &candle_core::Device,
+    n_tokens: usize,
+    blocks: &[KvBlock],
+    presence: Option<&PresenceMask>,
+    mode: MissingRows,
+) -> Result<SeqKv> {
+    let (nl, nh, hd) = (config.n_layers, config.n_kv_heads, config.head_dim);
+    let row = |l: usize, h: usize, t: usize| ((l * nh + h) * n_tokens + t) * hd;
+    let mut k = vec![0f32; nl * nh * n_tokens * hd];
+    let mut v = vec![0f32; nl * nh * n_tokens * hd];
+    let mut covered = vec![false; nl * nh * n_tokens];
+    for (bi, b) in blocks.iter().enumerate() {
+        if b.layer >= nl || b.n_kv_heads != nh || b.head_dim != hd {
+            return Err(GpuError::KvTransfer(format!(
+                "block {bi}: layer {} / {} heads / head dim {} do not match the model ({nl} layers, {nh} heads, {hd})",
+                b.layer, b.n_kv_heads, b.head_dim
+            )));
+        }
+        if b.start + b.len > n_tokens {
+            return Err(GpuError::KvTransfer(format!(
+                "block {bi}: tokens {}..{} beyond {n_tokens}",
+                b.start,
+                b.start + b.len
+            )));
+        }
+        if b.k.len() != b.expected_bytes() || b.v.len() != b.expected_bytes() {
+            return Err(GpuError::KvTransfer(format!(
+                "block {bi}: {} / {} bytes of K / V, expected {}",
+                b.k.len(),
+                b.v.len(),
+                b.expected_bytes()
+            )));
+        }
+        let kf = decode(&b.k, b.dtype);
+        let vf = decode(&b.v, b.dtype);
+        for h in 0..nh {
+            for t in 0..b.len {
+                let src = (h * b.len + t) * hd;
+                let dst = row(b.layer, h, b.start + t);
+                k[dst..dst + hd].copy_from_slice(&kf[src..src + hd]);
+                v[dst..dst + hd].copy_from_slice(&vf[src..src + hd]);
+                covered[(b.layer * nh + h) * n_tokens + b.start + t] = true;
+            }
+        }
+    }
+    let mut kv = SeqKv::new(config, n_tokens + 64, device)?;
+    for l in 0..nl {
+        let mut bias = vec![0f32; nh * n_tokens];
+        let mut any_missing = false;
+        for h in 0..nh {
+            for t in 0..n_tokens {
+                let present = covered[(l * nh + h) * n_tokens + t]
+                    && presence.is_none_or(|p| p.is_present(l, h, t));
+                if !present {
+                    any_missing = true;
+                    let r = row(l, h, t);
+                    k[r..r + hd].iter_mut().for_each(|x| *x = 0.0);
+                    v[r..r + hd].iter_mut().for_each(|x| *x = 0.0);
+                    bias[h * n_tokens + t] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let base = l * nh * n_tokens * hd;
+        let len = nh * n_tokens * hd;
+        let kt = Tensor::from_slice(&k[base..base + len], (nh, n_tokens, hd), device).ctx("kv import")?;
+        let vt = Tensor::from_slice(&v[base..base + len], (nh, n_tokens, hd), device).ctx("kv import")?;
+        kv.append(l, &kt, &vt)?;
+        if any_missing && mode == MissingRows::Mask {
+            let cap = kv.capacity;
+            let mut full = vec![0f32; nh * cap];
+            for h in 0..nh {
+                full[h * cap..h * cap + n_tokens].copy_from_slice(&bias[h * n_tokens..(h + 1) * n_tokens]);
+            }
+            kv.layers[l].bias = Some(Tensor::from_vec(full, (nh, 1, cap), device).ctx("kv mask")?);
+        }
+    }
+    kv.advance(n_tokens);
+    Ok(kv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{load_tiny, Llama, Phase, SeqInput, WeightLayout};
+    use candle_core::Device;
+
+    fn model() -> Llama {
+        load_tiny(11, &Device::Cpu, Some(WeightLayout::for_device(&Device::Cpu)))
+            .unwrap()
+            .model
+    }
+
+    fn prefill(m: &Llama, prompt: &[u32]) -> (SeqKv, u32) {
+        let mut kv = m.new_kv(0).unwrap();
+        let t = m.greedy(&mut [SeqInput { tokens: prompt, kv: &mut kv }], Phase::Prefill).unwrap()[0];
+        (kv, t)
+    }
+
+    fn decode_n(m: &Llama, kv: &mut SeqKv, mut tok: u32, n: usize) -> Vec<u32> {
+        let mut out = vec![];
+        for _ in 0..n {
+            tok = m.greedy(&mut [SeqInput { tokens: &[tok], kv }], Phase::Decode).unwrap()[0];
+            out.push(tok);
+        }
+        out
+    }
+
+    fn logits(m: &Llama, kv: &mut SeqKv, tok: u32) -> Vec<f32> {
+        m.forward(&mut [SeqInput { tokens: &[tok], kv }], Phase::Decode)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    }
+
+    const PROMPT: [u32; 24] = [5, 80, 81, 9, 200, 31, 7, 77, 150, 151, 3, 44, 90, 12, 13, 250, 66, 67, 8, 99, 100, 101, 4, 60];
+
+    #[test]
+    fn export_import_roundtrip_decodes_the_same() {
+        let m = model();
+        let c = m.config().clone();
+        let (kv, t) = prefill(&m, &PROMPT);
+        let mut reference = kv.clone();
+        let want = decode_n(&m, &mut reference, t, 8);
+        // Export in two token ranges and all layers, F32 (exact).
+        let mut blocks = export(&kv, 0..c.n_layers, 0..10, KvDtype::F32).unwrap();
+        blocks.extend(export(&kv, 0..c.n_layers, 10..24, KvDtype::F32).unwrap());
+        assert_eq!(blocks[0].k.len(), c.n_kv_heads * 10 * c.head_dim * 4);
+        let mut imported = import(&c, &Device::Cpu, 24, &blocks, None, MissingRows::Mask).unwrap();
+        assert!(!imported.has_mask());
+        assert_eq!(decode_n(&m, &mut imported, t, 8), want);
+        // BF16 halves the bytes and stays within BF16 precision.
+        let b16 = export(&kv, 0..c.n_layers, 0..24, KvDtype::Bf16).unwrap();
+        assert_eq!(b16[0].k.len() * 2, c.n_kv_heads * 24 * c.head_dim * 4);
+        let back = import(&c, &Device::Cpu, 24, &b16, None, MissingRows::ZeroFill).unwrap();
+        let a = export(&kv, 1..2, 0..24, KvDtype::F32).unwrap();
+        let b = export(&back, 1..2, 0..24, KvDtype::F32).unwrap();
+        let (a, b) = (decode(&a[0].k, KvDtype::F32), decode(&b[0].k, KvDtype::F32));
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= x.abs() / 128.0 + 1e-6, "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn missing_rows_mask_and_zero_fill_differ_from_full() {
+        let m = model();
+        let c = m.config().clone();
+        let (kv, t) = prefill(&m, &PROMPT);
+        let blocks = export(&kv, 0..c.n_layers, 0..24, KvDtype::Bf16).unwrap();
+        let mut presence = PresenceMask::all(c.n_layers, c.n_kv_heads, 24);
+        for tok in 4..12 {
+            presence.set(0, 0, tok, false);
+            presence.set(1, 1, tok, false);
+        }
+        assert_eq!(presence.missing(), 16);
+        let mut full = import(&c, &Device::Cpu, 24, &blocks, None, MissingRows::Mask).unwrap();
+        let mut masked = import(&c, &Device::Cpu, 24, &blocks, Some(&presence), MissingRows::Mask).unwrap();
+        let mut zeroed = import(&c, &Device::Cpu, 24, &blocks, Some(&presence), MissingRows::ZeroFill).unwrap();
+        assert!(masked.has_mask() && !zeroed.has_mask());
+        let lf = logits(&m, &mut full, t);
+        let lm = logits(&m, &mut masked, t);
+        let lz = logits(&m, &mut zeroed, t);
+        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(lm.iter().chain(&lz).all(|x| x.is_finite()));
+        assert!(diff(&lf, &lm) > 1e-4, "mask mode must change the output");
+        assert!(diff(&lf, &lz) > 1e-4, "zero-fill must change the output");
+        assert!(diff(&lm, &lz) > 1e-4, "the two modes differ");
+        // Both keep decoding (the mask grows with the cache).
+        assert_eq!(decode_n(&m, &mut masked, t, 70).len(), 70);
+        assert_eq!(decode_n(&m, &mut zeroed, t, 3).len(), 3);
+        // Blocks missing entirely are missing rows too.
+        let partial: Vec<KvBlock> = blocks.iter().filter(|b| b.layer != 1).cloned().collect();
+        let mut p = import(&c, &Device::Cpu, 24, &partial, None, MissingRows::Mask).unwrap();
+        assert!(diff(&lf, &logits(&m, &mut p, t)) > 1e-4);
+    }
+
+    #[test]
+    fn bad_ranges_are_errors() {
+        let m = model();
+        let c = m.config().clone();
+        let (kv, _) = prefill(&m, &PROMPT);
+        assert!(export(&kv, 0..9, 0..4, KvDtype::F32).is_err());
+        assert!(export(&kv, 0..1, 0..40, KvDtype::F32).is_err());
+        let mut b = export(&kv, 0..1, 0..4, KvDtype::F32).unwrap();
+        b[0].k.pop();
+        let e = import(&c, &Device::Cpu, 24, &b, None, MissingRows::Mask).unwrap_err();
+        assert!(e.to_string().contains("bytes"), "{e}");
+        assert!(import(&c, &Device::Cpu, 2, &export(&kv, 0..1, 0..4, KvDtype::F32).unwrap(), None, MissingRows::Mask).is_err());
+    }
+}
