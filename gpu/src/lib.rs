@@ -10,6 +10,7 @@ pub mod kv_transfer;
 pub mod ledger;
 pub mod model;
 pub mod profile;
+pub mod telemetry;
 pub mod tokenizer;
 
 pub use error::{GpuError, Result};
@@ -18,3 +19,4 @@ pub use backend::{Backend, ModeledBackend, RealBackend};
 pub use engine::{BatchEngine, BatchMode, EngineConfig, Request, StepOutput};
 pub use ledger::KvLedger;
 pub use profile::Profile;
+pub use telemetry::Telemetry;
