@@ -169,6 +169,7 @@ impl Supervisor {
             }
         }
         let _ = res.links.flush();
+        edgemu_actors::probes::ProbeLog::flush(&mut res.probes);
         self.events.flush();
     }
 
@@ -288,11 +289,16 @@ impl Supervisor {
 
     fn handle_request(
         &mut self,
-        request: serde_json::Value,
+        mut request: serde_json::Value,
         forwarded: bool,
         source: String,
         ctx: &mut Context<Self>,
     ) -> ResponseActFuture<Self, Result<serde_json::Value, String>> {
+        // The token was checked at the control socket; it never crosses the mesh.
+        if let Some(obj) = request.as_object_mut() {
+            obj.remove("token");
+        }
+        let host = self.host_name.clone();
         let cmd = request
             .get("cmd")
             .and_then(|c| c.as_str())
@@ -361,7 +367,9 @@ impl Supervisor {
                 }
                 self.finish(format!("{source}: run.stop"), ctx);
                 Box::pin(
-                    async move { Ok(serde_json::json!({ "applied": [{"host_effective_ns": t}] })) }
+                    async move {
+                        Ok(serde_json::json!({ "applied": [{ "host": host, "target": "run", "effective_ns": t }] }))
+                    }
                         .into_actor(self),
                 )
             }
