@@ -174,7 +174,30 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
         assert_eq!(applied.len(), 1, "{r}");
         assert_eq!(applied[0]["host"], "beta");
         let kill_ns = applied[0]["effective_ns"].as_u64().expect("effective_ns");
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+
+        // Metrics subscription: periodic updates with every host's links.
+        let mut updates = 0;
+        client::subscribe(&alpha, Some(token), "200ms", |v| {
+            assert!(v["hosts"].as_array().is_some_and(|h| h.len() == 2), "{v}");
+            updates += 1;
+            updates < 3
+        })
+        .await
+        .expect("subscribe");
+        assert_eq!(updates, 3);
+
+        // A partition (asked of beta, applied on both) drops cbr's traffic at beta's router.
+        let beta = format!("ws://127.0.0.1:{}", ports[3]);
+        let r = client::request(
+            &beta,
+            serde_json::json!({"cmd": "host.partition", "hosts": ["alpha", "beta"], "for": "1s"}),
+            Some(token),
+        )
+        .await
+        .expect("partition");
+        assert_eq!(r["applied"].as_array().map(Vec::len), Some(2), "{r}");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         let r = client::request(&alpha, serde_json::json!({"cmd": "run.stop"}), Some(token))
             .await
             .expect("stop");
@@ -185,6 +208,17 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
     assert!(
         out.hosts.iter().all(|h| h.stop_reason.contains("run.stop")),
         "stopped by run.stop"
+    );
+
+    let beta = out
+        .hosts
+        .iter()
+        .find(|h| h.host == "beta")
+        .expect("beta summary");
+    assert!(
+        beta.router.dropped_partition > 100,
+        "partition dropped {}",
+        beta.router.dropped_partition
     );
 
     let rows = probes(&out.dir.join("alpha/probes.csv"));
