@@ -223,6 +223,17 @@ impl RlcDecoder {
         &self.cfg
     }
 
+    /// Allocates `n` symbol buffers up front (capped at `max_window`), so that
+    /// the next `n` packets need no allocation.
+    pub fn reserve(&mut self, n: u32) {
+        let n = n.min(self.cfg.max_window) as usize;
+        while self.pool.len() < n {
+            let mut b = Vec::with_capacity(SYMBOL_SIZE);
+            b.resize(SYMBOL_SIZE, 0u8);
+            self.pool.push(b.into_boxed_slice());
+        }
+    }
+
     /// Cumulative decoded prefix.
     pub fn prefix(&self) -> u32 {
         self.prefix

@@ -24,16 +24,15 @@
 //! repair (a 16-bit counter) and the configured density DT; if a sparse draw
 //! (`DT < 15`) happens to be all zero the next key is used.
 
-use std::collections::VecDeque;
-
 use super::coefficients::{generate_coding_coefficients, MAX_DT};
 use super::decoder::Feedback;
 use super::error::FecError;
 use super::gf::mul_add;
 use super::packet::{
-    build_into, write_repair_header, FecPacket, PacketBody, PacketKind, RepairHeader, SourcePacket,
-    HEADER_LEN, MAX_PAYLOAD,
+    write_repair_header, PacketKind, RepairHeader, SourcePacket, HEADER_LEN, MAGIC, MAX_PAYLOAD,
+    VERSION,
 };
+use super::ring::SymbolRing;
 
 /// Encoder parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -84,9 +83,7 @@ pub struct RlcEncoder {
     start: u32,
     next_id: u32,
     /// Protected areas of `start..next_id`, unpadded.
-    window: VecDeque<Vec<u8>>,
-    /// Freed symbol buffers, reused for new packets.
-    pool: Vec<Vec<u8>>,
+    window: SymbolRing,
     next_key: u16,
     seq: u32,
     coeffs: Vec<u8>,
@@ -107,8 +104,7 @@ impl RlcEncoder {
             cfg,
             start: 0,
             next_id: 0,
-            window: VecDeque::new(),
-            pool: Vec::new(),
+            window: SymbolRing::default(),
             next_key: cfg.first_key,
             seq: 0,
             coeffs: Vec::new(),
@@ -132,6 +128,12 @@ impl RlcEncoder {
     /// Id the next source packet will get.
     pub fn next_id(&self) -> u32 {
         self.next_id
+    }
+
+    /// Allocates (and maps) the window buffer for `n` symbols up front, capped
+    /// at `max_window`, so that sending never allocates for the window.
+    pub fn reserve(&mut self, n: u32) {
+        self.window.reserve(n.min(self.cfg.max_window) as usize);
     }
 
     /// Frames built so far (the next frame's `seq`).
@@ -168,17 +170,21 @@ impl RlcEncoder {
             fragment_id,
             payload,
         };
-        let pkt = FecPacket {
-            session: self.cfg.session,
-            seq: self.seq,
-            body: PacketBody::Source(src),
-        };
-        let mut bytes = Vec::with_capacity(HEADER_LEN + src.symbol_len());
-        build_into(&pkt, &mut bytes)?;
-        let mut sym = self.pool.pop().unwrap_or_default();
-        sym.clear();
-        sym.extend_from_slice(&bytes[HEADER_LEN..]);
-        self.window.push_back(sym);
+        // The protected area goes into the window ring first; the frame is the
+        // header followed by a copy of it.
+        let sym = self
+            .window
+            .push_with(|slot| src.write_symbol(slot).unwrap_or(0));
+        let mut bytes = Vec::with_capacity(HEADER_LEN + sym.len());
+        let mut h = [0u8; HEADER_LEN];
+        h[0] = MAGIC;
+        h[1] = VERSION;
+        h[4..8].copy_from_slice(&id.to_be_bytes());
+        h[12..16].copy_from_slice(&self.cfg.session.to_be_bytes());
+        h[16..20].copy_from_slice(&self.seq.to_be_bytes());
+        h[20..22].copy_from_slice(&(sym.len() as u16).to_be_bytes());
+        bytes.extend_from_slice(&h);
+        bytes.extend_from_slice(sym);
         self.next_id += 1;
         let seq = self.seq;
         self.seq = self.seq.wrapping_add(1);
@@ -209,13 +215,7 @@ impl RlcEncoder {
             return Ok(0);
         }
         let freed = cumulative - self.start;
-        for _ in 0..freed {
-            if let Some(sym) = self.window.pop_front() {
-                if self.pool.len() < 64 {
-                    self.pool.push(sym);
-                }
-            }
-        }
+        self.window.pop_front(freed as usize);
         self.start = cumulative;
         Ok(freed)
     }
@@ -242,18 +242,15 @@ impl RlcEncoder {
             key = key.wrapping_add(1);
         }
         self.next_key = key.wrapping_add(1);
-        let sym_len = self
-            .window
-            .iter()
-            .take(count)
-            .map(Vec::len)
+        let sym_len = (0..count)
+            .map(|i| self.window.get(i).len())
             .max()
             .unwrap_or(0);
         let mut bytes = vec![0u8; HEADER_LEN + sym_len];
         {
             let body = &mut bytes[HEADER_LEN..];
-            for (sym, &c) in self.window.iter().zip(&self.coeffs) {
-                mul_add(body, sym, c);
+            for (i, &c) in self.coeffs.iter().enumerate() {
+                mul_add(body, self.window.get(i), c);
             }
         }
         let header = RepairHeader {
@@ -278,7 +275,7 @@ impl RlcEncoder {
 #[cfg(test)]
 mod tests {
     use super::super::gf::gf_mul;
-    use super::super::packet::{parse, SYMBOL_SIZE};
+    use super::super::packet::{build, parse, PacketBody, SYMBOL_SIZE};
     use super::*;
 
     #[test]
@@ -291,6 +288,16 @@ mod tests {
         for i in 0..4u32 {
             let f = e.send_source(1, i as u16, b"x").unwrap();
             assert_eq!((f.id, f.seq, f.kind), (i, i, PacketKind::Source));
+            // The hand-built source frame is exactly what `build` makes.
+            let pkt = parse(&f.bytes).unwrap();
+            assert_eq!(build(&pkt).unwrap(), f.bytes);
+            let PacketBody::Source(sp) = pkt.body else {
+                panic!("not a source")
+            };
+            assert_eq!(
+                (sp.id, sp.block_id, sp.fragment_id, sp.payload),
+                (i, 1, i as u16, &b"x"[..])
+            );
         }
         assert_eq!(
             e.send_source(1, 4, b"x"),

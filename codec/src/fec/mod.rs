@@ -26,6 +26,7 @@ pub mod encoder;
 pub mod error;
 pub mod gf;
 pub mod packet;
+mod ring;
 pub mod sim;
 pub mod tinymt32;
 
