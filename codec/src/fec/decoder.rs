@@ -225,6 +225,9 @@ impl RlcDecoder {
 
     /// Allocates `n` symbol buffers up front (capped at `max_window`), so that
     /// the next `n` packets need no allocation.
+    // `resize` on purpose: `vec![0; n]` would be `calloc`, whose pages are
+    // only mapped on first write, i.e. later, inside the hot path.
+    #[allow(clippy::slow_vector_initialization)]
     pub fn reserve(&mut self, n: u32) {
         let n = n.min(self.cfg.max_window) as usize;
         while self.pool.len() < n {

@@ -44,6 +44,8 @@ impl SymbolRing {
         }
     }
 
+    // `resize` on purpose, see `reserve`.
+    #[allow(clippy::slow_vector_initialization)]
     fn grow_to(&mut self, new_cap: usize) {
         let mut data = Vec::with_capacity(new_cap * SYMBOL_SIZE);
         data.resize(new_cap * SYMBOL_SIZE, 0u8);
