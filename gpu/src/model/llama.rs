@@ -21,7 +21,8 @@ use crate::error::{CandleContext, GpuError, Result};
 use crate::model::config::LlamaConfig;
 use crate::model::gguf::GgufFile;
 use crate::model::kv::SeqKv;
-use crate::model::weights::{Linear, WeightLayout};
+use crate::model::weights::{concat_rows, Linear, WeightLayout};
+use candle_core::quantized::QTensor;
 
 /// Which matrices a forward pass uses (see [`crate::model::weights`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +34,11 @@ pub enum Phase {
 struct Block {
     attn_norm: Tensor,
     ffn_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// Q, K and V stacked: `(hidden + 2·kv_width, hidden)`.
+    qkv: Linear,
     o: Linear,
-    gate: Linear,
-    up: Linear,
+    /// Gate and up stacked: `(2·ffn, hidden)`.
+    gate_up: Linear,
     down: Linear,
 }
 
@@ -94,28 +94,25 @@ impl Llama {
         let mut blocks = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let p = format!("blk.{i}");
-            let mut lin = |suffix: &str, shape: [usize; 2]| -> Result<Linear> {
-                let name = format!("{p}.{suffix}.weight");
-                let q = g.tensor_shaped(&name, device, &shape)?;
-                Linear::new(q, layout, device, &name)
+            let mut read = |suffix: &str, shape: [usize; 2]| -> Result<QTensor> {
+                g.tensor_shaped(&format!("{p}.{suffix}.weight"), device, &shape)
             };
-            let q = lin("attn_q", [h, h])?;
-            let k = lin("attn_k", [kvw, h])?;
-            let v = lin("attn_v", [kvw, h])?;
-            let o = lin("attn_output", [h, h])?;
-            let gate = lin("ffn_gate", [ffn, h])?;
-            let up = lin("ffn_up", [ffn, h])?;
-            let down = lin("ffn_down", [h, ffn])?;
+            let q = read("attn_q", [h, h])?;
+            let k = read("attn_k", [kvw, h])?;
+            let v = read("attn_v", [kvw, h])?;
+            let o = read("attn_output", [h, h])?;
+            let gate = read("ffn_gate", [ffn, h])?;
+            let up = read("ffn_up", [ffn, h])?;
+            let down = read("ffn_down", [h, ffn])?;
+            let qkv_name = format!("{p}.attn_qkv (fused)");
+            let gu_name = format!("{p}.ffn_gate_up (fused)");
             blocks.push(Block {
                 attn_norm: vec(g, &format!("{p}.attn_norm.weight"))?,
                 ffn_norm: vec(g, &format!("{p}.ffn_norm.weight"))?,
-                q,
-                k,
-                v,
-                o,
-                gate,
-                up,
-                down,
+                qkv: Linear::new(concat_rows(&[q, k, v], device, &qkv_name)?, layout, device, &qkv_name)?,
+                o: Linear::new(o, layout, device, &format!("{p}.attn_output.weight"))?,
+                gate_up: Linear::new(concat_rows(&[gate, up], device, &gu_name)?, layout, device, &gu_name)?,
+                down: Linear::new(down, layout, device, &format!("{p}.ffn_down.weight"))?,
             });
         }
         let (cos, sin) = rope_tables(&c, device)?;
@@ -206,10 +203,20 @@ impl Llama {
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         for (li, b) in self.blocks.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &b.attn_norm, eps).ctx("attn norm")?;
-            let q = b.q.forward(&h, decode)?;
-            let k = b.k.forward(&h, decode)?;
-            let v = b.v.forward(&h, decode)?;
-            let q = (q.reshape((n, c.n_heads, 1, c.head_dim)).ctx("q reshape")? * scale)
+            let qkv = b.qkv.forward(&h, decode)?;
+            let kvw = c.kv_width();
+            let q = qkv.narrow(1, 0, c.hidden_size).ctx("q split")?;
+            let k = qkv
+                .narrow(1, c.hidden_size, kvw)
+                .and_then(|t| t.contiguous())
+                .ctx("k split")?;
+            let v = qkv
+                .narrow(1, c.hidden_size + kvw, kvw)
+                .and_then(|t| t.contiguous())
+                .ctx("v split")?;
+            // The scale makes the copy that rope needs contiguous.
+            let q = (q * scale)
+                .and_then(|t| t.reshape((n, c.n_heads, 1, c.head_dim)))
                 .ctx("q scale")?;
             let q = candle_nn::rotary_emb::rope_i(&q, &cos, &sin).ctx("rope q")?;
             let k = k.reshape((n, c.n_kv_heads, 1, c.head_dim)).ctx("k reshape")?;
@@ -226,8 +233,10 @@ impl Llama {
             let attn = Tensor::cat(&outs, 0).ctx("attn cat")?;
             x = (x + b.o.forward(&attn, decode)?).ctx("attn residual")?;
             let h = candle_nn::ops::rms_norm(&x, &b.ffn_norm, eps).ctx("ffn norm")?;
-            let g = b.gate.forward(&h, decode)?;
-            let u = b.up.forward(&h, decode)?;
+            let gu = b.gate_up.forward(&h, decode)?;
+            let ffn = c.intermediate_size;
+            let g = gu.narrow(1, 0, ffn).ctx("gate split")?;
+            let u = gu.narrow(1, ffn, ffn).ctx("up split")?;
             let f = (g.silu().ctx("silu")? * u).ctx("swiglu")?;
             x = (x + b.down.forward(&f, decode)?).ctx("ffn residual")?;
         }

@@ -3,6 +3,7 @@
 //! model file is.
 
 pub mod config;
+pub mod cpu_q8;
 pub mod device;
 pub mod gguf;
 pub mod kv;

@@ -22,11 +22,12 @@
 
 use std::sync::Arc;
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CandleContext, Result};
+use crate::model::cpu_q8::Q8Matrix;
 
 /// In-memory format of one matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +43,9 @@ pub enum WeightFormat {
     F32,
     /// Dequantized to F16 (meant for CUDA).
     F16,
+    /// Int8 blocks with f32 scales, multiplied against F32 activations by this
+    /// crate's AVX2 kernel ([`crate::model::cpu_q8`]); CPU only.
+    Q8Cpu,
 }
 
 impl WeightFormat {
@@ -53,6 +57,7 @@ impl WeightFormat {
             "q8_0" => WeightFormat::Q8_0,
             "f32" => WeightFormat::F32,
             "f16" => WeightFormat::F16,
+            "q8_cpu" | "q8cpu" => WeightFormat::Q8Cpu,
             _ => return None,
         })
     }
@@ -66,13 +71,13 @@ pub struct WeightLayout {
 }
 
 impl WeightLayout {
-    /// The measured best layout for a device: CPU → F32 prefill + Q8_0 decode;
+    /// The measured best layout for a device: CPU → F32 prefill + Q8Cpu decode;
     /// CUDA → keep the GGUF's quantized tensors for both.
     pub fn for_device(device: &Device) -> Self {
         if device.is_cpu() {
             WeightLayout {
                 prefill: WeightFormat::F32,
-                decode: WeightFormat::Q8_0,
+                decode: WeightFormat::Q8Cpu,
             }
         } else {
             WeightLayout {
@@ -98,14 +103,39 @@ impl WeightLayout {
             WeightFormat::Q8_0 => "q8_0",
             WeightFormat::F32 => "f32",
             WeightFormat::F16 => "f16",
+            WeightFormat::Q8Cpu => "q8_cpu",
         };
         format!("prefill={},decode={}", n(self.prefill), n(self.decode))
     }
 }
 
-fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Result<QMatMul> {
+/// A matrix in one of the formats.
+#[derive(Debug, Clone)]
+enum Mat {
+    Candle(QMatMul),
+    Q8(Q8Matrix),
+}
+
+fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Result<Mat> {
     let ctx = |what: &str| format!("weight `{name}`: {what}");
-    Ok(match f {
+    if f == WeightFormat::Q8Cpu {
+        if !device.is_cpu() {
+            return Err(crate::error::GpuError::Device {
+                device: format!("{device:?}"),
+                msg: format!("weight `{name}`: the q8_cpu format is CPU only"),
+            });
+        }
+        let (n, k) = q.shape().dims2().ctx(&ctx("shape"))?;
+        let w = q
+            .dequantize(&Device::Cpu)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .ctx(&ctx("dequantize"))?;
+        return Q8Matrix::from_f32(&w, n, k).map(Mat::Q8).ok_or_else(|| {
+            crate::error::GpuError::Engine(format!("weight `{name}`: {k} columns are not a multiple of 32"))
+        });
+    }
+    Ok(Mat::Candle(match f {
         WeightFormat::Keep => match q.dtype() {
             GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => {
                 QMatMul::Tensor(q.dequantize(device).ctx(&ctx("dequantize"))?)
@@ -132,14 +162,44 @@ fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Re
                 .and_then(|t| t.to_dtype(DType::F16))
                 .ctx(&ctx("dequantize f16"))?,
         ),
-    })
+        WeightFormat::Q8Cpu => unreachable!("handled above"),
+    }))
+}
+
+/// Stacks matrices of shape `(n_i, k)` (same quantized type) into one
+/// `(Σ n_i, k)` matrix by concatenating their row blocks — used to fuse the
+/// Q/K/V and gate/up projections so one matmul call does the work of several.
+pub fn concat_rows(parts: &[QTensor], device: &Device, name: &str) -> Result<QTensor> {
+    let first = parts
+        .first()
+        .ok_or_else(|| crate::error::GpuError::Engine(format!("`{name}`: nothing to fuse")))?;
+    let (dtype, k) = (first.dtype(), first.shape().dims2().ctx(name)?.1);
+    let mut rows = 0;
+    let mut bytes = Vec::new();
+    for p in parts {
+        let (n, pk) = p.shape().dims2().ctx(name)?;
+        if pk != k || p.dtype() != dtype {
+            return Err(crate::error::GpuError::Engine(format!(
+                "`{name}`: cannot fuse {:?} {:?} with {:?} {:?}",
+                p.dtype(),
+                p.shape(),
+                dtype,
+                first.shape()
+            )));
+        }
+        rows += n;
+        bytes.extend_from_slice(&p.data().ctx(name)?);
+    }
+    let storage =
+        QStorage::from_data(std::borrow::Cow::Owned(bytes), device, dtype).ctx(name)?;
+    QTensor::new(storage, (rows, k)).ctx(name)
 }
 
 /// A linear layer `y = x Wᵀ` with one matrix per phase (shared when equal).
 #[derive(Debug, Clone)]
 pub struct Linear {
-    prefill: QMatMul,
-    decode: Option<QMatMul>,
+    prefill: Mat,
+    decode: Option<Mat>,
     name: String,
 }
 
@@ -167,6 +227,17 @@ impl Linear {
         } else {
             &self.prefill
         };
-        m.forward(x).ctx(&self.name)
+        match m {
+            Mat::Candle(q) => q.forward(x).ctx(&self.name),
+            Mat::Q8(q) => {
+                let (rows, k) = x.dims2().ctx(&self.name)?;
+                let xs = x
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .ctx(&self.name)?;
+                debug_assert_eq!(k, q.cols());
+                Tensor::from_vec(q.matmul(&xs, rows), (rows, q.rows()), x.device()).ctx(&self.name)
+            }
+        }
     }
 }
