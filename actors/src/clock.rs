@@ -148,9 +148,17 @@ pub struct PreciseTimer {
     tx: mpsc::Sender<(std::time::Instant, Recipient<Wake>, u64)>,
 }
 
-/// The last stretch before a deadline is spun rather than slept, since an OS
-/// sleep overshoots by tens of microseconds.
-const SPIN: Duration = Duration::from_micros(60);
+/// The timer thread sleeps until `slack + SPIN_MARGIN` before a deadline and
+/// spins the rest, since an OS sleep overshoots (Linux adds up to 50 µs of
+/// timer slack to every sleep, plus the wake-up itself). `slack` is learned:
+/// a running mean of how late the thread's own sleeps end, so it spins a few
+/// µs per deadline instead of a fixed stretch (a fixed 60 µs spin kept a core
+/// busy at high packet rates, which on a loaded machine delayed the host
+/// threads by whole scheduler slices).
+const SPIN_MARGIN: Duration = Duration::from_micros(5);
+/// Starting guess of the sleep overshoot, and the most one sample may add.
+const SLACK_INITIAL: Duration = Duration::from_micros(60);
+const SLACK_SAMPLE_MAX: Duration = Duration::from_micros(200);
 
 impl PreciseTimer {
     pub fn start(name: &str) -> std::io::Result<Self> {
@@ -170,6 +178,8 @@ impl PreciseTimer {
 fn precise_timer_loop(rx: mpsc::Receiver<(std::time::Instant, Recipient<Wake>, u64)>) {
     let mut heap: BinaryHeap<Reverse<Deadline>> = BinaryHeap::new();
     let mut seq = 0u64;
+    // Mean sleep overshoot, ns (exponential moving average, weight 1/8).
+    let mut slack_ns = SLACK_INITIAL.as_nanos() as u64;
     loop {
         let now = std::time::Instant::now();
         // Fire everything due.
@@ -193,10 +203,19 @@ fn precise_timer_loop(rx: mpsc::Receiver<(std::time::Instant, Recipient<Wake>, u
             Some(at) => {
                 let now = std::time::Instant::now();
                 let left = at.saturating_duration_since(now);
-                if left > SPIN {
-                    match rx.recv_timeout(left - SPIN) {
+                let early = Duration::from_nanos(slack_ns) + SPIN_MARGIN;
+                if left > early {
+                    let wake = now + (left - early);
+                    match rx.recv_timeout(left - early) {
                         Ok(v) => Some(v),
-                        Err(mpsc::RecvTimeoutError::Timeout) => None,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            let late = std::time::Instant::now()
+                                .saturating_duration_since(wake)
+                                .min(SLACK_SAMPLE_MAX);
+                            let late_ns = late.as_nanos() as u64;
+                            slack_ns = (slack_ns * 7 + late_ns) / 8;
+                            None
+                        }
                         Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     }
                 } else {

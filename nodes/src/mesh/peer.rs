@@ -42,6 +42,10 @@ struct TargetsInner {
     supervisor: Option<Recipient<Control>>,
     status: Vec<Recipient<PeerStatus>>,
     rtt: Option<Recipient<BaseRtt>>,
+    /// The latest base RTT per peer, replayed to `rtt` when it is set: the
+    /// handshake's estimate (and any heartbeat's) can arrive before the
+    /// host's actors exist, and later ones are only reported when lower.
+    last_rtt: BTreeMap<HostId, u64>,
 }
 
 impl MeshTargets {
@@ -56,6 +60,9 @@ impl MeshTargets {
             t.router = Some(router);
             t.supervisor = Some(supervisor);
             t.status = status;
+            for (&peer, &rtt_ns) in &t.last_rtt {
+                rtt.do_send(BaseRtt { peer, rtt_ns });
+            }
             t.rtt = Some(rtt);
         }
     }
@@ -73,7 +80,8 @@ impl MeshTargets {
         }
     }
     pub(crate) fn base_rtt(&self, peer: HostId, rtt_ns: u64) {
-        if let Ok(t) = self.inner.lock() {
+        if let Ok(mut t) = self.inner.lock() {
+            t.last_rtt.insert(peer, rtt_ns);
             if let Some(r) = &t.rtt {
                 r.do_send(BaseRtt { peer, rtt_ns });
             }

@@ -1,0 +1,35 @@
+//! `edgemu bench virtual --quick` through the library: the JSON object has
+//! the documented keys and sane values. No timing thresholds.
+
+use edgemu_nodes::bench::{virtual_time, BenchArgs};
+
+#[test]
+fn bench_virtual_quick_reports_sane_figures() {
+    let v = virtual_time::report(&BenchArgs {
+        json: true,
+        quick: true,
+    })
+    .expect("bench virtual runs");
+    let num = |k: &str| -> f64 {
+        v.get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or_else(|| panic!("key {k} missing or not a number in {v}"))
+    };
+    assert!(num("sim_speedup") > 0.0, "{v}");
+    assert!(num("events_per_s") > 0.0, "{v}");
+    assert_eq!(num("simulated_s"), 10.0, "{v}");
+    // A saturated 100 Mb/s link for 10 s of 1400-byte packets.
+    let delivered = num("delivered");
+    assert!(delivered > 70_000.0 && delivered < 90_000.0, "{v}");
+    assert!(num("offered") >= delivered, "{v}");
+    // GE (0.001, 0.5, 0.02, 0.1): stationary loss 0.0842; bursty, so a
+    // generous band over ~85 000 packets.
+    let expected = num("loss_expected");
+    assert!((expected - 0.084_166).abs() < 1e-3, "{v}");
+    let loss = num("loss_measured");
+    assert!(loss > 0.04 && loss < 0.13, "{v}");
+    // Virtual time delivers exactly at the model's times and rate.
+    let goodput = num("goodput_ratio");
+    assert!((goodput - 1.0).abs() < 0.02, "{v}");
+    assert!(num("delay_err_p99_ms") < 1.0, "{v}");
+}
