@@ -4,6 +4,7 @@
 //! telemetry. No I/O in the engine, ledger or modeled backend.
 
 pub mod backend;
+pub mod bench;
 pub mod engine;
 pub mod error;
 pub mod kv_transfer;
@@ -20,3 +21,5 @@ pub use engine::{BatchEngine, BatchMode, EngineConfig, Request, StepOutput};
 pub use ledger::KvLedger;
 pub use profile::Profile;
 pub use telemetry::Telemetry;
+pub use model::{KvDtype, LlamaConfig, WeightFormat, WeightLayout};
+pub use kv_transfer::{KvBlock, MissingRows, PresenceMask};

@@ -198,6 +198,21 @@ impl Llama {
             .index_select(&pos, 0)
             .and_then(|t| t.reshape((n, 1, half)))
             .ctx("rope sin")?;
+        // Causal masks, one per multi-token sequence, shared by all layers.
+        let mut masks = Vec::with_capacity(batch.len());
+        for s in batch.iter() {
+            let t = s.tokens.len();
+            masks.push(if t > 1 {
+                let l = s.kv.len() + t;
+                let past = l - t;
+                let m: Vec<f32> = (0..t)
+                    .flat_map(|i| (0..l).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY }))
+                    .collect();
+                Some(Tensor::from_vec(m, (t, l), dev).ctx("causal mask")?)
+            } else {
+                None
+            });
+        }
         let mut x = self.embed.index_select(&ids, 0).ctx("embedding")?;
         let eps = c.rms_norm_eps as f32;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
@@ -225,9 +240,9 @@ impl Llama {
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
             let mut outs = Vec::with_capacity(batch.len());
             let mut off = 0;
-            for s in batch.iter_mut() {
+            for (s, mask) in batch.iter_mut().zip(&masks) {
                 let t = s.tokens.len();
-                outs.push(self.attend(li, s.kv, &q, &k, &v, off, t)?);
+                outs.push(self.attend(li, s.kv, &q, &k, &v, off, t, mask.as_ref())?);
                 off += t;
             }
             let attn = Tensor::cat(&outs, 0).ctx("attn cat")?;
@@ -260,6 +275,7 @@ impl Llama {
         v: &Tensor,
         off: usize,
         t: usize,
+        mask: Option<&Tensor>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let (nkv, rep, hd) = (c.n_kv_heads, c.n_rep(), c.head_dim);
@@ -296,14 +312,8 @@ impl Llama {
                 .ctx("q group")?;
             let att = qg.matmul(&kc.t().ctx("kt")?).ctx("qk")?;
             let att = att.reshape((nkv, rep, t, l)).ctx("att reshape")?;
-            let past = l - t;
-            let mask: Vec<f32> = (0..t)
-                .flat_map(|i| {
-                    (0..l).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY })
-                })
-                .collect();
-            let mask = Tensor::from_vec(mask, (t, l), &self.device).ctx("causal mask")?;
-            let mut att = att.broadcast_add(&mask).ctx("causal mask")?;
+            let mask = mask.ok_or_else(|| GpuError::Engine("missing causal mask".into()))?;
+            let mut att = att.broadcast_add(mask).ctx("causal mask")?;
             if let Some(b) = bias {
                 let b = b.reshape((nkv, 1, 1, l)).ctx("kv mask")?;
                 att = att.broadcast_add(&b).ctx("kv mask")?;
