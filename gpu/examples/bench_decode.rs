@@ -18,9 +18,13 @@ fn main() {
                 let v = args.next().unwrap_or_default();
                 let (p, d) = v.split_once(',').unwrap_or((&v, &v));
                 match (WeightFormat::parse(p), WeightFormat::parse(d)) {
-                    (Some(prefill), Some(decode)) => opts.layout = Some(WeightLayout { prefill, decode }),
+                    (Some(prefill), Some(decode)) => {
+                        opts.layout = Some(WeightLayout { prefill, decode })
+                    }
                     _ => {
-                        eprintln!("bad --layout `{v}` (formats: keep, q4_0, q8_0, f32, f16, q8_cpu)");
+                        eprintln!(
+                            "bad --layout `{v}` (formats: keep, q4_0, q8_0, f32, f16, q8_cpu)"
+                        );
                         std::process::exit(2);
                     }
                 }

@@ -13,7 +13,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut kvs: Vec<_> = (0..b).map(|_| m.new_kv(256).unwrap()).collect();
     let mut toks = vec![0u32; b];
     for (i, kv) in kvs.iter_mut().enumerate() {
-        toks[i] = m.greedy(&mut [SeqInput { tokens: &prompt, kv }], Phase::Prefill)?[0];
+        toks[i] = m.greedy(
+            &mut [SeqInput {
+                tokens: &prompt,
+                kv,
+            }],
+            Phase::Prefill,
+        )?[0];
     }
     let t = std::time::Instant::now();
     for _ in 0..steps {
@@ -21,11 +27,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut batch: Vec<SeqInput> = kvs
             .iter_mut()
             .zip(cur.iter())
-            .map(|(kv, t)| SeqInput { tokens: std::slice::from_ref(t), kv })
+            .map(|(kv, t)| SeqInput {
+                tokens: std::slice::from_ref(t),
+                kv,
+            })
             .collect();
         toks = m.greedy(&mut batch, Phase::Decode)?;
     }
     let el = t.elapsed().as_secs_f64();
-    println!("{f:?} b{b}: {:.1} ms/step, {:.1} tok/s", el * 1e3 / steps as f64, (b * steps) as f64 / el);
+    println!(
+        "{f:?} b{b}: {:.1} ms/step, {:.1} tok/s",
+        el * 1e3 / steps as f64,
+        (b * steps) as f64 / el
+    );
     Ok(())
 }

@@ -9,7 +9,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = model_path()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let formats: Vec<WeightFormat> = if args.is_empty() {
-        vec![WeightFormat::Keep, WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::F32]
+        vec![
+            WeightFormat::Keep,
+            WeightFormat::Q4_0,
+            WeightFormat::Q8_0,
+            WeightFormat::F32,
+        ]
     } else {
         args.iter().filter_map(|a| WeightFormat::parse(a)).collect()
     };
@@ -19,19 +24,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let prompt: Vec<u32> = (0..199).map(|i| 1000 + (i * 37) % 20000).collect();
         let mut kv = m.new_kv(512)?;
         let t = Instant::now();
-        let mut tok = m.greedy(&mut [SeqInput { tokens: &prompt, kv: &mut kv }], Phase::Prefill)?[0];
+        let mut tok = m.greedy(
+            &mut [SeqInput {
+                tokens: &prompt,
+                kv: &mut kv,
+            }],
+            Phase::Prefill,
+        )?[0];
         let pre = prompt.len() as f64 / t.elapsed().as_secs_f64();
         let t = Instant::now();
         let n = 32;
         for _ in 0..n {
-            tok = m.greedy(&mut [SeqInput { tokens: &[tok], kv: &mut kv }], Phase::Decode)?[0];
+            tok = m.greedy(
+                &mut [SeqInput {
+                    tokens: &[tok],
+                    kv: &mut kv,
+                }],
+                Phase::Decode,
+            )?[0];
         }
         let dec1 = n as f64 / t.elapsed().as_secs_f64();
         // batch 16
         let mut kvs: Vec<_> = (0..16).map(|_| m.new_kv(256).unwrap()).collect();
         let mut toks = vec![0u32; 16];
         for (i, kv) in kvs.iter_mut().enumerate() {
-            toks[i] = m.greedy(&mut [SeqInput { tokens: &prompt[..64 + i], kv }], Phase::Prefill)?[0];
+            toks[i] = m.greedy(
+                &mut [SeqInput {
+                    tokens: &prompt[..64 + i],
+                    kv,
+                }],
+                Phase::Prefill,
+            )?[0];
         }
         let t = Instant::now();
         let steps = 8;
@@ -40,7 +63,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut batch: Vec<SeqInput> = kvs
                 .iter_mut()
                 .zip(cur.iter())
-                .map(|(kv, t)| SeqInput { tokens: std::slice::from_ref(t), kv })
+                .map(|(kv, t)| SeqInput {
+                    tokens: std::slice::from_ref(t),
+                    kv,
+                })
                 .collect();
             toks = m.greedy(&mut batch, Phase::Decode)?;
         }

@@ -19,13 +19,20 @@ fn main() {
         }
     }
     let Some(out) = out else {
-        eprintln!("usage: profile OUT.json|OUT.toml [--device cpu|cuda:N] [--model FILE] [--quick]");
+        eprintln!(
+            "usage: profile OUT.json|OUT.toml [--device cpu|cuda:N] [--model FILE] [--quick]"
+        );
         std::process::exit(2);
     };
     let progress = |d: usize, t: usize| eprint!("\r[{d}/{t}]");
     let r = run_profile(&opts, &progress).and_then(|p| p.save(&out).map(|_| p));
     match r {
-        Ok(p) => eprintln!("\nwrote {} ({} curves, prefill {:.0} tok/s)", out.display(), p.decode.len(), p.prefill_tok_s),
+        Ok(p) => eprintln!(
+            "\nwrote {} ({} curves, prefill {:.0} tok/s)",
+            out.display(),
+            p.decode.len(),
+            p.prefill_tok_s
+        ),
         Err(e) => {
             eprintln!("\nerror: {e}");
             std::process::exit(1);

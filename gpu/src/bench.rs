@@ -117,13 +117,24 @@ impl DecodeBenchReport {
     pub fn table(&self) -> String {
         let r = &self.reference;
         let mut s = String::new();
-        s.push_str(&format!("device {}  layout {}  decode steps {}\n", self.device, self.layout, self.decode_steps));
+        s.push_str(&format!(
+            "device {}  layout {}  decode steps {}\n",
+            self.device, self.layout, self.decode_steps
+        ));
         s.push_str(&format!(
             "prefill  200 tok: {:8.1} tok/s   (llama.cpp 199 tok: {:.0}; ratio {:.2})\n",
             self.prefill_tok_s.p200, r.llama_cpp_prefill_199_tok_s, r.prefill_200_ratio
         ));
-        s.push_str(&format!("prefill 1536 tok: {:8.1} tok/s\n", self.prefill_tok_s.p1536));
-        for (b, v) in [(1, self.decode_tok_s.b1), (4, self.decode_tok_s.b4), (16, self.decode_tok_s.b16), (32, self.decode_tok_s.b32)] {
+        s.push_str(&format!(
+            "prefill 1536 tok: {:8.1} tok/s\n",
+            self.prefill_tok_s.p1536
+        ));
+        for (b, v) in [
+            (1, self.decode_tok_s.b1),
+            (4, self.decode_tok_s.b4),
+            (16, self.decode_tok_s.b16),
+            (32, self.decode_tok_s.b32),
+        ] {
             s.push_str(&format!("decode batch {b:>2}:  {v:8.1} tok/s aggregate\n"));
         }
         s.push_str(&format!(
@@ -134,7 +145,10 @@ impl DecodeBenchReport {
             "batch 16 vs one-after-another: {:.2}x total, {:.2}x decode only\n",
             self.speedup_16, self.speedup_16_decode
         ));
-        s.push_str(&format!("modeled vs real step time: {:.1} % mean abs error\n", self.model_error * 100.0));
+        s.push_str(&format!(
+            "modeled vs real step time: {:.1} % mean abs error\n",
+            self.model_error * 100.0
+        ));
         if let Some(l) = self.load_average {
             s.push_str(&format!("load average at end: {l:.2}\n"));
         }
@@ -160,7 +174,12 @@ struct DecodeRun {
     steps: Vec<(usize, u64, f64)>,
 }
 
-fn run_batch(engine: &mut BatchEngine<RealBackend>, prompts: &[Vec<u32>], steps: usize, id0: u64) -> Result<DecodeRun> {
+fn run_batch(
+    engine: &mut BatchEngine<RealBackend>,
+    prompts: &[Vec<u32>],
+    steps: usize,
+    id0: u64,
+) -> Result<DecodeRun> {
     for (i, p) in prompts.iter().enumerate() {
         engine.submit(Request::with_tokens(id0 + i as u64, p.clone(), steps + 1))?;
     }
@@ -180,7 +199,11 @@ fn run_batch(engine: &mut BatchEngine<RealBackend>, prompts: &[Vec<u32>], steps:
         }
     }
     Ok(DecodeRun {
-        tok_s: if dec_s > 0.0 { toks as f64 / dec_s } else { 0.0 },
+        tok_s: if dec_s > 0.0 {
+            toks as f64 / dec_s
+        } else {
+            0.0
+        },
         decode_s: dec_s,
         total_s: total,
         steps: samples,
@@ -202,7 +225,10 @@ pub fn run_decode_bench(opts: &DecodeBenchOptions) -> Result<DecodeBenchReport> 
 }
 
 /// [`run_decode_bench`] with a `(done, total)` progress callback.
-pub fn run_decode_bench_with_progress(opts: &DecodeBenchOptions, progress: &dyn Fn(usize, usize)) -> Result<DecodeBenchReport> {
+pub fn run_decode_bench_with_progress(
+    opts: &DecodeBenchOptions,
+    progress: &dyn Fn(usize, usize),
+) -> Result<DecodeBenchReport> {
     let path = crate::model::resolve_model_path(opts.model.as_deref())?;
     let device = crate::model::parse_device(&opts.device)?;
     let lm = crate::model::load(&path, &device, opts.layout)?;
@@ -238,21 +264,33 @@ pub fn run_decode_bench_with_progress(opts: &DecodeBenchOptions, progress: &dyn 
     tick();
 
     // Continuous-batching decode at 1, 4, 16, 32.
-    let prompts: Vec<Vec<u32>> = (0..32).map(|i| {
-        let mut p = text_tokens(&tokenizer, 40 + (i * 3) % 49);
-        p[0] = 100 + i as u32; // distinct prompts
-        p
-    }).collect();
+    let prompts: Vec<Vec<u32>> = (0..32)
+        .map(|i| {
+            let mut p = text_tokens(&tokenizer, 40 + (i * 3) % 49);
+            p[0] = 100 + i as u32; // distinct prompts
+            p
+        })
+        .collect();
     let mut runs = Vec::new();
     for (k, &b) in [1usize, 4, 16, 32].iter().enumerate() {
-        runs.push(run_batch(&mut engine, &prompts[..b], steps, 1000 * (k as u64 + 1))?);
+        runs.push(run_batch(
+            &mut engine,
+            &prompts[..b],
+            steps,
+            1000 * (k as u64 + 1),
+        )?);
         tick();
     }
 
     // The same 16 requests one after another.
     let (mut seq_total, mut seq_decode) = (0.0, 0.0);
     for (i, p) in prompts[..16].iter().enumerate() {
-        let r = run_batch(&mut engine, std::slice::from_ref(p), steps, 10_000 + i as u64)?;
+        let r = run_batch(
+            &mut engine,
+            std::slice::from_ref(p),
+            steps,
+            10_000 + i as u64,
+        )?;
         seq_total += r.total_s;
         seq_decode += r.decode_s;
     }
@@ -278,10 +316,19 @@ pub fn run_decode_bench_with_progress(opts: &DecodeBenchOptions, progress: &dyn 
             }
         }
     }
-    let model_error = if errs.is_empty() { 0.0 } else { errs.iter().sum::<f64>() / errs.len() as f64 };
+    let model_error = if errs.is_empty() {
+        0.0
+    } else {
+        errs.iter().sum::<f64>() / errs.len() as f64
+    };
     tick();
 
-    let decode = DecodeFigures { b1: runs[0].tok_s, b4: runs[1].tok_s, b16: runs[2].tok_s, b32: runs[3].tok_s };
+    let decode = DecodeFigures {
+        b1: runs[0].tok_s,
+        b4: runs[1].tok_s,
+        b16: runs[2].tok_s,
+        b32: runs[3].tok_s,
+    };
     let reference = Reference {
         llama_cpp_decode_b1_tok_s: LLAMA_CPP_DECODE_B1,
         llama_cpp_prefill_199_tok_s: LLAMA_CPP_PREFILL_199,
@@ -312,8 +359,16 @@ mod tests {
     #[test]
     fn json_shape() {
         let r = DecodeBenchReport {
-            prefill_tok_s: PrefillFigures { p200: 1.0, p1536: 2.0 },
-            decode_tok_s: DecodeFigures { b1: 3.0, b4: 4.0, b16: 5.0, b32: 6.0 },
+            prefill_tok_s: PrefillFigures {
+                p200: 1.0,
+                p1536: 2.0,
+            },
+            decode_tok_s: DecodeFigures {
+                b1: 3.0,
+                b4: 4.0,
+                b16: 5.0,
+                b32: 6.0,
+            },
             speedup_16: 7.0,
             model_error: 0.1,
             speedup_16_decode: 8.0,

@@ -100,7 +100,8 @@ impl PresenceMask {
 
     /// Whether a row is present (out of range: false).
     pub fn is_present(&self, layer: usize, head: usize, token: usize) -> bool {
-        self.idx(layer, head, token).is_some_and(|i| self.present[i])
+        self.idx(layer, head, token)
+            .is_some_and(|i| self.present[i])
     }
 
     /// Number of missing rows.
@@ -112,7 +113,9 @@ impl PresenceMask {
 fn encode(values: &[f32], dtype: KvDtype) -> Vec<u8> {
     let mut out = Vec::with_capacity(values.len() * dtype.size());
     match dtype {
-        KvDtype::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        KvDtype::F32 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         KvDtype::Bf16 => values
             .iter()
             .for_each(|v| out.extend_from_slice(&half::bf16::from_f32(*v).to_le_bytes())),
@@ -141,7 +144,12 @@ fn decode(bytes: &[u8], dtype: KvDtype) -> Vec<f32> {
 }
 
 /// Exports `layers × tokens` of a cache, one block per layer.
-pub fn export(kv: &SeqKv, layers: Range<usize>, tokens: Range<usize>, dtype: KvDtype) -> Result<Vec<KvBlock>> {
+pub fn export(
+    kv: &SeqKv,
+    layers: Range<usize>,
+    tokens: Range<usize>,
+    dtype: KvDtype,
+) -> Result<Vec<KvBlock>> {
     if layers.end > kv.n_layers() || layers.start > layers.end {
         return Err(GpuError::KvTransfer(format!(
             "layers {layers:?} outside 0..{}",
@@ -149,7 +157,10 @@ pub fn export(kv: &SeqKv, layers: Range<usize>, tokens: Range<usize>, dtype: KvD
         )));
     }
     if tokens.end > kv.len() || tokens.start > tokens.end {
-        return Err(GpuError::KvTransfer(format!("tokens {tokens:?} outside 0..{}", kv.len())));
+        return Err(GpuError::KvTransfer(format!(
+            "tokens {tokens:?} outside 0..{}",
+            kv.len()
+        )));
     }
     let len = tokens.end - tokens.start;
     let mut out = Vec::with_capacity(layers.len());
@@ -243,14 +254,17 @@ pub fn import(
         }
         let base = l * nh * n_tokens * hd;
         let len = nh * n_tokens * hd;
-        let kt = Tensor::from_slice(&k[base..base + len], (nh, n_tokens, hd), device).ctx("kv import")?;
-        let vt = Tensor::from_slice(&v[base..base + len], (nh, n_tokens, hd), device).ctx("kv import")?;
+        let kt = Tensor::from_slice(&k[base..base + len], (nh, n_tokens, hd), device)
+            .ctx("kv import")?;
+        let vt = Tensor::from_slice(&v[base..base + len], (nh, n_tokens, hd), device)
+            .ctx("kv import")?;
         kv.append(l, &kt, &vt)?;
         if any_missing && mode == MissingRows::Mask {
             let cap = kv.capacity;
             let mut full = vec![0f32; nh * cap];
             for h in 0..nh {
-                full[h * cap..h * cap + n_tokens].copy_from_slice(&bias[h * n_tokens..(h + 1) * n_tokens]);
+                full[h * cap..h * cap + n_tokens]
+                    .copy_from_slice(&bias[h * n_tokens..(h + 1) * n_tokens]);
             }
             kv.layers[l].bias = Some(Tensor::from_vec(full, (nh, 1, cap), device).ctx("kv mask")?);
         }
@@ -266,21 +280,35 @@ mod tests {
     use candle_core::Device;
 
     fn model() -> Llama {
-        load_tiny(11, &Device::Cpu, Some(WeightLayout::for_device(&Device::Cpu)))
-            .unwrap()
-            .model
+        load_tiny(
+            11,
+            &Device::Cpu,
+            Some(WeightLayout::for_device(&Device::Cpu)),
+        )
+        .unwrap()
+        .model
     }
 
     fn prefill(m: &Llama, prompt: &[u32]) -> (SeqKv, u32) {
         let mut kv = m.new_kv(0).unwrap();
-        let t = m.greedy(&mut [SeqInput { tokens: prompt, kv: &mut kv }], Phase::Prefill).unwrap()[0];
+        let t = m
+            .greedy(
+                &mut [SeqInput {
+                    tokens: prompt,
+                    kv: &mut kv,
+                }],
+                Phase::Prefill,
+            )
+            .unwrap()[0];
         (kv, t)
     }
 
     fn decode_n(m: &Llama, kv: &mut SeqKv, mut tok: u32, n: usize) -> Vec<u32> {
         let mut out = vec![];
         for _ in 0..n {
-            tok = m.greedy(&mut [SeqInput { tokens: &[tok], kv }], Phase::Decode).unwrap()[0];
+            tok = m
+                .greedy(&mut [SeqInput { tokens: &[tok], kv }], Phase::Decode)
+                .unwrap()[0];
             out.push(tok);
         }
         out
@@ -295,7 +323,10 @@ mod tests {
             .unwrap()
     }
 
-    const PROMPT: [u32; 24] = [5, 80, 81, 9, 200, 31, 7, 77, 150, 151, 3, 44, 90, 12, 13, 250, 66, 67, 8, 99, 100, 101, 4, 60];
+    const PROMPT: [u32; 24] = [
+        5, 80, 81, 9, 200, 31, 7, 77, 150, 151, 3, 44, 90, 12, 13, 250, 66, 67, 8, 99, 100, 101, 4,
+        60,
+    ];
 
     #[test]
     fn export_import_roundtrip_decodes_the_same() {
@@ -336,13 +367,34 @@ mod tests {
         }
         assert_eq!(presence.missing(), 16);
         let mut full = import(&c, &Device::Cpu, 24, &blocks, None, MissingRows::Mask).unwrap();
-        let mut masked = import(&c, &Device::Cpu, 24, &blocks, Some(&presence), MissingRows::Mask).unwrap();
-        let mut zeroed = import(&c, &Device::Cpu, 24, &blocks, Some(&presence), MissingRows::ZeroFill).unwrap();
+        let mut masked = import(
+            &c,
+            &Device::Cpu,
+            24,
+            &blocks,
+            Some(&presence),
+            MissingRows::Mask,
+        )
+        .unwrap();
+        let mut zeroed = import(
+            &c,
+            &Device::Cpu,
+            24,
+            &blocks,
+            Some(&presence),
+            MissingRows::ZeroFill,
+        )
+        .unwrap();
         assert!(masked.has_mask() && !zeroed.has_mask());
         let lf = logits(&m, &mut full, t);
         let lm = logits(&m, &mut masked, t);
         let lz = logits(&m, &mut zeroed, t);
-        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        let diff = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
         assert!(lm.iter().chain(&lz).all(|x| x.is_finite()));
         assert!(diff(&lf, &lm) > 1e-4, "mask mode must change the output");
         assert!(diff(&lf, &lz) > 1e-4, "zero-fill must change the output");
@@ -367,6 +419,14 @@ mod tests {
         b[0].k.pop();
         let e = import(&c, &Device::Cpu, 24, &b, None, MissingRows::Mask).unwrap_err();
         assert!(e.to_string().contains("bytes"), "{e}");
-        assert!(import(&c, &Device::Cpu, 2, &export(&kv, 0..1, 0..4, KvDtype::F32).unwrap(), None, MissingRows::Mask).is_err());
+        assert!(import(
+            &c,
+            &Device::Cpu,
+            2,
+            &export(&kv, 0..1, 0..4, KvDtype::F32).unwrap(),
+            None,
+            MissingRows::Mask
+        )
+        .is_err());
     }
 }

@@ -124,7 +124,9 @@ impl KvLedger {
     /// Reserves `tokens` for request `id`; fails if it does not fit or `id` is known.
     pub fn reserve(&mut self, id: u64, tokens: u64) -> Result<()> {
         if self.reserved.contains_key(&id) {
-            return Err(GpuError::Engine(format!("request {id} already holds a reservation")));
+            return Err(GpuError::Engine(format!(
+                "request {id} already holds a reservation"
+            )));
         }
         if !self.fits(tokens) {
             return Err(GpuError::Engine(format!(
@@ -212,7 +214,11 @@ impl KvLedger {
             memory_time_byte_s: w.memory_time,
             busy_s: w.duration,
             iterations: w.iterations,
-            eta: if denom > 0.0 { w.memory_time / denom } else { 0.0 },
+            eta: if denom > 0.0 {
+                w.memory_time / denom
+            } else {
+                0.0
+            },
             high_kv: self.high(w.peak),
         }
     }

@@ -18,8 +18,8 @@ pub use error::{GpuError, Result};
 
 pub use backend::{Backend, ModeledBackend, RealBackend};
 pub use engine::{BatchEngine, BatchMode, EngineConfig, Request, StepOutput};
+pub use kv_transfer::{KvBlock, MissingRows, PresenceMask};
 pub use ledger::KvLedger;
+pub use model::{KvDtype, LlamaConfig, WeightFormat, WeightLayout};
 pub use profile::Profile;
 pub use telemetry::Telemetry;
-pub use model::{KvDtype, LlamaConfig, WeightFormat, WeightLayout};
-pub use kv_transfer::{KvBlock, MissingRows, PresenceMask};

@@ -87,14 +87,22 @@ fn interp_curve(points: &[CurvePoint], occ: u64) -> f64 {
                 let (a, b) = (w[0], w[1]);
                 if x <= b.kv_bytes as f64 {
                     let span = (b.kv_bytes - a.kv_bytes) as f64;
-                    let f = if span > 0.0 { (x - a.kv_bytes as f64) / span } else { 1.0 };
+                    let f = if span > 0.0 {
+                        (x - a.kv_bytes as f64) / span
+                    } else {
+                        1.0
+                    };
                     return a.step_s + f * (b.step_s - a.step_s);
                 }
             }
             let n = points.len();
             let (a, b) = (points[n - 2], points[n - 1]);
             let span = (b.kv_bytes - a.kv_bytes) as f64;
-            let slope = if span > 0.0 { (b.step_s - a.step_s) / span } else { 0.0 };
+            let slope = if span > 0.0 {
+                (b.step_s - a.step_s) / span
+            } else {
+                0.0
+            };
             b.step_s + slope.max(0.0) * (x - b.kv_bytes as f64)
         }
     }
@@ -150,13 +158,18 @@ impl Profile {
             msg,
         };
         if !(self.prefill_tok_s.is_finite() && self.prefill_tok_s > 0.0) {
-            return Err(bad(format!("prefill_tok_s must be > 0, got {}", self.prefill_tok_s)));
+            return Err(bad(format!(
+                "prefill_tok_s must be > 0, got {}",
+                self.prefill_tok_s
+            )));
         }
         if !(self.prefill_overhead_s.is_finite() && self.prefill_overhead_s >= 0.0) {
             return Err(bad("prefill_overhead_s must be ≥ 0".into()));
         }
         if self.kv_bytes_per_token == 0 || self.kv_capacity_bytes == 0 {
-            return Err(bad("kv_bytes_per_token and kv_capacity_bytes must be > 0".into()));
+            return Err(bad(
+                "kv_bytes_per_token and kv_capacity_bytes must be > 0".into()
+            ));
         }
         if self.decode.is_empty() {
             return Err(bad("decode has no curves".into()));
@@ -164,11 +177,16 @@ impl Profile {
         let mut last_batch = 0;
         for (i, c) in self.decode.iter().enumerate() {
             if c.batch <= last_batch {
-                return Err(bad(format!("decode[{i}]: batch sizes must be increasing and ≥ 1")));
+                return Err(bad(format!(
+                    "decode[{i}]: batch sizes must be increasing and ≥ 1"
+                )));
             }
             last_batch = c.batch;
             if c.points.is_empty() {
-                return Err(bad(format!("decode[{i}] (batch {}) has no points", c.batch)));
+                return Err(bad(format!(
+                    "decode[{i}] (batch {}) has no points",
+                    c.batch
+                )));
             }
             let mut last = None;
             for (j, p) in c.points.iter().enumerate() {
@@ -176,7 +194,9 @@ impl Profile {
                     return Err(bad(format!("decode[{i}].points[{j}]: step_s must be > 0")));
                 }
                 if last.is_some_and(|l| p.kv_bytes <= l) {
-                    return Err(bad(format!("decode[{i}].points[{j}]: kv_bytes must increase")));
+                    return Err(bad(format!(
+                        "decode[{i}].points[{j}]: kv_bytes must increase"
+                    )));
                 }
                 last = Some(p.kv_bytes);
             }
@@ -251,8 +271,14 @@ impl Profile {
             decode: vec![DecodeCurve {
                 batch: 1,
                 points: vec![
-                    CurvePoint { kv_bytes: 0, step_s: t(0) },
-                    CurvePoint { kv_bytes: cap, step_s: t(cap) },
+                    CurvePoint {
+                        kv_bytes: 0,
+                        step_s: t(0),
+                    },
+                    CurvePoint {
+                        kv_bytes: cap,
+                        step_s: t(cap),
+                    },
                 ],
             }],
         })
@@ -328,7 +354,11 @@ pub fn profile_backend(
     let alpha = backend.kv_bytes_per_token();
     // Prefill: t(n) = a + n / r from n = 32 and n = 256 (one warm-up first).
     let mut time_prefill = |n: usize, seq: u64| -> Result<f64> {
-        let s = backend.prefill(&[PrefillItem { seq, tokens: None, len: n }])?;
+        let s = backend.prefill(&[PrefillItem {
+            seq,
+            tokens: None,
+            len: n,
+        }])?;
         backend.release(seq);
         Ok(s.duration_s)
     };
@@ -340,7 +370,11 @@ pub fn profile_backend(
     let t2 = time_prefill(n2, u64::MAX)?;
     done += 1;
     progress(done, total);
-    let rate = if t2 > t1 { (n2 - n1) as f64 / (t2 - t1) } else { n2 as f64 / t2.max(1e-9) };
+    let rate = if t2 > t1 {
+        (n2 - n1) as f64 / (t2 - t1)
+    } else {
+        n2 as f64 / t2.max(1e-9)
+    };
     let overhead = (t1 - n1 as f64 / rate).max(0.0);
     let mut curves = Vec::new();
     let mut batches = opts.batch_sizes.clone();
@@ -356,7 +390,10 @@ pub fn profile_backend(
             for &s in &seqs {
                 backend.insert_synthetic(s, l)?;
             }
-            let items: Vec<DecodeItem> = seqs.iter().map(|&seq| DecodeItem { seq, token: 100 }).collect();
+            let items: Vec<DecodeItem> = seqs
+                .iter()
+                .map(|&seq| DecodeItem { seq, token: 100 })
+                .collect();
             let occ = alpha * (b * l) as u64;
             backend.decode(&items, occ)?; // warm-up
             let mut sum = 0.0;
@@ -421,15 +458,27 @@ mod tests {
                 DecodeCurve {
                     batch: 1,
                     points: vec![
-                        CurvePoint { kv_bytes: 0, step_s: 1.0 },
-                        CurvePoint { kv_bytes: 100, step_s: 2.0 },
+                        CurvePoint {
+                            kv_bytes: 0,
+                            step_s: 1.0,
+                        },
+                        CurvePoint {
+                            kv_bytes: 100,
+                            step_s: 2.0,
+                        },
                     ],
                 },
                 DecodeCurve {
                     batch: 5,
                     points: vec![
-                        CurvePoint { kv_bytes: 0, step_s: 3.0 },
-                        CurvePoint { kv_bytes: 100, step_s: 5.0 },
+                        CurvePoint {
+                            kv_bytes: 0,
+                            step_s: 3.0,
+                        },
+                        CurvePoint {
+                            kv_bytes: 100,
+                            step_s: 5.0,
+                        },
                     ],
                 },
             ],
@@ -443,7 +492,10 @@ mod tests {
         assert!((p.prefill_time(100) - 1.5).abs() < 1e-12);
         let dir = std::env::temp_dir();
         for ext in ["json", "toml"] {
-            let f = dir.join(format!("edgemu-gpu-profile-test-{}.{ext}", std::process::id()));
+            let f = dir.join(format!(
+                "edgemu-gpu-profile-test-{}.{ext}",
+                std::process::id()
+            ));
             p.save(&f).unwrap();
             assert_eq!(Profile::load(&f).unwrap(), p);
             let _ = std::fs::remove_file(&f);
@@ -454,7 +506,11 @@ mod tests {
     fn invalid_profiles_are_errors() {
         let mut p = Profile::builtin("rtx3090").unwrap();
         p.decode[0].points[1].kv_bytes = 0;
-        assert!(p.validate("x").unwrap_err().to_string().contains("kv_bytes must increase"));
+        assert!(p
+            .validate("x")
+            .unwrap_err()
+            .to_string()
+            .contains("kv_bytes must increase"));
         let f = std::env::temp_dir().join(format!("edgemu-gpu-bad-{}.json", std::process::id()));
         std::fs::write(&f, "{\"name\": 3}").unwrap();
         let e = Profile::load(&f).unwrap_err().to_string();

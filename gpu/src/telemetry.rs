@@ -48,7 +48,10 @@ impl Telemetry {
         let (nvml, reason) = match Nvml::init() {
             Ok(n) => match n.device_count() {
                 Ok(c) if index < c => (Some(n), None),
-                Ok(c) => (None, Some(format!("GPU {index} does not exist ({c} found)"))),
+                Ok(c) => (
+                    None,
+                    Some(format!("GPU {index} does not exist ({c} found)")),
+                ),
                 Err(e) => (None, Some(format!("cannot count GPUs: {e}"))),
             },
             Err(e) => (None, Some(format!("NVML unavailable: {e}"))),
@@ -87,7 +90,12 @@ impl Telemetry {
         self.reason.as_deref()
     }
 
-    fn field<T, E: std::fmt::Display>(&self, slot: usize, what: &str, r: Result<T, E>) -> Option<T> {
+    fn field<T, E: std::fmt::Display>(
+        &self,
+        slot: usize,
+        what: &str,
+        r: Result<T, E>,
+    ) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(e) => {

@@ -35,7 +35,12 @@ fn tokenizer_roundtrip_on_real_text() {
     for text in texts {
         let ids = t.encode(text);
         assert!(!ids.is_empty());
-        assert!(ids.len() < text.len(), "BPE merges: {} ids for {} bytes", ids.len(), text.len());
+        assert!(
+            ids.len() < text.len(),
+            "BPE merges: {} ids for {} bytes",
+            ids.len(),
+            text.len()
+        );
         assert_eq!(t.decode(&ids, false), text);
     }
     // Known SmolLM2 ids: specials and the byte-level space prefix.
@@ -62,7 +67,10 @@ fn real_decode_answers_sensibly_and_batches_exactly() {
     let Some(lm) = model() else { return };
     let chat = lm.chat.clone().expect("chat template");
     let t = lm.tokenizer;
-    let q1 = chat.render(&[ChatMessage::new("user", "What is the capital of France?")], true);
+    let q1 = chat.render(
+        &[ChatMessage::new("user", "What is the capital of France?")],
+        true,
+    );
     let q2 = chat.render(&[ChatMessage::new("user", "Name a primary color.")], true);
     let (p1, p2) = (t.encode(&q1), t.encode(&q2));
     let alone1 = lm.model.generate_alone(&p1, 12).unwrap();
@@ -70,7 +78,10 @@ fn real_decode_answers_sensibly_and_batches_exactly() {
     assert!(answer.contains("Paris"), "answer: {answer:?}");
     let alone2 = lm.model.generate_alone(&p2, 10).unwrap();
     // Batched, joining at different iterations.
-    let mut e = BatchEngine::new(RealBackend::new(lm.model, KvDtype::Bf16, t.eos_id()), EngineConfig::default());
+    let mut e = BatchEngine::new(
+        RealBackend::new(lm.model, KvDtype::Bf16, t.eos_id()),
+        EngineConfig::default(),
+    );
     e.submit(Request::with_tokens(1, p1, 12)).unwrap();
     let mut now = 0.0;
     let mut got = std::collections::HashMap::new();

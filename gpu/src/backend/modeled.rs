@@ -71,7 +71,12 @@ impl Backend for ModeledBackend {
         for it in items {
             match self.seqs.get_mut(&it.seq) {
                 Some(n) => *n += 1,
-                None => return Err(GpuError::Engine(format!("decode of unknown sequence {}", it.seq))),
+                None => {
+                    return Err(GpuError::Engine(format!(
+                        "decode of unknown sequence {}",
+                        it.seq
+                    )))
+                }
             }
         }
         Ok(BackendStep {

@@ -140,9 +140,10 @@ impl Backend for RealBackend {
         }
         let mut kvs = Vec::with_capacity(items.len());
         for it in items {
-            let kv = self.seqs.remove(&it.seq).ok_or_else(|| {
-                GpuError::Engine(format!("decode of unknown sequence {}", it.seq))
-            });
+            let kv = self
+                .seqs
+                .remove(&it.seq)
+                .ok_or_else(|| GpuError::Engine(format!("decode of unknown sequence {}", it.seq)));
             match kv {
                 Ok(kv) => kvs.push(kv),
                 Err(e) => {

@@ -168,10 +168,16 @@ impl<B: Backend> BatchEngine<B> {
 
     fn check(&self, req: &Request) -> Result<()> {
         if req.output_len == 0 {
-            return Err(GpuError::Engine(format!("request {}: output length 0", req.id)));
+            return Err(GpuError::Engine(format!(
+                "request {}: output length 0",
+                req.id
+            )));
         }
         if req.prompt.is_empty() {
-            return Err(GpuError::Engine(format!("request {}: empty prompt", req.id)));
+            return Err(GpuError::Engine(format!(
+                "request {}: empty prompt",
+                req.id
+            )));
         }
         if !self.ledger.could_ever_fit(req.kv_tokens()) {
             return Err(GpuError::Engine(format!(
@@ -184,7 +190,10 @@ impl<B: Backend> BatchEngine<B> {
         let dup = self.waiting.iter().any(|w| w.req.id == req.id)
             || self.running.iter().any(|r| r.req.id == req.id);
         if dup {
-            return Err(GpuError::Engine(format!("request {}: id already in use", req.id)));
+            return Err(GpuError::Engine(format!(
+                "request {}: id already in use",
+                req.id
+            )));
         }
         Ok(())
     }
@@ -223,7 +232,9 @@ impl<B: Backend> BatchEngine<B> {
             {
                 break;
             }
-            let Some(w) = self.waiting.pop_front() else { break };
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
             // `fits` was checked just above.
             if self.ledger.reserve(w.req.id, w.req.kv_tokens()).is_err() {
                 self.waiting.push_front(w);

@@ -5,7 +5,12 @@ use crate::profile::{CurvePoint, DecodeCurve, Profile};
 use candle_core::Device;
 
 fn tiny_engine(mode: BatchMode) -> BatchEngine<RealBackend> {
-    let lm = load_tiny(7, &Device::Cpu, Some(WeightLayout::for_device(&Device::Cpu))).unwrap();
+    let lm = load_tiny(
+        7,
+        &Device::Cpu,
+        Some(WeightLayout::for_device(&Device::Cpu)),
+    )
+    .unwrap();
     let be = RealBackend::new(lm.model, KvDtype::F32, None);
     BatchEngine::new(
         be,
@@ -18,14 +23,22 @@ fn tiny_engine(mode: BatchMode) -> BatchEngine<RealBackend> {
 }
 
 fn prompt(seed: u32, len: usize) -> Vec<u32> {
-    (0..len as u32).map(|i| 3 + (seed * 53 + i * 29) % 260).collect()
+    (0..len as u32)
+        .map(|i| 3 + (seed * 53 + i * 29) % 260)
+        .collect()
 }
 
 #[test]
 fn continuous_batching_matches_decoding_alone() {
     let mut e = tiny_engine(BatchMode::Continuous);
     // (id, prompt length, output length, iteration at which it is submitted)
-    let plan = [(1u64, 5usize, 12usize, 0u64), (2, 17, 6, 0), (3, 9, 9, 2), (4, 30, 4, 3), (5, 2, 8, 7)];
+    let plan = [
+        (1u64, 5usize, 12usize, 0u64),
+        (2, 17, 6, 0),
+        (3, 9, 9, 2),
+        (4, 30, 4, 3),
+        (5, 2, 8, 7),
+    ];
     let mut results = std::collections::HashMap::new();
     let mut now = 0.0;
     let mut it = 0;
@@ -33,7 +46,8 @@ fn continuous_batching_matches_decoding_alone() {
     while results.len() < plan.len() {
         for &(id, pl, ol, at) in &plan {
             if at == it {
-                e.submit(Request::with_tokens(id, prompt(id as u32, pl), ol)).unwrap();
+                e.submit(Request::with_tokens(id, prompt(id as u32, pl), ol))
+                    .unwrap();
             }
         }
         let o = e.step(now).unwrap();
@@ -71,9 +85,15 @@ fn handoff_cache_continues_the_sequence() {
     let mut p2 = p.clone();
     p2.extend_from_slice(&fin.tokens[..4]);
     p2.extend_from_slice(&[40, 41, 42]);
-    e.submit_with_cache(Request::with_tokens(2, p2.clone(), 6), cache).unwrap();
+    e.submit_with_cache(Request::with_tokens(2, p2.clone(), 6), cache)
+        .unwrap();
     let outs = e.run_to_idle(1.0).unwrap();
-    let got = outs.into_iter().flat_map(|o| o.finished).next().unwrap().tokens;
+    let got = outs
+        .into_iter()
+        .flat_map(|o| o.finished)
+        .next()
+        .unwrap()
+        .tokens;
     assert_eq!(got, e.backend().model().generate_alone(&p2, 6).unwrap());
 }
 
@@ -87,7 +107,10 @@ fn flat_profile(alpha: u64, cap: u64) -> Profile {
         prefill_overhead_s: 0.0,
         decode: vec![DecodeCurve {
             batch: 1,
-            points: vec![CurvePoint { kv_bytes: 0, step_s: 0.01 }],
+            points: vec![CurvePoint {
+                kv_bytes: 0,
+                step_s: 0.01,
+            }],
         }],
     }
 }
@@ -110,7 +133,10 @@ fn admission_waits_in_order_and_frees_at_iteration_end() {
     e.submit(Request::with_lengths(1, 40, 20)).unwrap(); // 60 tokens
     e.submit(Request::with_lengths(2, 30, 20)).unwrap(); // 50: does not fit next to 1
     e.submit(Request::with_lengths(3, 10, 5)).unwrap(); // 15: would fit but must not overtake 2
-    assert!(e.submit(Request::with_lengths(4, 90, 20)).is_err(), "can never fit");
+    assert!(
+        e.submit(Request::with_lengths(4, 90, 20)).is_err(),
+        "can never fit"
+    );
     let o = e.step(0.0).unwrap();
     assert_eq!(o.admitted, vec![1]);
     // prefill 40 tokens at 100 tok/s
@@ -140,7 +166,11 @@ fn admission_waits_in_order_and_frees_at_iteration_end() {
     }
     // Request 1: prefill gives token 1, then 19 decode iterations (k = 1..=19).
     assert_eq!(finished_1_at, Some(19));
-    assert_eq!(admitted_2_at, Some(20), "admitted in the iteration after 1 left");
+    assert_eq!(
+        admitted_2_at,
+        Some(20),
+        "admitted in the iteration after 1 left"
+    );
     assert!(e.is_idle());
     let s = e.ledger().snapshot();
     assert_eq!(s.occupancy_bytes, 0);
@@ -161,7 +191,11 @@ fn memory_time_by_hand() {
     assert_eq!(outs.len(), 3);
     let s = e.ledger().snapshot();
     let expect = 110.0 * 0.1 + 120.0 * 0.01 + 130.0 * 0.01;
-    assert!((s.memory_time_byte_s - expect).abs() < 1e-9, "{}", s.memory_time_byte_s);
+    assert!(
+        (s.memory_time_byte_s - expect).abs() < 1e-9,
+        "{}",
+        s.memory_time_byte_s
+    );
     assert_eq!(s.peak_bytes, 130);
     let f = &outs[2].finished[0];
     assert!((f.finished_at - 0.12).abs() < 1e-12);
@@ -182,7 +216,10 @@ fn static_batching_waits_for_longest() {
     let mut fin = Vec::new();
     for _ in 0..10 {
         let o = e.step(now).unwrap();
-        assert!(!o.admitted.contains(&3) || fin.len() == 2, "no joining a running static batch");
+        assert!(
+            !o.admitted.contains(&3) || fin.len() == 2,
+            "no joining a running static batch"
+        );
         now += o.duration_s;
         for f in o.finished {
             fin.push((f.id, f.finished_at, f.tokens.len()));
@@ -203,8 +240,16 @@ fn static_batching_waits_for_longest() {
     c.submit(Request::with_lengths(1, 10, 2)).unwrap();
     c.submit(Request::with_lengths(2, 10, 5)).unwrap();
     let outs = c.run_to_idle(0.0).unwrap();
-    let f1 = outs.iter().flat_map(|o| &o.finished).find(|f| f.id == 1).unwrap();
-    let f2 = outs.iter().flat_map(|o| &o.finished).find(|f| f.id == 2).unwrap();
+    let f1 = outs
+        .iter()
+        .flat_map(|o| &o.finished)
+        .find(|f| f.id == 1)
+        .unwrap();
+    let f2 = outs
+        .iter()
+        .flat_map(|o| &o.finished)
+        .find(|f| f.id == 2)
+        .unwrap();
     assert!(f1.finished_at < f2.finished_at);
 }
 
@@ -212,8 +257,14 @@ fn static_batching_waits_for_longest() {
 fn modeled_decode_time_follows_profile() {
     let mut p = flat_profile(10, 1_000_000);
     p.decode[0].points = vec![
-        CurvePoint { kv_bytes: 0, step_s: 0.01 },
-        CurvePoint { kv_bytes: 1000, step_s: 0.02 },
+        CurvePoint {
+            kv_bytes: 0,
+            step_s: 0.01,
+        },
+        CurvePoint {
+            kv_bytes: 1000,
+            step_s: 0.02,
+        },
     ];
     let mut e = BatchEngine::new(ModeledBackend::new(p), EngineConfig::default());
     e.submit(Request::with_lengths(1, 50, 3)).unwrap();

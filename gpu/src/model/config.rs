@@ -81,7 +81,10 @@ impl LlamaConfig {
 
     /// Checks internal consistency.
     pub fn validate(&self) -> Result<(), String> {
-        if self.n_heads == 0 || self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_heads == 0
+            || self.n_kv_heads == 0
+            || !self.n_heads.is_multiple_of(self.n_kv_heads)
+        {
             return Err(format!(
                 "head count {} is not a multiple of kv head count {}",
                 self.n_heads, self.n_kv_heads
@@ -93,7 +96,7 @@ impl LlamaConfig {
                 self.n_heads, self.head_dim, self.hidden_size
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(format!("head dim {} is odd", self.head_dim));
         }
         if self.n_layers == 0 || self.vocab_size == 0 {

@@ -33,7 +33,7 @@ pub struct Q8Matrix {
 impl Q8Matrix {
     /// Quantizes a row-major `(n, k)` F32 matrix; `k` must be a multiple of 32.
     pub fn from_f32(w: &[f32], n: usize, k: usize) -> Option<Self> {
-        if k % BLOCK != 0 || w.len() != n * k {
+        if !k.is_multiple_of(BLOCK) || w.len() != n * k {
             return None;
         }
         let mut scales = Vec::with_capacity(n * k / BLOCK);
@@ -43,9 +43,17 @@ impl Q8Matrix {
             let d = amax / 127.0;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
             scales.push(d);
-            quants.extend(blk.iter().map(|x| (x * id).round().clamp(-127.0, 127.0) as i8));
+            quants.extend(
+                blk.iter()
+                    .map(|x| (x * id).round().clamp(-127.0, 127.0) as i8),
+            );
         }
-        Some(Q8Matrix { n, k, scales, quants })
+        Some(Q8Matrix {
+            n,
+            k,
+            scales,
+            quants,
+        })
     }
 
     pub fn rows(&self) -> usize {
@@ -84,7 +92,9 @@ impl Q8Matrix {
     fn chunk(&self, x: &[f32], m: usize, j0: usize, j1: usize, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
                 // SAFETY: the features were just detected.
                 unsafe { self.chunk_avx2(x, m, j0, j1, out) };
                 return;
@@ -170,15 +180,22 @@ mod tests {
     #[test]
     fn matches_reference_and_is_batch_invariant() {
         let (n, k) = (70, 96);
-        let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 60.0).collect();
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 60.0)
+            .collect();
         let q = Q8Matrix::from_f32(&w, n, k).unwrap();
         let m = 11;
-        let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0).collect();
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
+            .collect();
         let y = q.matmul(&x, m);
         for r in 0..m {
             for j in 0..n {
                 let exact: f32 = (0..k).map(|i| x[r * k + i] * w[j * k + i]).sum();
-                assert!((y[r * n + j] - exact).abs() < 0.05 * (1.0 + exact.abs()), "{r},{j}");
+                assert!(
+                    (y[r * n + j] - exact).abs() < 0.05 * (1.0 + exact.abs()),
+                    "{r},{j}"
+                );
             }
             // Row r alone gives bit-identical results.
             let alone = q.matmul(&x[r * k..(r + 1) * k], 1);

@@ -70,6 +70,9 @@ mod tests {
         assert_eq!(cuda_ordinal("cuda"), Some(0));
         assert_eq!(cuda_ordinal("cpu"), None);
         #[cfg(not(feature = "cuda"))]
-        assert!(parse_device("cuda:0").unwrap_err().to_string().contains("--features cuda"));
+        assert!(parse_device("cuda:0")
+            .unwrap_err()
+            .to_string()
+            .contains("--features cuda"));
     }
 }

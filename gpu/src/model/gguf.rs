@@ -100,9 +100,7 @@ impl<R: Read + Seek> GgufFile<R> {
             Value::I32(x) => *x as i128,
             Value::U64(x) => *x as i128,
             Value::I64(x) => *x as i128,
-            other => {
-                return Err(self.meta_err(key, format!("expected an integer, got {other:?}")))
-            }
+            other => return Err(self.meta_err(key, format!("expected an integer, got {other:?}"))),
         };
         usize::try_from(n).map_err(|_| self.meta_err(key, format!("{n} is out of range")))
     }
@@ -183,7 +181,12 @@ impl<R: Read + Seek> GgufFile<R> {
     }
 
     /// Reads a tensor and checks its shape (candle order: outermost first).
-    pub fn tensor_shaped(&mut self, name: &str, device: &Device, shape: &[usize]) -> Result<QTensor> {
+    pub fn tensor_shaped(
+        &mut self,
+        name: &str,
+        device: &Device,
+        shape: &[usize],
+    ) -> Result<QTensor> {
         let t = self.tensor(name, device)?;
         if t.shape().dims() != shape {
             return Err(GpuError::TensorShape {
@@ -211,7 +214,7 @@ impl<R: Read + Seek> GgufFile<R> {
             Ok(v) => v,
             Err(_) => self.strings("tokenizer.ggml.tokens")?.len(),
         };
-        let head_dim = if n_heads == 0 { 0 } else { hidden / n_heads };
+        let head_dim = hidden.checked_div(n_heads).unwrap_or(0);
         let config = LlamaConfig {
             vocab_size: vocab,
             hidden_size: hidden,
@@ -226,9 +229,7 @@ impl<R: Read + Seek> GgufFile<R> {
             rms_norm_eps: self.f64("llama.attention.layer_norm_rms_epsilon")?,
             max_seq_len: self.usize("llama.context_length").unwrap_or(4096),
         };
-        config
-            .validate()
-            .map_err(|m| self.meta_err("llama.*", m))?;
+        config.validate().map_err(|m| self.meta_err("llama.*", m))?;
         if let Ok(d) = self.usize("llama.rope.dimension_count") {
             if d != head_dim {
                 return Err(self.meta_err(
@@ -257,7 +258,11 @@ impl SplitMix {
 
 /// Tokens of the tiny test tokenizer: 3 specials, 256 byte tokens, merges.
 fn tiny_vocab() -> (Vec<String>, Vec<String>, Vec<i32>) {
-    let mut tokens: Vec<String> = vec!["<|endoftext|>".into(), "<|im_start|>".into(), "<|im_end|>".into()];
+    let mut tokens: Vec<String> = vec![
+        "<|endoftext|>".into(),
+        "<|im_start|>".into(),
+        "<|im_end|>".into(),
+    ];
     let mut types = vec![3, 3, 3];
     let enc = crate::tokenizer::bpe::byte_to_unicode();
     for b in 0..=255u8 {
@@ -304,17 +309,32 @@ pub fn tiny_gguf(seed: u64) -> Vec<u8> {
     let h = c.hidden_size;
     let kvw = c.kv_width();
     let mut named: Vec<(String, QTensor)> = Vec::new();
-    named.push(("token_embd.weight".into(), q(&rand((c.vocab_size, h), 1.0), GgmlDType::Q8_0)));
+    named.push((
+        "token_embd.weight".into(),
+        q(&rand((c.vocab_size, h), 1.0), GgmlDType::Q8_0),
+    ));
     named.push(("output_norm.weight".into(), ones(h)));
     let s = 1.0 / (h as f32).sqrt() * 1.7;
     for i in 0..c.n_layers {
         let p = format!("blk.{i}");
         named.push((format!("{p}.attn_norm.weight"), ones(h)));
         named.push((format!("{p}.ffn_norm.weight"), ones(h)));
-        named.push((format!("{p}.attn_q.weight"), q(&rand((h, h), s), GgmlDType::Q4_1)));
-        named.push((format!("{p}.attn_k.weight"), q(&rand((kvw, h), s), GgmlDType::Q4_1)));
-        named.push((format!("{p}.attn_v.weight"), q(&rand((kvw, h), s), GgmlDType::Q4_1)));
-        named.push((format!("{p}.attn_output.weight"), q(&rand((h, h), s), GgmlDType::Q4_1)));
+        named.push((
+            format!("{p}.attn_q.weight"),
+            q(&rand((h, h), s), GgmlDType::Q4_1),
+        ));
+        named.push((
+            format!("{p}.attn_k.weight"),
+            q(&rand((kvw, h), s), GgmlDType::Q4_1),
+        ));
+        named.push((
+            format!("{p}.attn_v.weight"),
+            q(&rand((kvw, h), s), GgmlDType::Q4_1),
+        ));
+        named.push((
+            format!("{p}.attn_output.weight"),
+            q(&rand((h, h), s), GgmlDType::Q4_1),
+        ));
         named.push((
             format!("{p}.ffn_gate.weight"),
             q(&rand((c.intermediate_size, h), s), GgmlDType::Q4_1),
@@ -326,7 +346,10 @@ pub fn tiny_gguf(seed: u64) -> Vec<u8> {
         named.push((
             format!("{p}.ffn_down.weight"),
             q(
-                &rand((h, c.intermediate_size), 1.0 / (c.intermediate_size as f32).sqrt() * 1.7),
+                &rand(
+                    (h, c.intermediate_size),
+                    1.0 / (c.intermediate_size as f32).sqrt() * 1.7,
+                ),
                 GgmlDType::Q4_1,
             ),
         ));
@@ -389,7 +412,9 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error() {
-        let e = GgufFile::from_bytes(vec![1, 2, 3, 4, 5], "junk").err().unwrap();
+        let e = GgufFile::from_bytes(vec![1, 2, 3, 4, 5], "junk")
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("junk"));
     }
 }

@@ -94,10 +94,24 @@ impl SeqKv {
             let k = Tensor::zeros(shape, DType::F32, &self.device).ctx("kv grow")?;
             let v = Tensor::zeros(shape, DType::F32, &self.device).ctx("kv grow")?;
             if self.len > 0 {
-                k.slice_set(&l.k.narrow(1, 0, self.len).ctx("kv grow")?.contiguous().ctx("kv grow")?, 1, 0)
-                    .ctx("kv grow")?;
-                v.slice_set(&l.v.narrow(1, 0, self.len).ctx("kv grow")?.contiguous().ctx("kv grow")?, 1, 0)
-                    .ctx("kv grow")?;
+                k.slice_set(
+                    &l.k.narrow(1, 0, self.len)
+                        .ctx("kv grow")?
+                        .contiguous()
+                        .ctx("kv grow")?,
+                    1,
+                    0,
+                )
+                .ctx("kv grow")?;
+                v.slice_set(
+                    &l.v.narrow(1, 0, self.len)
+                        .ctx("kv grow")?
+                        .contiguous()
+                        .ctx("kv grow")?,
+                    1,
+                    0,
+                )
+                .ctx("kv grow")?;
             }
             if let Some(b) = &l.bias {
                 let nb = Tensor::zeros((self.n_kv_heads, 1, cap), DType::F32, &self.device)
@@ -128,7 +142,11 @@ impl SeqKv {
 
     /// Valid K, V views `(n_kv_heads, len, head_dim)` and the bias `(n_kv_heads, 1, len)`
     /// of `layer`, with `extra` freshly appended tokens included.
-    pub(crate) fn view(&self, layer: usize, extra: usize) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+    pub(crate) fn view(
+        &self,
+        layer: usize,
+        extra: usize,
+    ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
         let l = &self.layers[layer];
         let n = self.len + extra;
         let k = l.k.narrow(1, 0, n).ctx("kv view")?;

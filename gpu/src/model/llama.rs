@@ -83,7 +83,12 @@ impl Llama {
             let q = g.tensor_shaped("output.weight", device, &[c.vocab_size, h])?;
             Linear::new(q, lm_layout, device, "output.weight")?
         } else {
-            Linear::new(embd_q, lm_layout, device, "token_embd.weight (tied lm head)")?
+            Linear::new(
+                embd_q,
+                lm_layout,
+                device,
+                "token_embd.weight (tied lm head)",
+            )?
         };
         let vec = |g: &mut GgufFile<R>, name: &str| -> Result<Tensor> {
             g.tensor_shaped(name, device, &[h])?
@@ -109,9 +114,19 @@ impl Llama {
             blocks.push(Block {
                 attn_norm: vec(g, &format!("{p}.attn_norm.weight"))?,
                 ffn_norm: vec(g, &format!("{p}.ffn_norm.weight"))?,
-                qkv: Linear::new(concat_rows(&[q, k, v], device, &qkv_name)?, layout, device, &qkv_name)?,
+                qkv: Linear::new(
+                    concat_rows(&[q, k, v], device, &qkv_name)?,
+                    layout,
+                    device,
+                    &qkv_name,
+                )?,
                 o: Linear::new(o, layout, device, &format!("{p}.attn_output.weight"))?,
-                gate_up: Linear::new(concat_rows(&[gate, up], device, &gu_name)?, layout, device, &gu_name)?,
+                gate_up: Linear::new(
+                    concat_rows(&[gate, up], device, &gu_name)?,
+                    layout,
+                    device,
+                    &gu_name,
+                )?,
                 down: Linear::new(down, layout, device, &format!("{p}.ffn_down.weight"))?,
             });
         }
@@ -206,7 +221,15 @@ impl Llama {
                 let l = s.kv.len() + t;
                 let past = l - t;
                 let m: Vec<f32> = (0..t)
-                    .flat_map(|i| (0..l).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY }))
+                    .flat_map(|i| {
+                        (0..l).map(move |j| {
+                            if j <= past + i {
+                                0.0
+                            } else {
+                                f32::NEG_INFINITY
+                            }
+                        })
+                    })
                     .collect();
                 Some(Tensor::from_vec(m, (t, l), dev).ctx("causal mask")?)
             } else {
@@ -234,7 +257,9 @@ impl Llama {
                 .and_then(|t| t.reshape((n, c.n_heads, 1, c.head_dim)))
                 .ctx("q scale")?;
             let q = candle_nn::rotary_emb::rope_i(&q, &cos, &sin).ctx("rope q")?;
-            let k = k.reshape((n, c.n_kv_heads, 1, c.head_dim)).ctx("k reshape")?;
+            let k = k
+                .reshape((n, c.n_kv_heads, 1, c.head_dim))
+                .ctx("k reshape")?;
             let k = candle_nn::rotary_emb::rope_i(&k, &cos, &sin).ctx("rope k")?;
             let k = k.reshape((n, c.n_kv_heads, c.head_dim)).ctx("k reshape")?;
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
@@ -407,16 +432,34 @@ mod tests {
         let prompt: Vec<u32> = (10..30).collect();
         let mut kv1 = m.new_kv(8).unwrap();
         let a = m
-            .forward(&mut [SeqInput { tokens: &prompt, kv: &mut kv1 }], Phase::Prefill)
+            .forward(
+                &mut [SeqInput {
+                    tokens: &prompt,
+                    kv: &mut kv1,
+                }],
+                Phase::Prefill,
+            )
             .unwrap();
         let mut kv2 = m.new_kv(8).unwrap();
-        m.forward(&mut [SeqInput { tokens: &prompt[..12], kv: &mut kv2 }], Phase::Prefill)
-            .unwrap();
+        m.forward(
+            &mut [SeqInput {
+                tokens: &prompt[..12],
+                kv: &mut kv2,
+            }],
+            Phase::Prefill,
+        )
+        .unwrap();
         let mut b = None;
         for t in &prompt[12..] {
             b = Some(
-                m.forward(&mut [SeqInput { tokens: &[*t], kv: &mut kv2 }], Phase::Decode)
-                    .unwrap(),
+                m.forward(
+                    &mut [SeqInput {
+                        tokens: &[*t],
+                        kv: &mut kv2,
+                    }],
+                    Phase::Decode,
+                )
+                .unwrap(),
             );
         }
         let d = (a - b.unwrap()).unwrap().abs().unwrap().max_all().unwrap();
@@ -438,8 +481,14 @@ mod tests {
         let first = m
             .greedy(
                 &mut [
-                    SeqInput { tokens: &p1, kv: &mut k1 },
-                    SeqInput { tokens: &p2, kv: &mut k2 },
+                    SeqInput {
+                        tokens: &p1,
+                        kv: &mut k1,
+                    },
+                    SeqInput {
+                        tokens: &p2,
+                        kv: &mut k2,
+                    },
                 ],
                 Phase::Prefill,
             )
@@ -450,8 +499,14 @@ mod tests {
             let nx = m
                 .greedy(
                     &mut [
-                        SeqInput { tokens: &[a], kv: &mut k1 },
-                        SeqInput { tokens: &[b], kv: &mut k2 },
+                        SeqInput {
+                            tokens: &[a],
+                            kv: &mut k1,
+                        },
+                        SeqInput {
+                            tokens: &[b],
+                            kv: &mut k2,
+                        },
                     ],
                     Phase::Decode,
                 )

@@ -60,11 +60,19 @@ fn finish<R: std::io::Read + std::io::Seek>(
 /// Loads a GGUF file (`layout = None` → [`WeightLayout::for_device`]).
 pub fn load(path: &Path, device: &Device, layout: Option<WeightLayout>) -> Result<LoadedModel> {
     let mut g = GgufFile::open(path)?;
-    finish(&mut g, device, layout.unwrap_or_else(|| WeightLayout::for_device(device)))
+    finish(
+        &mut g,
+        device,
+        layout.unwrap_or_else(|| WeightLayout::for_device(device)),
+    )
 }
 
 /// The tiny random-initialised test model ([`tiny_gguf`]) through the same loader.
 pub fn load_tiny(seed: u64, device: &Device, layout: Option<WeightLayout>) -> Result<LoadedModel> {
     let mut g = GgufFile::from_bytes(tiny_gguf(seed), "tiny-random-llama")?;
-    finish(&mut g, device, layout.unwrap_or_else(|| WeightLayout::for_device(device)))
+    finish(
+        &mut g,
+        device,
+        layout.unwrap_or_else(|| WeightLayout::for_device(device)),
+    )
 }

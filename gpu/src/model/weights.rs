@@ -132,7 +132,9 @@ fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Re
             .and_then(|t| t.to_vec1::<f32>())
             .ctx(&ctx("dequantize"))?;
         return Q8Matrix::from_f32(&w, n, k).map(Mat::Q8).ok_or_else(|| {
-            crate::error::GpuError::Engine(format!("weight `{name}`: {k} columns are not a multiple of 32"))
+            crate::error::GpuError::Engine(format!(
+                "weight `{name}`: {k} columns are not a multiple of 32"
+            ))
         });
     }
     Ok(Mat::Candle(match f {
@@ -190,8 +192,7 @@ pub fn concat_rows(parts: &[QTensor], device: &Device, name: &str) -> Result<QTe
         rows += n;
         bytes.extend_from_slice(&p.data().ctx(name)?);
     }
-    let storage =
-        QStorage::from_data(std::borrow::Cow::Owned(bytes), device, dtype).ctx(name)?;
+    let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), device, dtype).ctx(name)?;
     QTensor::new(storage, (rows, k)).ctx(name)
 }
 

@@ -20,7 +20,8 @@ pub fn byte_to_unicode() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut n = 0u32;
     for b in 0..=255u32 {
-        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
         let c = if printable {
             b
         } else {
@@ -68,7 +69,10 @@ impl Tokenizer {
     pub fn from_gguf<R: std::io::Read + std::io::Seek>(g: &GgufFile<R>) -> Result<Self> {
         let model = g.string("tokenizer.ggml.model")?;
         if model != "gpt2" {
-            return Err(tok_err(g.label(), format!("tokenizer model `{model}` is not gpt2 (byte-level BPE)")));
+            return Err(tok_err(
+                g.label(),
+                format!("tokenizer model `{model}` is not gpt2 (byte-level BPE)"),
+            ));
         }
         let tokens: Vec<String> = g
             .strings("tokenizer.ggml.tokens")?
@@ -84,8 +88,11 @@ impl Tokenizer {
                 .ok_or_else(|| tok_err(g.label(), format!("merge {i} `{m}` has no space")))?;
             ranks.insert((a.to_string(), b.to_string()), i);
         }
-        let vocab: HashMap<String, u32> =
-            tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let vocab: HashMap<String, u32> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
         let mut is_special = vec![false; tokens.len()];
         let mut specials = Vec::new();
         for (i, ty) in types.iter().enumerate() {
@@ -95,10 +102,19 @@ impl Tokenizer {
             }
         }
         // Longest first so that a special that prefixes another does not win.
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        specials.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
         let byte_enc = byte_to_unicode();
-        let byte_dec = byte_enc.iter().enumerate().map(|(b, c)| (*c, b as u8)).collect();
-        let id = |k: &str| g.usize(k).ok().map(|v| v as u32).filter(|v| (*v as usize) < tokens.len());
+        let byte_dec = byte_enc
+            .iter()
+            .enumerate()
+            .map(|(b, c)| (*c, b as u8))
+            .collect();
+        let id = |k: &str| {
+            g.usize(k)
+                .ok()
+                .map(|v| v as u32)
+                .filter(|v| (*v as usize) < tokens.len())
+        };
         Ok(Tokenizer {
             bos: id("tokenizer.ggml.bos_token_id"),
             eos: id("tokenizer.ggml.eos_token_id"),
@@ -176,7 +192,10 @@ impl Tokenizer {
     }
 
     fn bpe(&self, piece: &str) -> Vec<u32> {
-        let mut word: Vec<String> = piece.bytes().map(|b| self.byte_enc[b as usize].to_string()).collect();
+        let mut word: Vec<String> = piece
+            .bytes()
+            .map(|b| self.byte_enc[b as usize].to_string())
+            .collect();
         loop {
             let mut best: Option<(usize, usize)> = None;
             for i in 0..word.len().saturating_sub(1) {
@@ -208,7 +227,9 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
         let mut bytes = Vec::new();
         for &id in ids {
-            let Some(tok) = self.tokens.get(id as usize) else { continue };
+            let Some(tok) = self.tokens.get(id as usize) else {
+                continue;
+            };
             if self.is_special[id as usize] {
                 if !skip_special {
                     bytes.extend_from_slice(tok.as_bytes());

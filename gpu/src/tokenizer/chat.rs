@@ -66,7 +66,10 @@ impl ChatTemplate {
             }
         }
         for m in messages {
-            s.push_str(&format!("<|im_start|>{}\n{}<|im_end|>\n", m.role, m.content));
+            s.push_str(&format!(
+                "<|im_start|>{}\n{}<|im_end|>\n",
+                m.role, m.content
+            ));
         }
         if add_generation_prompt {
             s.push_str("<|im_start|>assistant\n");
@@ -89,7 +92,16 @@ mod tests {
             s,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
-        let s = t.render(&[ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hi")], false);
-        assert_eq!(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+        let s = t.render(
+            &[
+                ChatMessage::new("system", "Be brief."),
+                ChatMessage::new("user", "Hi"),
+            ],
+            false,
+        );
+        assert_eq!(
+            s,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        );
     }
 }
