@@ -35,18 +35,6 @@ impl Applied {
     }
 }
 
-pub fn action_name(a: &ChaosAction) -> &'static str {
-    match a {
-        ChaosAction::LinkKill { .. } => "link.kill",
-        ChaosAction::LinkRestore { .. } => "link.restore",
-        ChaosAction::LinkSet { .. } => "link.set",
-        ChaosAction::HostPartition { .. } => "host.partition",
-        ChaosAction::HostHeal { .. } => "host.heal",
-        ChaosAction::LinkFlap { .. } => "link.flap",
-        ChaosAction::RunStop => "run.stop",
-    }
-}
-
 fn dirs(dir: Option<Direction>) -> Vec<Direction> {
     match dir {
         Some(d) => vec![d],
@@ -54,14 +42,11 @@ fn dirs(dir: Option<Direction>) -> Vec<Direction> {
     }
 }
 
-/// The host whose link actor carries `dir` of `link`.
+/// The host whose link actor carries `dir` of `link` (None for an unknown link).
 pub fn link_owner(cluster: &Cluster, link: LinkId, dir: Direction) -> Option<HostId> {
-    let l = cluster.links.get(link.0 as usize)?;
-    let sender = match dir {
-        Direction::AtoB => l.a,
-        Direction::BtoA => l.b,
-    };
-    cluster.actors.get(sender.0 as usize).map(|a| a.host)
+    cluster
+        .get_link(link)
+        .map(|_| cluster.link_endpoint_host(link, dir))
 }
 
 /// Every target of an action, with its owning host.

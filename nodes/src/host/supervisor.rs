@@ -213,7 +213,7 @@ impl Supervisor {
             spec.action.clone(),
             spec.for_ns,
         );
-        let kind = commands::action_name(&spec.action);
+        let kind = spec.action.command();
         ctx.spawn(fut.into_actor(self).map(move |applied, act, _| {
             for a in applied {
                 act.log(a.at_ns, &source, kind, a.detail());
@@ -406,7 +406,7 @@ impl Supervisor {
                     for_ns,
                 );
                 let fwd = self.forwarder.clone();
-                let kind = commands::action_name(&action);
+                let kind = action.command();
                 Box::pin(
                     async move {
                         let mut applied: Vec<serde_json::Value> = Vec::new();
