@@ -74,13 +74,13 @@ impl Llama {
         let h = c.hidden_size;
         let kvw = c.kv_width();
         let ffn = c.intermediate_size;
-        let embd_q = g.tensor_shaped("token_embd.weight", device, &[c.vocab_size, h])?;
+        let embd_q = g.tensor_shaped("token_embd.weight", &Device::Cpu, &[c.vocab_size, h])?;
         let embed = embd_q
             .dequantize(device)
             .ctx("dequantize token_embd.weight")?;
         let lm_layout = WeightLayout::uniform(layout.decode);
         let lm_head = if g.has_tensor("output.weight") {
-            let q = g.tensor_shaped("output.weight", device, &[c.vocab_size, h])?;
+            let q = g.tensor_shaped("output.weight", &Device::Cpu, &[c.vocab_size, h])?;
             Linear::new(q, lm_layout, device, "output.weight")?
         } else {
             Linear::new(
@@ -100,7 +100,8 @@ impl Llama {
         for i in 0..c.n_layers {
             let p = format!("blk.{i}");
             let mut read = |suffix: &str, shape: [usize; 2]| -> Result<QTensor> {
-                g.tensor_shaped(&format!("{p}.{suffix}.weight"), device, &shape)
+                // Matrices are read and fused on the host; `Linear::new` moves them.
+                g.tensor_shaped(&format!("{p}.{suffix}.weight"), &Device::Cpu, &shape)
             };
             let q = read("attn_q", [h, h])?;
             let k = read("attn_k", [kvw, h])?;
@@ -115,14 +116,14 @@ impl Llama {
                 attn_norm: vec(g, &format!("{p}.attn_norm.weight"))?,
                 ffn_norm: vec(g, &format!("{p}.ffn_norm.weight"))?,
                 qkv: Linear::new(
-                    concat_rows(&[q, k, v], device, &qkv_name)?,
+                    concat_rows(&[q, k, v], &Device::Cpu, &qkv_name)?,
                     layout,
                     device,
                     &qkv_name,
                 )?,
                 o: Linear::new(o, layout, device, &format!("{p}.attn_output.weight"))?,
                 gate_up: Linear::new(
-                    concat_rows(&[gate, up], device, &gu_name)?,
+                    concat_rows(&[gate, up], &Device::Cpu, &gu_name)?,
                     layout,
                     device,
                     &gu_name,

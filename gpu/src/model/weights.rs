@@ -142,7 +142,15 @@ fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Re
             GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => {
                 QMatMul::Tensor(q.dequantize(device).ctx(&ctx("dequantize"))?)
             }
-            _ => QMatMul::QTensor(q.clone()),
+            _ if device.is_cpu() => QMatMul::QTensor(q.clone()),
+            dt => {
+                // Host tensor → device (the backend lays the blocks out itself).
+                let data = q.data().ctx(&ctx("read"))?;
+                let storage = QStorage::from_data(data, device, dt).ctx(&ctx("upload"))?;
+                QMatMul::QTensor(Arc::new(
+                    QTensor::new(storage, q.shape().clone()).ctx(&ctx("upload"))?,
+                ))
+            }
         },
         WeightFormat::Q4_0 | WeightFormat::Q8_0 => {
             let dt = if f == WeightFormat::Q4_0 {
@@ -150,7 +158,7 @@ fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Re
             } else {
                 GgmlDType::Q8_0
             };
-            if q.dtype() == dt {
+            if q.dtype() == dt && device.is_cpu() {
                 QMatMul::QTensor(q.clone())
             } else {
                 let t = q.dequantize(&Device::Cpu).ctx(&ctx("dequantize"))?;
