@@ -4,9 +4,9 @@
 //! integer dot product per (row, column); at decode batch sizes of 4–32 that is
 //! compute-bound on a 2-core AVX2 machine (no VNNI). [`Q8Matrix`] stores each
 //! weight row as blocks of 32 `i8` with one `f32` scale (absmax / 127, the Q8_0
-//! rule) and multiplies against F32 activations: every weight block is
-//! dequantized once into four 8-lane registers and reused for up to 8 activation
-//! rows, so the work per token is a plain F32 FMA stream and the weights are read
+//! rule) and multiplies against F32 activations: every 8-lane slice of a
+//! weight block is dequantized once per tile of 4 activation rows × 2 weight
+//! rows (each dequantized vector serves 4 FMAs, each activation vector 2), so the work per token is a plain F32 FMA stream and the weights are read
 //! once per matmul whatever the batch size.
 //!
 //! Every output element is accumulated in the same order (8 lanes over the
@@ -18,7 +18,10 @@
 use rayon::prelude::*;
 
 const BLOCK: usize = 32;
-const ROW_TILE: usize = 8;
+const ROW_TILE: usize = 4;
+const COL_TILE: usize = 2;
+/// Below this many rows the single-column kernel is faster (less dequantizing).
+const FEW_ROWS: usize = 4;
 const COL_CHUNK: usize = 32;
 
 /// An `(n, k)` int8 matrix with per-32-element f32 scales.
@@ -95,8 +98,13 @@ impl Q8Matrix {
             if std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("fma")
             {
-                // SAFETY: the features were just detected.
-                unsafe { self.chunk_avx2(x, m, j0, j1, out) };
+                // SAFETY: the features were just detected. Both kernels do the
+                // same arithmetic per output element; they differ in reuse only.
+                if m < FEW_ROWS {
+                    unsafe { self.chunk_rows_avx2(x, m, j0, j1, out) };
+                } else {
+                    unsafe { self.chunk_avx2(x, m, j0, j1, out) };
+                }
                 return;
             }
         }
@@ -125,10 +133,12 @@ impl Q8Matrix {
         }
     }
 
+    /// Few rows (decode of 1–3 sequences): each dequantized block serves all rows.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn chunk_avx2(&self, x: &[f32], m: usize, j0: usize, j1: usize, out: &mut [f32]) {
+    unsafe fn chunk_rows_avx2(&self, x: &[f32], m: usize, j0: usize, j1: usize, out: &mut [f32]) {
         use std::arch::x86_64::*;
+        const MAX_ROWS: usize = 8;
         let nb = self.k / BLOCK;
         let w = j1 - j0;
         let xp = x.as_ptr();
@@ -137,8 +147,8 @@ impl Q8Matrix {
             let srow = self.scales.as_ptr().add(j * nb);
             let mut r0 = 0;
             while r0 < m {
-                let rt = (m - r0).min(ROW_TILE);
-                let mut acc = [_mm256_setzero_ps(); ROW_TILE];
+                let rt = (m - r0).min(MAX_ROWS);
+                let mut acc = [_mm256_setzero_ps(); MAX_ROWS];
                 for b in 0..nb {
                     let d = _mm256_set1_ps(*srow.add(b));
                     let q = qrow.add(b * BLOCK);
@@ -164,6 +174,83 @@ impl Q8Matrix {
                     out[(r0 + t) * w + (j - j0)] = hsum(&lanes);
                 }
                 r0 += rt;
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chunk_avx2(&self, x: &[f32], m: usize, j0: usize, j1: usize, out: &mut [f32]) {
+        let mut j = j0;
+        while j < j1 {
+            let jt = (j1 - j).min(COL_TILE);
+            let mut r = 0;
+            while r < m {
+                let rt = (m - r).min(ROW_TILE);
+                match (rt, jt) {
+                    (4, 2) => self.tile_avx2::<4, 2>(x, r, j, j0, j1, out),
+                    (3, 2) => self.tile_avx2::<3, 2>(x, r, j, j0, j1, out),
+                    (2, 2) => self.tile_avx2::<2, 2>(x, r, j, j0, j1, out),
+                    (1, 2) => self.tile_avx2::<1, 2>(x, r, j, j0, j1, out),
+                    (4, _) => self.tile_avx2::<4, 1>(x, r, j, j0, j1, out),
+                    (3, _) => self.tile_avx2::<3, 1>(x, r, j, j0, j1, out),
+                    (2, _) => self.tile_avx2::<2, 1>(x, r, j, j0, j1, out),
+                    _ => self.tile_avx2::<1, 1>(x, r, j, j0, j1, out),
+                }
+                r += rt;
+            }
+            j += jt;
+        }
+    }
+
+    /// `R` activation rows × `J` weight rows; each dequantized 8-lane weight
+    /// vector serves `R` FMAs and each activation vector `J`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile_avx2<const R: usize, const J: usize>(
+        &self,
+        x: &[f32],
+        r0: usize,
+        jb: usize,
+        j0: usize,
+        j1: usize,
+        out: &mut [f32],
+    ) {
+        use std::arch::x86_64::*;
+        let nb = self.k / BLOCK;
+        let w = j1 - j0;
+        let xp = x.as_ptr();
+        let mut acc = [[_mm256_setzero_ps(); J]; R];
+        for b in 0..nb {
+            let mut d = [_mm256_setzero_ps(); J];
+            for (jj, dj) in d.iter_mut().enumerate() {
+                *dj = _mm256_set1_ps(*self.scales.as_ptr().add((jb + jj) * nb + b));
+            }
+            // Same order as the scalar path: lanes accumulate c = 0..4.
+            for c in 0..4 {
+                let mut wv = [_mm256_setzero_ps(); J];
+                for (jj, wj) in wv.iter_mut().enumerate() {
+                    let q = self
+                        .quants
+                        .as_ptr()
+                        .add((jb + jj) * self.k + b * BLOCK + c * 8);
+                    let v = _mm_loadl_epi64(q as *const __m128i);
+                    *wj = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d[jj]);
+                }
+                for (t, at) in acc.iter_mut().enumerate() {
+                    let xv = _mm256_loadu_ps(xp.add((r0 + t) * self.k + b * BLOCK + c * 8));
+                    for (jj, a) in at.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(xv, wv[jj], *a);
+                    }
+                }
+            }
+        }
+        for (t, at) in acc.iter().enumerate() {
+            for (jj, a) in at.iter().enumerate() {
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), *a);
+                out[(r0 + t) * w + (jb + jj - j0)] = hsum(&lanes);
             }
         }
     }
@@ -197,7 +284,7 @@ mod tests {
                     "{r},{j}"
                 );
             }
-            // Row r alone gives bit-identical results.
+            // Row r alone (the few-rows kernel) gives bit-identical results.
             let alone = q.matmul(&x[r * k..(r + 1) * k], 1);
             assert_eq!(&alone[..], &y[r * n..(r + 1) * n]);
         }
