@@ -39,6 +39,9 @@ enum Command {
     /// Benchmarks; each prints its figures and ratios (add --json for one JSON object).
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Measure the real LLM backend over a grid of batch sizes and KV occupancies and write a
+    /// profile for the modeled backend.
+    Profile(bench::decode::ProfileArgs),
 }
 
 #[derive(Args)]
@@ -169,6 +172,8 @@ enum BenchCmd {
     Virtual(bench::BenchArgs),
     /// GF(2^8) region kernels vs memcpy, and streaming RLC encode/decode per 1000 packets.
     Fec(bench::BenchArgs),
+    /// Real LLM prefill and decode tok/s under continuous batching, vs llama.cpp's figures.
+    Decode(bench::decode::DecodeArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -224,7 +229,9 @@ fn real_main() -> Result<()> {
             BenchCmd::Mesh(a) => bench::mesh::run(&a),
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
             BenchCmd::Fec(a) => bench::fec(&a),
+            BenchCmd::Decode(a) => bench::decode::run(&a),
         },
+        Command::Profile(a) => bench::decode::profile(&a),
     }
 }
 

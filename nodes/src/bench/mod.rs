@@ -4,6 +4,7 @@
 //! object `--json` prints) and a `run` that prints a table or that object.
 
 pub mod common;
+pub mod decode;
 pub mod link;
 pub mod mesh;
 pub mod virtual_time;
