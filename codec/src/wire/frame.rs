@@ -115,9 +115,28 @@ impl bincode::enc::write::Writer for BoundedVec {
 ///
 /// On `TooLarge`, `len` is a lower bound (encoding stops at the limit), always
 /// more than `max`.
+/// A close upper estimate of the encoded size, so a large batch is encoded
+/// into one allocation instead of a chain of doublings (each a full copy).
+fn size_hint(frame: &Frame) -> usize {
+    let body = match frame {
+        Frame::Envelopes(envs) => envs
+            .iter()
+            .map(|e| {
+                48 + match &e.payload {
+                    super::envelope::Msg::Bytes(b) => b.len(),
+                    _ => 0,
+                }
+            })
+            .sum::<usize>(),
+        Frame::ControlForward { json, .. } | Frame::ControlReply { json, .. } => json.len() + 16,
+        _ => 128,
+    };
+    (body + 16).min(MAX_FRAME_BYTES)
+}
+
 pub fn encode_frame(frame: &Frame) -> Result<Vec<u8>, WireError> {
     let mut out = BoundedVec {
-        buf: Vec::with_capacity(64),
+        buf: Vec::with_capacity(size_hint(frame)),
         overflowed: false,
     };
     out.buf.extend_from_slice(&MAGIC);
