@@ -214,7 +214,11 @@ fn real_main() -> Result<()> {
         Command::Node(a) => {
             let cluster = run::load(&a.config)?;
             let s = run::run_node(cluster.clone(), &a.host, a.run_id, a.wait_peers, !a.quiet)?;
-            run::print_summary(&cluster.run.results_dir, std::slice::from_ref(&s));
+            let dir = s
+                .dir
+                .clone()
+                .unwrap_or_else(|| cluster.run.results_dir.clone());
+            run::print_summary(&dir, std::slice::from_ref(&s));
             Ok(())
         }
         Command::Check { file } => {

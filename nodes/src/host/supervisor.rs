@@ -56,6 +56,9 @@ pub struct HostSummary {
     pub links: Vec<LinkRow>,
     pub flows: Vec<FlowSummary>,
     pub router: RouterCounters,
+    /// This host's results folder (not serialized: it differs between runs).
+    #[serde(skip)]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 pub struct Supervisor {
@@ -264,6 +267,7 @@ impl Supervisor {
                             links,
                             flows,
                             router,
+                            dir: act.results.as_ref().map(|r| r.dir.clone()),
                         };
                         if let Some(res) = &act.results {
                             match serde_json::to_vec_pretty(&summary) {
