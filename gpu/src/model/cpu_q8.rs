@@ -2,34 +2,52 @@
 //!
 //! candle's quantized matmul quantizes the activations to Q8_0 and runs one
 //! integer dot product per (row, column); at decode batch sizes of 4–32 that is
-//! compute-bound on a 2-core AVX2 machine (no VNNI). [`Q8Matrix`] stores each
+//! compute-bound on a 2-core AVX2 machine (no VNNI). [`Q8Matrix`] quantizes each
 //! weight row as blocks of 32 `i8` with one `f32` scale (absmax / 127, the Q8_0
-//! rule) and multiplies against F32 activations: every 8-lane slice of a
-//! weight block is dequantized once per tile of 4 activation rows × 2 weight
-//! rows (each dequantized vector serves 4 FMAs, each activation vector 2), so the work per token is a plain F32 FMA stream and the weights are read
-//! once per matmul whatever the batch size.
+//! rule) and stores the rows interleaved in groups of 8: for every `k` the 8
+//! weights of a group's 8 rows are adjacent, so one 8-lane vector holds one
+//! input element's weights for 8 output columns and the kernel broadcasts
+//! activations instead of reducing horizontally.
 //!
-//! Every output element is accumulated in the same order (8 lanes over the
-//! blocks in sequence, then a fixed horizontal sum) however many rows the call
-//! has and however the rows are tiled, so a sequence's result does not depend
-//! on its batch. Columns are split across rayon's threads. Without AVX2+FMA a
-//! scalar loop with the same arithmetic order is used.
+//! * Fewer than 6 activation rows (batch-1 to -5 decode): register tiles of all
+//!   rows × up to 4 groups of 8 columns, weights dequantized in registers.
+//! * 6 or more rows: each tile of 16 output columns is dequantized once into
+//!   a per-thread F32 buffer, then a 6-row × 16-column register tile (12
+//!   accumulators) streams through it, so the work per token is a plain F32
+//!   FMA stream and the weights are read once per matmul whatever the batch.
+//!
+//! Every output element is the same sequential chain
+//! `acc = fma(x[k], q[k]·d, acc)` for `k = 0, 1, …` (no horizontal sum), whatever
+//! kernel, tiling or batch size computes it, so a sequence's result does not
+//! depend on its batch. Columns are split across rayon's threads. Without
+//! AVX2+FMA a scalar loop with the same arithmetic is used.
+
+use std::cell::RefCell;
 
 use rayon::prelude::*;
 
 const BLOCK: usize = 32;
-const ROW_TILE: usize = 4;
-const COL_TILE: usize = 2;
-/// Below this many rows the single-column kernel is faster (less dequantizing).
-const FEW_ROWS: usize = 4;
+/// Output columns per interleaved group (one ymm register of f32).
+const GROUP: usize = 8;
+/// Columns per rayon task.
 const COL_CHUNK: usize = 32;
+/// Activation rows in the many-rows register tile.
+const ROW_TILE: usize = 6;
+/// Groups in the many-rows register tile (and in one dequantized panel).
+const PANEL_GROUPS: usize = 2;
+
+thread_local! {
+    static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// An `(n, k)` int8 matrix with per-32-element f32 scales.
 #[derive(Debug, Clone)]
 pub struct Q8Matrix {
     n: usize,
     k: usize,
+    /// `[group][k / 32][8]`; padding columns have scale 0.
     scales: Vec<f32>,
+    /// `[group][k][8]`; padding columns are 0.
     quants: Vec<i8>,
 }
 
@@ -39,17 +57,22 @@ impl Q8Matrix {
         if !k.is_multiple_of(BLOCK) || w.len() != n * k {
             return None;
         }
-        let mut scales = Vec::with_capacity(n * k / BLOCK);
-        let mut quants = Vec::with_capacity(n * k);
-        for blk in w.chunks_exact(BLOCK) {
-            let amax = blk.iter().fold(0f32, |a, x| a.max(x.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            scales.push(d);
-            quants.extend(
-                blk.iter()
-                    .map(|x| (x * id).round().clamp(-127.0, 127.0) as i8),
-            );
+        let nb = k / BLOCK;
+        let groups = n.div_ceil(GROUP);
+        let mut scales = vec![0f32; groups * nb * GROUP];
+        let mut quants = vec![0i8; groups * k * GROUP];
+        for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
+            let (g, l) = (j / GROUP, j % GROUP);
+            for (b, blk) in row.chunks_exact(BLOCK).enumerate() {
+                let amax = blk.iter().fold(0f32, |a, x| a.max(x.abs()));
+                let d = amax / 127.0;
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                scales[(g * nb + b) * GROUP + l] = d;
+                for (i, x) in blk.iter().enumerate() {
+                    let kk = b * BLOCK + i;
+                    quants[(g * k + kk) * GROUP + l] = (x * id).round().clamp(-127.0, 127.0) as i8;
+                }
+            }
         }
         Some(Q8Matrix {
             n,
@@ -70,194 +93,291 @@ impl Q8Matrix {
     /// `y = x Wᵀ` for `x` of shape `(m, k)`; returns `(m, n)` row-major.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(x.len(), m * self.k, "activation shape");
-        let chunks: Vec<Vec<f32>> = (0..self.n.div_ceil(COL_CHUNK))
+        let mut y = vec![0f32; m * self.n];
+        if m == 0 || self.n == 0 {
+            return y;
+        }
+        let nchunks = self.n.div_ceil(COL_CHUNK);
+        if m == 1 {
+            // One row: the output row itself splits into disjoint column chunks.
+            y.par_chunks_mut(COL_CHUNK)
+                .enumerate()
+                .for_each(|(c, out)| {
+                    let g0 = c * COL_CHUNK / GROUP;
+                    let mut tmp = [0f32; COL_CHUNK];
+                    self.chunk(x, 1, g0, COL_CHUNK / GROUP, &mut tmp);
+                    out.copy_from_slice(&tmp[..out.len()]);
+                });
+            return y;
+        }
+        let chunks: Vec<Vec<f32>> = (0..nchunks)
             .into_par_iter()
             .map(|c| {
-                let j0 = c * COL_CHUNK;
-                let j1 = (j0 + COL_CHUNK).min(self.n);
-                let mut out = vec![0f32; m * (j1 - j0)];
-                self.chunk(x, m, j0, j1, &mut out);
+                let g0 = c * COL_CHUNK / GROUP;
+                let ng = (self.n.div_ceil(GROUP) - g0).min(COL_CHUNK / GROUP);
+                let mut out = vec![0f32; m * ng * GROUP];
+                self.chunk(x, m, g0, ng, &mut out);
                 out
             })
             .collect();
-        let mut y = vec![0f32; m * self.n];
         for (c, part) in chunks.iter().enumerate() {
             let j0 = c * COL_CHUNK;
-            let w = part.len() / m.max(1);
+            let wp = part.len() / m;
+            let w = (self.n - j0).min(wp);
             for r in 0..m {
-                y[r * self.n + j0..r * self.n + j0 + w].copy_from_slice(&part[r * w..(r + 1) * w]);
+                y[r * self.n + j0..r * self.n + j0 + w].copy_from_slice(&part[r * wp..r * wp + w]);
             }
         }
         y
     }
 
-    /// Columns `j0..j1` into `out` (`(m, j1 - j0)` row-major).
-    fn chunk(&self, x: &[f32], m: usize, j0: usize, j1: usize, out: &mut [f32]) {
+    /// Groups `g0..g0 + ng` (columns `8·g0..`) into `out`, `(m, 8·ng)` row-major;
+    /// groups past the end of the matrix are skipped (their outputs stay as is).
+    fn chunk(&self, x: &[f32], m: usize, g0: usize, ng: usize, out: &mut [f32]) {
+        let ng = ng.min(self.n.div_ceil(GROUP).saturating_sub(g0));
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("fma")
             {
-                // SAFETY: the features were just detected. Both kernels do the
-                // same arithmetic per output element; they differ in reuse only.
-                if m < FEW_ROWS {
-                    unsafe { self.chunk_rows_avx2(x, m, j0, j1, out) };
+                // SAFETY: the features were just detected; `out` holds
+                // `m · 8 · ng` elements, `x` `m · k` (checked by `matmul`),
+                // and the groups are inside the matrix (clamped above).
+                assert!(out.len() >= m * ng * GROUP && x.len() >= m * self.k);
+                if m < ROW_TILE {
+                    unsafe { self.few_rows_avx2(x, m, g0, ng, out) };
                 } else {
-                    unsafe { self.chunk_avx2(x, m, j0, j1, out) };
+                    PANEL.with(|p| {
+                        let mut p = p.borrow_mut();
+                        p.resize(PANEL_GROUPS * GROUP * self.k, 0.0);
+                        unsafe { self.many_rows_avx2(x, m, g0, ng, out, &mut p) };
+                    });
                 }
                 return;
             }
         }
-        self.chunk_scalar(x, m, j0, j1, out)
+        self.chunk_scalar(x, m, g0, ng, out)
     }
 
-    fn chunk_scalar(&self, x: &[f32], m: usize, j0: usize, j1: usize, out: &mut [f32]) {
-        let nb = self.k / BLOCK;
-        let w = j1 - j0;
-        for j in j0..j1 {
-            for r in 0..m {
-                let mut acc = [0f32; 8];
-                for b in 0..nb {
-                    let d = self.scales[j * nb + b];
-                    let q = &self.quants[j * self.k + b * BLOCK..][..BLOCK];
-                    let xs = &x[r * self.k + b * BLOCK..][..BLOCK];
-                    for c in 0..4 {
-                        for l in 0..8 {
-                            let wv = q[c * 8 + l] as f32 * d;
-                            acc[l] = xs[c * 8 + l].mul_add(wv, acc[l]);
-                        }
+    fn chunk_scalar(&self, x: &[f32], m: usize, g0: usize, ng: usize, out: &mut [f32]) {
+        let (k, nb) = (self.k, self.k / BLOCK);
+        let wp = ng * GROUP;
+        for gi in 0..ng {
+            let g = g0 + gi;
+            for l in 0..GROUP {
+                for r in 0..m {
+                    let mut acc = 0f32;
+                    for kk in 0..k {
+                        let d = self.scales[(g * nb + kk / BLOCK) * GROUP + l];
+                        let wv = self.quants[(g * k + kk) * GROUP + l] as f32 * d;
+                        acc = x[r * k + kk].mul_add(wv, acc);
                     }
+                    out[r * wp + gi * GROUP + l] = acc;
                 }
-                out[r * w + (j - j0)] = hsum(&acc);
             }
         }
     }
 
-    /// Few rows (decode of 1–3 sequences): each dequantized block serves all rows.
+    /// Dequantizes 8 weights (one `k` of group `g`) with the block's scales `d`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn chunk_rows_avx2(&self, x: &[f32], m: usize, j0: usize, j1: usize, out: &mut [f32]) {
-        use std::arch::x86_64::*;
-        const MAX_ROWS: usize = 8;
-        let nb = self.k / BLOCK;
-        let w = j1 - j0;
-        let xp = x.as_ptr();
-        for j in j0..j1 {
-            let qrow = self.quants.as_ptr().add(j * self.k);
-            let srow = self.scales.as_ptr().add(j * nb);
-            let mut r0 = 0;
-            while r0 < m {
-                let rt = (m - r0).min(MAX_ROWS);
-                let mut acc = [_mm256_setzero_ps(); MAX_ROWS];
-                for b in 0..nb {
-                    let d = _mm256_set1_ps(*srow.add(b));
-                    let q = qrow.add(b * BLOCK);
-                    let deq = |c: usize| {
-                        let v = _mm_loadl_epi64(q.add(c * 8) as *const __m128i);
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d)
-                    };
-                    let (w0, w1, w2, w3) = (deq(0), deq(1), deq(2), deq(3));
-                    for (t, a) in acc.iter_mut().enumerate().take(rt) {
-                        let xr = xp.add((r0 + t) * self.k + b * BLOCK);
-                        // Same order as the scalar path: lanes accumulate c = 0..4.
-                        let mut s = *a;
-                        s = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, s);
-                        s = _mm256_fmadd_ps(_mm256_loadu_ps(xr.add(8)), w1, s);
-                        s = _mm256_fmadd_ps(_mm256_loadu_ps(xr.add(16)), w2, s);
-                        s = _mm256_fmadd_ps(_mm256_loadu_ps(xr.add(24)), w3, s);
-                        *a = s;
-                    }
-                }
-                for (t, a) in acc.iter().enumerate().take(rt) {
-                    let mut lanes = [0f32; 8];
-                    _mm256_storeu_ps(lanes.as_mut_ptr(), *a);
-                    out[(r0 + t) * w + (j - j0)] = hsum(&lanes);
-                }
-                r0 += rt;
-            }
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn chunk_avx2(&self, x: &[f32], m: usize, j0: usize, j1: usize, out: &mut [f32]) {
-        let mut j = j0;
-        while j < j1 {
-            let jt = (j1 - j).min(COL_TILE);
-            let mut r = 0;
-            while r < m {
-                let rt = (m - r).min(ROW_TILE);
-                match (rt, jt) {
-                    (4, 2) => self.tile_avx2::<4, 2>(x, r, j, j0, j1, out),
-                    (3, 2) => self.tile_avx2::<3, 2>(x, r, j, j0, j1, out),
-                    (2, 2) => self.tile_avx2::<2, 2>(x, r, j, j0, j1, out),
-                    (1, 2) => self.tile_avx2::<1, 2>(x, r, j, j0, j1, out),
-                    (4, _) => self.tile_avx2::<4, 1>(x, r, j, j0, j1, out),
-                    (3, _) => self.tile_avx2::<3, 1>(x, r, j, j0, j1, out),
-                    (2, _) => self.tile_avx2::<2, 1>(x, r, j, j0, j1, out),
-                    _ => self.tile_avx2::<1, 1>(x, r, j, j0, j1, out),
-                }
-                r += rt;
-            }
-            j += jt;
-        }
-    }
-
-    /// `R` activation rows × `J` weight rows; each dequantized 8-lane weight
-    /// vector serves `R` FMAs and each activation vector `J`.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn tile_avx2<const R: usize, const J: usize>(
+    #[inline]
+    unsafe fn deq(
         &self,
-        x: &[f32],
-        r0: usize,
-        jb: usize,
-        j0: usize,
-        j1: usize,
-        out: &mut [f32],
+        g: usize,
+        kk: usize,
+        d: std::arch::x86_64::__m256,
+    ) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        let q = self.quants.as_ptr().add((g * self.k + kk) * GROUP);
+        let v = _mm_loadl_epi64(q as *const __m128i);
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d)
+    }
+
+    /// Few activation rows (`m < 6`): register tiles of `m` rows × up to
+    /// `12 / m` groups, weights dequantized in registers.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available; `x` holds `m · k` elements, `out`
+    /// `m · 8 · ng`, and groups `g0..g0 + ng` exist.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn few_rows_avx2(&self, x: &[f32], m: usize, g0: usize, ng: usize, out: &mut [f32]) {
+        let ldo = ng * GROUP;
+        let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
+        let mut gi = 0;
+        while gi < ng {
+            let gmax = match m {
+                1..=3 => 4,
+                4 => 3,
+                _ => 2,
+            };
+            let t = (ng - gi).min(gmax);
+            let (g, o) = (g0 + gi, op.add(gi * GROUP));
+            match (m, t) {
+                (1, 4) => self.direct_tile::<1, 4>(xp, g, o, ldo),
+                (1, 3) => self.direct_tile::<1, 3>(xp, g, o, ldo),
+                (1, 2) => self.direct_tile::<1, 2>(xp, g, o, ldo),
+                (1, _) => self.direct_tile::<1, 1>(xp, g, o, ldo),
+                (2, 4) => self.direct_tile::<2, 4>(xp, g, o, ldo),
+                (2, 3) => self.direct_tile::<2, 3>(xp, g, o, ldo),
+                (2, 2) => self.direct_tile::<2, 2>(xp, g, o, ldo),
+                (2, _) => self.direct_tile::<2, 1>(xp, g, o, ldo),
+                (3, 4) => self.direct_tile::<3, 4>(xp, g, o, ldo),
+                (3, 3) => self.direct_tile::<3, 3>(xp, g, o, ldo),
+                (3, 2) => self.direct_tile::<3, 2>(xp, g, o, ldo),
+                (3, _) => self.direct_tile::<3, 1>(xp, g, o, ldo),
+                (4, 3) => self.direct_tile::<4, 3>(xp, g, o, ldo),
+                (4, 2) => self.direct_tile::<4, 2>(xp, g, o, ldo),
+                (4, _) => self.direct_tile::<4, 1>(xp, g, o, ldo),
+                (_, 2) => self.direct_tile::<5, 2>(xp, g, o, ldo),
+                _ => self.direct_tile::<5, 1>(xp, g, o, ldo),
+            }
+            gi += t;
+        }
+    }
+
+    /// `R` rows (stride `k`) × `G` groups starting at group `g`, dequantized in
+    /// registers; writes `R` rows of `8 · G` outputs with row stride `ldo`.
+    ///
+    /// # Safety
+    /// As [`Self::few_rows_avx2`]; `x` points at `R · k` readable elements and
+    /// `out` at `R` rows of `8 · G` writable elements with stride `ldo`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn direct_tile<const R: usize, const G: usize>(
+        &self,
+        x: *const f32,
+        g: usize,
+        out: *mut f32,
+        ldo: usize,
     ) {
         use std::arch::x86_64::*;
-        let nb = self.k / BLOCK;
-        let w = j1 - j0;
-        let xp = x.as_ptr();
-        let mut acc = [[_mm256_setzero_ps(); J]; R];
+        let (k, nb) = (self.k, self.k / BLOCK);
+        let mut acc = [[_mm256_setzero_ps(); G]; R];
         for b in 0..nb {
-            let mut d = [_mm256_setzero_ps(); J];
-            for (jj, dj) in d.iter_mut().enumerate() {
-                *dj = _mm256_set1_ps(*self.scales.as_ptr().add((jb + jj) * nb + b));
+            let mut d = [_mm256_setzero_ps(); G];
+            for (gg, dg) in d.iter_mut().enumerate() {
+                *dg = _mm256_loadu_ps(self.scales.as_ptr().add(((g + gg) * nb + b) * GROUP));
             }
-            // Same order as the scalar path: lanes accumulate c = 0..4.
-            for c in 0..4 {
-                let mut wv = [_mm256_setzero_ps(); J];
-                for (jj, wj) in wv.iter_mut().enumerate() {
-                    let q = self
-                        .quants
-                        .as_ptr()
-                        .add((jb + jj) * self.k + b * BLOCK + c * 8);
-                    let v = _mm_loadl_epi64(q as *const __m128i);
-                    *wj = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d[jj]);
+            for i in 0..BLOCK {
+                let kk = b * BLOCK + i;
+                let mut w = [_mm256_setzero_ps(); G];
+                for (gg, wg) in w.iter_mut().enumerate() {
+                    *wg = self.deq(g + gg, kk, d[gg]);
                 }
                 for (t, at) in acc.iter_mut().enumerate() {
-                    let xv = _mm256_loadu_ps(xp.add((r0 + t) * self.k + b * BLOCK + c * 8));
-                    for (jj, a) in at.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(xv, wv[jj], *a);
+                    let xv = _mm256_broadcast_ss(&*x.add(t * k + kk));
+                    for (gg, a) in at.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(xv, w[gg], *a);
                     }
                 }
             }
         }
         for (t, at) in acc.iter().enumerate() {
-            for (jj, a) in at.iter().enumerate() {
-                let mut lanes = [0f32; 8];
-                _mm256_storeu_ps(lanes.as_mut_ptr(), *a);
-                out[(r0 + t) * w + (jb + jj - j0)] = hsum(&lanes);
+            for (gg, a) in at.iter().enumerate() {
+                _mm256_storeu_ps(out.add(t * ldo + gg * GROUP), *a);
             }
+        }
+    }
+
+    /// 6 or more rows: per panel of 2 groups, dequantize once, then run
+    /// 6-row register tiles over it.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available; `x` holds `m · k` elements, `out`
+    /// `m · 8 · ng`, `panel` `16 · k`, and groups `g0..g0 + ng` exist.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn many_rows_avx2(
+        &self,
+        x: &[f32],
+        m: usize,
+        g0: usize,
+        ng: usize,
+        out: &mut [f32],
+        panel: &mut [f32],
+    ) {
+        use std::arch::x86_64::*;
+        let (k, nb) = (self.k, self.k / BLOCK);
+        let wp = ng * GROUP;
+        let pp = panel.as_mut_ptr();
+        let mut gi = 0;
+        while gi < ng {
+            let pg = (ng - gi).min(PANEL_GROUPS);
+            // Panel layout: [k][pg · 8].
+            for gg in 0..pg {
+                let g = g0 + gi + gg;
+                for b in 0..nb {
+                    let d = _mm256_loadu_ps(self.scales.as_ptr().add((g * nb + b) * GROUP));
+                    for i in 0..BLOCK {
+                        let kk = b * BLOCK + i;
+                        _mm256_storeu_ps(pp.add((kk * pg + gg) * GROUP), self.deq(g, kk, d));
+                    }
+                }
+            }
+            let o = out.as_mut_ptr().add(gi * GROUP);
+            let mut r = 0;
+            while r < m {
+                let rt = (m - r).min(ROW_TILE);
+                let xr = x.as_ptr().add(r * k);
+                let or = o.add(r * wp);
+                match (rt, pg) {
+                    (6, 2) => panel_tile::<6, 2>(xr, k, pp, or, wp),
+                    (5, 2) => panel_tile::<5, 2>(xr, k, pp, or, wp),
+                    (4, 2) => panel_tile::<4, 2>(xr, k, pp, or, wp),
+                    (3, 2) => panel_tile::<3, 2>(xr, k, pp, or, wp),
+                    (2, 2) => panel_tile::<2, 2>(xr, k, pp, or, wp),
+                    (1, 2) => panel_tile::<1, 2>(xr, k, pp, or, wp),
+                    (6, _) => panel_tile::<6, 1>(xr, k, pp, or, wp),
+                    (5, _) => panel_tile::<5, 1>(xr, k, pp, or, wp),
+                    (4, _) => panel_tile::<4, 1>(xr, k, pp, or, wp),
+                    (3, _) => panel_tile::<3, 1>(xr, k, pp, or, wp),
+                    (2, _) => panel_tile::<2, 1>(xr, k, pp, or, wp),
+                    _ => panel_tile::<1, 1>(xr, k, pp, or, wp),
+                }
+                r += rt;
+            }
+            gi += pg;
         }
     }
 }
 
-fn hsum(a: &[f32; 8]) -> f32 {
-    ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
+/// `R` activation rows (stride `k`) × `G` dequantized groups of a panel laid out
+/// `[k][G · 8]`; writes `R` rows of `8 · G` outputs with row stride `ldo`.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `x` points at `R · k` readable elements
+/// (stride `k`), `panel` at `k · 8 · G`, `out` at `R` rows of `8 · G` writable
+/// elements with stride `ldo`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn panel_tile<const R: usize, const G: usize>(
+    x: *const f32,
+    k: usize,
+    panel: *const f32,
+    out: *mut f32,
+    ldo: usize,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); G]; R];
+    for kk in 0..k {
+        let mut w = [_mm256_setzero_ps(); G];
+        for (gg, wg) in w.iter_mut().enumerate() {
+            *wg = _mm256_loadu_ps(panel.add((kk * G + gg) * GROUP));
+        }
+        for (t, at) in acc.iter_mut().enumerate() {
+            let xv = _mm256_broadcast_ss(&*x.add(t * k + kk));
+            for (gg, a) in at.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(xv, w[gg], *a);
+            }
+        }
+    }
+    for (t, at) in acc.iter().enumerate() {
+        for (gg, a) in at.iter().enumerate() {
+            _mm256_storeu_ps(out.add(t * ldo + gg * GROUP), *a);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -284,14 +404,22 @@ mod tests {
                     "{r},{j}"
                 );
             }
-            // Row r alone (the few-rows kernel) gives bit-identical results.
+            // Row r alone (the one-row kernel) gives bit-identical results.
             let alone = q.matmul(&x[r * k..(r + 1) * k], 1);
             assert_eq!(&alone[..], &y[r * n..(r + 1) * n]);
         }
-        let mut scalar = vec![0f32; m * n];
-        q.chunk_scalar(&x, m, 0, n, &mut scalar);
-        for (a, b) in scalar.iter().zip(&y) {
-            assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()));
+        // Every batch size (every row tiling) gives the same rows.
+        for mm in 2..m {
+            let part = q.matmul(&x[..mm * k], mm);
+            assert_eq!(&part[..], &y[..mm * n], "m = {mm}");
+        }
+        let ng = n.div_ceil(GROUP);
+        let mut scalar = vec![0f32; m * ng * GROUP];
+        q.chunk_scalar(&x, m, 0, ng, &mut scalar);
+        for r in 0..m {
+            for j in 0..n {
+                assert_eq!(scalar[r * ng * GROUP + j], y[r * n + j], "{r},{j}");
+            }
         }
         assert!(Q8Matrix::from_f32(&w, n, k - 1).is_none());
     }
