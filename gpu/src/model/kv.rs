@@ -11,9 +11,9 @@
 //! additive attention bias of shape `(n_kv_heads, 1, capacity)`: 0 for a present
 //! (head, token) row, −∞ for a missing one. Rows appended later are present.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Layout, Storage, Tensor};
 
-use crate::error::{CandleContext, Result};
+use crate::error::{CandleContext, GpuError, Result};
 use crate::model::config::LlamaConfig;
 
 /// One layer's K and V storage (and optional presence bias).
@@ -158,8 +158,103 @@ impl SeqKv {
         Ok((k, v, b))
     }
 
+    /// Attention of one new query row (CPU only) against `layer`'s first
+    /// `len + 1` tokens (the freshly appended one included), on the raw F32
+    /// storage: `q` holds `n_kv_heads · rep` heads of `head_dim` (scaled and
+    /// rotated; head `h · rep + r` uses KV head `h`), `out` receives the same
+    /// layout. The arithmetic depends only on this sequence, not on its batch.
+    pub(crate) fn attend_one(
+        &self,
+        layer: usize,
+        q: &[f32],
+        rep: usize,
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let l = &self.layers[layer];
+        let (hd, nkv, cap) = (self.head_dim, self.n_kv_heads, self.capacity);
+        let n = self.len + 1;
+        if q.len() != nkv * rep * hd || out.len() != q.len() || n > cap {
+            return Err(GpuError::Engine("attention row shape".into()));
+        }
+        let (ks, kl) = l.k.storage_and_layout();
+        let (vs, vl) = l.v.storage_and_layout();
+        let kd = cpu_f32(&ks, kl, nkv * cap * hd)?;
+        let vd = cpu_f32(&vs, vl, nkv * cap * hd)?;
+        let bias = l.bias.as_ref().map(|b| b.storage_and_layout());
+        let bd = match &bias {
+            Some((bs, bl)) => Some(cpu_f32(bs, bl, nkv * cap)?),
+            None => None,
+        };
+        scores.resize(n, 0.0);
+        for h in 0..nkv {
+            let kh = &kd[h * cap * hd..][..n * hd];
+            let vh = &vd[h * cap * hd..][..n * hd];
+            let bh = bd.map(|b| &b[h * cap..][..n]);
+            for r in 0..rep {
+                let head = (h * rep + r) * hd;
+                let qh = &q[head..head + hd];
+                let mut max = f32::NEG_INFINITY;
+                for (p, (s, kr)) in scores.iter_mut().zip(kh.chunks_exact(hd)).enumerate() {
+                    let mut v = dot(qh, kr);
+                    if let Some(b) = bh {
+                        v += b[p];
+                    }
+                    *s = v;
+                    max = max.max(v);
+                }
+                let mut sum = 0f32;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                let o = &mut out[head..head + hd];
+                o.fill(0.0);
+                for (a, vr) in scores.iter().zip(vh.chunks_exact(hd)) {
+                    for (od, vv) in o.iter_mut().zip(vr) {
+                        *od += a * vv;
+                    }
+                }
+                let inv = 1.0 / sum;
+                for od in o.iter_mut() {
+                    *od *= inv;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes this cache's valid tokens take as F32.
     pub fn bytes_f32(&self) -> u64 {
         (2 * self.layers.len() * self.n_kv_heads * self.head_dim * 4 * self.len) as u64
     }
+}
+
+/// The contiguous F32 CPU data of a tensor of `len` elements.
+fn cpu_f32<'a>(s: &'a Storage, l: &Layout, len: usize) -> Result<&'a [f32]> {
+    let Storage::Cpu(c) = s else {
+        return Err(GpuError::Engine("raw attention needs a CPU cache".into()));
+    };
+    let d = c.as_slice::<f32>().ctx("kv storage")?;
+    match l.contiguous_offsets() {
+        Some((a, b)) if b - a == len && b <= d.len() => Ok(&d[a..b]),
+        _ => Err(GpuError::Engine("kv storage is not contiguous".into())),
+    }
+}
+
+/// Dot product in 8 fixed partial sums (a fixed order whatever the caller).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in ar.iter().zip(br) {
+        s += x * y;
+    }
+    s
 }

@@ -240,6 +240,7 @@ impl Llama {
         let mut x = self.embed.index_select(&ids, 0).ctx("embedding")?;
         let eps = c.rms_norm_eps as f32;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let mut scores = Vec::new();
         for (li, b) in self.blocks.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &b.attn_norm, eps).ctx("attn norm")?;
             let qkv = b.qkv.forward(&h, decode)?;
@@ -264,14 +265,18 @@ impl Llama {
             let k = candle_nn::rotary_emb::rope_i(&k, &cos, &sin).ctx("rope k")?;
             let k = k.reshape((n, c.n_kv_heads, c.head_dim)).ctx("k reshape")?;
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
-            let mut outs = Vec::with_capacity(batch.len());
-            let mut off = 0;
-            for (s, mask) in batch.iter_mut().zip(&masks) {
-                let t = s.tokens.len();
-                outs.push(self.attend(li, s.kv, &q, &k, &v, off, t, mask.as_ref())?);
-                off += t;
-            }
-            let attn = Tensor::cat(&outs, 0).ctx("attn cat")?;
+            let attn = if matches!(dev, Device::Cpu) {
+                self.attend_cpu(li, batch, &masks, &q, &k, &v, &mut scores)?
+            } else {
+                let mut outs = Vec::with_capacity(batch.len());
+                let mut off = 0;
+                for (s, mask) in batch.iter_mut().zip(&masks) {
+                    let t = s.tokens.len();
+                    outs.push(self.attend(li, s.kv, &q, &k, &v, off, t, mask.as_ref())?);
+                    off += t;
+                }
+                Tensor::cat(&outs, 0).ctx("attn cat")?
+            };
             x = (x + b.o.forward(&attn, decode)?).ctx("attn residual")?;
             let h = candle_nn::ops::rms_norm(&x, &b.ffn_norm, eps).ctx("ffn norm")?;
             let gu = b.gate_up.forward(&h, decode)?;
@@ -288,6 +293,61 @@ impl Llama {
         let x = x.index_select(&last, 0).ctx("last rows")?;
         let x = candle_nn::ops::rms_norm(&x, &self.norm, eps).ctx("final norm")?;
         self.lm_head.forward(&x, true)
+    }
+
+    /// Attention of every sequence on the CPU: single new rows (decode) run on
+    /// the raw cache ([`SeqKv::attend_one`]) instead of a dozen tiny tensor ops
+    /// each; multi-row sequences use [`Llama::attend`]. Returns `(n, hidden)`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_cpu(
+        &self,
+        layer: usize,
+        batch: &mut [SeqInput<'_>],
+        masks: &[Option<Tensor>],
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        scores: &mut Vec<f32>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (nkv, hd, hs) = (c.n_kv_heads, c.head_dim, c.hidden_size);
+        let n: usize = batch.iter().map(|s| s.tokens.len()).sum();
+        let qs = q
+            .flatten_all()
+            .and_then(|t| t.to_vec1::<f32>())
+            .ctx("q rows")?;
+        let mut out = vec![0f32; n * hs];
+        let mut off = 0;
+        for (s, mask) in batch.iter_mut().zip(masks) {
+            let t = s.tokens.len();
+            if t == 1 {
+                let kn = k
+                    .narrow(0, off, 1)
+                    .and_then(|x| x.reshape((nkv, 1, hd)))
+                    .ctx("k row")?;
+                let vn = v
+                    .narrow(0, off, 1)
+                    .and_then(|x| x.reshape((nkv, 1, hd)))
+                    .ctx("v row")?;
+                s.kv.append(layer, &kn, &vn)?;
+                s.kv.attend_one(
+                    layer,
+                    &qs[off * hs..(off + 1) * hs],
+                    c.n_rep(),
+                    scores,
+                    &mut out[off * hs..(off + 1) * hs],
+                )?;
+            } else {
+                let o = self
+                    .attend(layer, s.kv, q, k, v, off, t, mask.as_ref())?
+                    .flatten_all()
+                    .and_then(|o| o.to_vec1::<f32>())
+                    .ctx("attn rows")?;
+                out[off * hs..(off + t) * hs].copy_from_slice(&o);
+            }
+            off += t;
+        }
+        Tensor::from_vec(out, (n, hs), q.device()).ctx("attn rows")
     }
 
     /// Attention of one sequence's `t` new rows (starting at row `off`).
