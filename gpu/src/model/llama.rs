@@ -16,6 +16,7 @@
 //! the GGUF has no `output.weight`.
 
 use candle_core::{DType, Device, Tensor, D};
+use rayon::prelude::*;
 
 use crate::error::{CandleContext, GpuError, Result};
 use crate::model::config::LlamaConfig;
@@ -240,7 +241,6 @@ impl Llama {
         let mut x = self.embed.index_select(&ids, 0).ctx("embedding")?;
         let eps = c.rms_norm_eps as f32;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let mut scores = Vec::new();
         for (li, b) in self.blocks.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &b.attn_norm, eps).ctx("attn norm")?;
             let qkv = b.qkv.forward(&h, decode)?;
@@ -266,7 +266,7 @@ impl Llama {
             let k = k.reshape((n, c.n_kv_heads, c.head_dim)).ctx("k reshape")?;
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
             let attn = if matches!(dev, Device::Cpu) {
-                self.attend_cpu(li, batch, &masks, &q, &k, &v, &mut scores)?
+                self.attend_cpu(li, batch, &masks, &q, &k, &v)?
             } else {
                 let mut outs = Vec::with_capacity(batch.len());
                 let mut off = 0;
@@ -307,7 +307,6 @@ impl Llama {
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        scores: &mut Vec<f32>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let (nkv, hd, hs) = (c.n_kv_heads, c.head_dim, c.hidden_size);
@@ -317,6 +316,7 @@ impl Llama {
             .and_then(|t| t.to_vec1::<f32>())
             .ctx("q rows")?;
         let mut out = vec![0f32; n * hs];
+        // Appends (and multi-row sequences) first, then the single rows in parallel.
         let mut off = 0;
         for (s, mask) in batch.iter_mut().zip(masks) {
             let t = s.tokens.len();
@@ -330,13 +330,6 @@ impl Llama {
                     .and_then(|x| x.reshape((nkv, 1, hd)))
                     .ctx("v row")?;
                 s.kv.append(layer, &kn, &vn)?;
-                s.kv.attend_one(
-                    layer,
-                    &qs[off * hs..(off + 1) * hs],
-                    c.n_rep(),
-                    scores,
-                    &mut out[off * hs..(off + 1) * hs],
-                )?;
             } else {
                 let o = self
                     .attend(layer, s.kv, q, k, v, off, t, mask.as_ref())?
@@ -347,6 +340,21 @@ impl Llama {
             }
             off += t;
         }
+        let mut rows: Vec<Option<&SeqKv>> = Vec::with_capacity(n);
+        for s in batch.iter() {
+            match s.tokens.len() {
+                1 => rows.push(Some(&*s.kv)),
+                t => rows.extend(std::iter::repeat_n(None, t)),
+            }
+        }
+        let rep = c.n_rep();
+        out.par_chunks_mut(hs)
+            .zip(qs.par_chunks(hs))
+            .zip(rows.par_iter())
+            .try_for_each_init(Vec::new, |scores, ((o, qr), kv)| match kv {
+                Some(kv) => kv.attend_one(layer, qr, rep, scores, o),
+                None => Ok(()),
+            })?;
         Tensor::from_vec(out, (n, hs), q.device()).ctx("attn rows")
     }
 
