@@ -187,6 +187,7 @@ impl SeqKv {
             None => None,
         };
         scores.resize(n, 0.0);
+        let simd = has_avx2_fma();
         for h in 0..nkv {
             let kh = &kd[h * cap * hd..][..n * hd];
             let vh = &vd[h * cap * hd..][..n * hd];
@@ -196,7 +197,7 @@ impl SeqKv {
                 let qh = &q[head..head + hd];
                 let mut max = f32::NEG_INFINITY;
                 for (p, (s, kr)) in scores.iter_mut().zip(kh.chunks_exact(hd)).enumerate() {
-                    let mut v = dot(qh, kr);
+                    let mut v = dot(simd, qh, kr);
                     if let Some(b) = bh {
                         v += b[p];
                     }
@@ -211,9 +212,7 @@ impl SeqKv {
                 let o = &mut out[head..head + hd];
                 o.fill(0.0);
                 for (a, vr) in scores.iter().zip(vh.chunks_exact(hd)) {
-                    for (od, vv) in o.iter_mut().zip(vr) {
-                        *od += a * vv;
-                    }
+                    axpy(simd, o, *a, vr);
                 }
                 let inv = 1.0 / sum;
                 for od in o.iter_mut() {
@@ -242,8 +241,28 @@ fn cpu_f32<'a>(s: &'a Storage, l: &Layout, len: usize) -> Result<&'a [f32]> {
     }
 }
 
-/// Dot product in 8 fixed partial sums (a fixed order whatever the caller).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Dot product (a fixed order for a given `simd`; `simd` must be
+/// [`has_avx2_fma`]).
+fn dot(simd: bool, a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd && a.len() == b.len() && a.len().is_multiple_of(16) {
+            // SAFETY: AVX2 and FMA were detected (`simd`); lengths checked.
+            return unsafe { dot_avx2(a, b) };
+        }
+    }
+    let _ = simd;
     let mut acc = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ar, br) = (ac.remainder(), bc.remainder());
@@ -257,4 +276,62 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         s += x * y;
     }
     s
+}
+
+/// # Safety
+/// AVX2 and FMA must be available; `a.len() == b.len()`, a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut s0 = _mm256_setzero_ps();
+    let mut s1 = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < a.len() {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
+        s1 = _mm256_fmadd_ps(
+            _mm256_loadu_ps(pa.add(i + 8)),
+            _mm256_loadu_ps(pb.add(i + 8)),
+            s1,
+        );
+        i += 16;
+    }
+    let s = _mm256_add_ps(s0, s1);
+    let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    _mm_cvtss_f32(h)
+}
+
+/// `o += a · v` (`simd` must be [`has_avx2_fma`]).
+fn axpy(simd: bool, o: &mut [f32], a: f32, v: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd && o.len() == v.len() && o.len().is_multiple_of(8) {
+            // SAFETY: AVX2 and FMA were detected (`simd`); lengths checked.
+            unsafe { axpy_avx2(o, a, v) };
+            return;
+        }
+    }
+    let _ = simd;
+    for (od, vv) in o.iter_mut().zip(v) {
+        *od += a * vv;
+    }
+}
+
+/// # Safety
+/// AVX2 and FMA must be available; `o.len() == v.len()`, a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy_avx2(o: &mut [f32], a: f32, v: &[f32]) {
+    use std::arch::x86_64::*;
+    let av = _mm256_set1_ps(a);
+    let (po, pv) = (o.as_mut_ptr(), v.as_ptr());
+    let mut i = 0;
+    while i < o.len() {
+        let r = _mm256_fmadd_ps(av, _mm256_loadu_ps(pv.add(i)), _mm256_loadu_ps(po.add(i)));
+        _mm256_storeu_ps(po.add(i), r);
+        i += 8;
+    }
 }
