@@ -319,7 +319,14 @@ impl Q8Matrix {
             let o = out.as_mut_ptr().add(gi * GROUP);
             let mut r = 0;
             while r < m {
-                let rt = (m - r).min(ROW_TILE);
+                // Full tiles unless that leaves a 1–3-row tail; then balanced
+                // tiles (8 rows: 4, 4; 32 rows: 6, 6, 5, 5, 5, 5; 16: 6, 6, 4).
+                let rem = m - r;
+                let rt = if rem.is_multiple_of(ROW_TILE) || rem % ROW_TILE >= 4 {
+                    rem.min(ROW_TILE)
+                } else {
+                    rem.div_ceil(rem.div_ceil(ROW_TILE))
+                };
                 let xr = x.as_ptr().add(r * k);
                 let or = o.add(r * wp);
                 match (rt, pg) {
