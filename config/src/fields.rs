@@ -165,32 +165,13 @@ pub(crate) fn opt_rate(
     key: &str,
     allow_unlimited: bool,
 ) -> Result<Option<Option<u64>>, ActionError> {
-    let Some(v) = obj.get(key) else {
-        return Ok(None);
-    };
-    let or = if allow_unlimited {
-        " or \"unlimited\""
-    } else {
-        ""
-    };
-    let expected = format!("a rate like \"100Mbps\" (bps, Kbps, Mbps, Gbps){or}");
-    let Value::String(s) = v else {
-        return Err(wrong_type(key, &expected, v));
-    };
-    if allow_unlimited && s == "unlimited" {
-        return Ok(Some(None));
-    }
-    let bps = parse_rate(s).map_err(|e| {
-        let reason = e.reason.map(|r| format!(" ({r})")).unwrap_or_default();
-        ActionError::invalid(key, format!("expected {expected}, found {s:?}{reason}"))
-    })?;
-    if bps == 0 {
-        return Err(ActionError::invalid(
-            key,
-            format!("expected a rate greater than 0{or}, found {s:?}"),
-        ));
-    }
-    Ok(Some(Some(bps)))
+    opt_positive(
+        obj,
+        key,
+        allow_unlimited,
+        ("rate", "a rate like \"100Mbps\" (bps, Kbps, Mbps, Gbps)"),
+        parse_rate,
+    )
 }
 
 /// A size string, greater than 0; `Ok(Some(None))` for `"unlimited"` when allowed.
@@ -198,6 +179,24 @@ pub(crate) fn opt_bytes(
     obj: &Obj,
     key: &str,
     allow_unlimited: bool,
+) -> Result<Option<Option<u64>>, ActionError> {
+    opt_positive(
+        obj,
+        key,
+        allow_unlimited,
+        ("size", "a size like \"64KiB\" (B, KB, MB, GB, KiB, MiB, GiB)"),
+        parse_bytes,
+    )
+}
+
+/// A unit string parsed by `parse` that must be greater than 0, or
+/// `"unlimited"` (→ `Some(None)`) when allowed. `what` is (noun, example).
+fn opt_positive(
+    obj: &Obj,
+    key: &str,
+    allow_unlimited: bool,
+    what: (&str, &str),
+    parse: fn(&str) -> Result<u64, crate::units::UnitError>,
 ) -> Result<Option<Option<u64>>, ActionError> {
     let Some(v) = obj.get(key) else {
         return Ok(None);
@@ -207,24 +206,25 @@ pub(crate) fn opt_bytes(
     } else {
         ""
     };
-    let expected = format!("a size like \"64KiB\" (B, KB, MB, GB, KiB, MiB, GiB){or}");
+    let (noun, example) = what;
+    let expected = format!("{example}{or}");
     let Value::String(s) = v else {
         return Err(wrong_type(key, &expected, v));
     };
     if allow_unlimited && s == "unlimited" {
         return Ok(Some(None));
     }
-    let bytes = parse_bytes(s).map_err(|e| {
+    let n = parse(s).map_err(|e| {
         let reason = e.reason.map(|r| format!(" ({r})")).unwrap_or_default();
         ActionError::invalid(key, format!("expected {expected}, found {s:?}{reason}"))
     })?;
-    if bytes == 0 {
+    if n == 0 {
         return Err(ActionError::invalid(
             key,
-            format!("expected a size greater than 0{or}, found {s:?}"),
+            format!("expected a {noun} greater than 0{or}, found {s:?}"),
         ));
     }
-    Ok(Some(Some(bytes)))
+    Ok(Some(Some(n)))
 }
 
 /// A size that must fit a packet (`u32`), greater than 0.
