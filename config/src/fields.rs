@@ -184,7 +184,10 @@ pub(crate) fn opt_bytes(
         obj,
         key,
         allow_unlimited,
-        ("size", "a size like \"64KiB\" (B, KB, MB, GB, KiB, MiB, GiB)"),
+        (
+            "size",
+            "a size like \"64KiB\" (B, KB, MB, GB, KiB, MiB, GiB)",
+        ),
         parse_bytes,
     )
 }
