@@ -174,15 +174,17 @@ impl Handler<Deliver> for Sink {
                     due_ns: env.due_ns,
                     recv_ns: msg.recv_ns,
                 };
-                let flow_name = self
-                    .names
-                    .get(env.src.0 as usize)
-                    .cloned()
-                    .unwrap_or_else(|| env.src.to_string());
-                let at = self.name.clone();
+                // Names are looked up once per flow, not per packet.
+                let (names, at) = (&self.names, &self.name);
                 self.flows
                     .entry(env.src)
-                    .or_insert_with(|| FlowStats::new(flow_name, at, RecordKind::Packet))
+                    .or_insert_with(|| {
+                        let flow = names
+                            .get(env.src.0 as usize)
+                            .cloned()
+                            .unwrap_or_else(|| env.src.to_string());
+                        FlowStats::new(flow, at.clone(), RecordKind::Packet)
+                    })
                     .add(&r);
                 self.log.record(&r);
             }

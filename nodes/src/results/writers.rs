@@ -141,20 +141,26 @@ impl ProbeLog for ProbesCsv {
             RecordKind::Packet => "packet",
             RecordKind::Rtt => "rtt",
         };
-        let due = r.due_ns.map(|d| d.to_string()).unwrap_or_default();
-        let line = format!(
-            "{kind},{},{},{},{},{},{due},{}",
+        let Ok(mut w) = self.inner.lock() else {
+            return;
+        };
+        // Written straight into the buffer: this runs once per probe packet.
+        let res = write!(
+            w,
+            "{kind},{},{},{},{},{},",
             self.name(r.flow),
             self.name(r.at),
             r.seq,
             r.size,
-            r.sent_ns,
-            r.recv_ns
-        );
-        if let Ok(mut w) = self.inner.lock() {
-            if let Err(e) = writeln!(w, "{line}") {
-                tracing::warn!("writing probes.csv: {e}");
-            }
+            r.sent_ns
+        )
+        .and_then(|()| match r.due_ns {
+            Some(d) => write!(w, "{d}"),
+            None => Ok(()),
+        })
+        .and_then(|()| writeln!(w, ",{}", r.recv_ns));
+        if let Err(e) = res {
+            tracing::warn!("writing probes.csv: {e}");
         }
     }
     fn flush(&mut self) {
