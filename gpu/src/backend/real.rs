@@ -64,6 +64,35 @@ impl RealBackend {
             .map(|i| (lo + (seq.wrapping_mul(7919) + i * 31) % (v - lo).max(1)) as u32)
             .collect()
     }
+    /// Returns caches taken out of the table for a step that did not run.
+    fn put_back(&mut self, caches: Vec<(SeqId, SeqKv)>) {
+        self.seqs.extend(caches);
+    }
+
+    /// One forward step over `kvs` (the caches of `ids`, taken out of the
+    /// table), timed; every cache goes back into the table whatever the outcome.
+    fn run_and_keep(
+        &mut self,
+        ids: &[SeqId],
+        mut kvs: Vec<SeqKv>,
+        inputs: &[&[u32]],
+        phase: Phase,
+    ) -> Result<BackendStep> {
+        let t0 = Instant::now();
+        let mut batch: Vec<SeqInput<'_>> = kvs
+            .iter_mut()
+            .zip(inputs)
+            .map(|(kv, t)| SeqInput { tokens: t, kv })
+            .collect();
+        let res = self.model.greedy(&mut batch, phase);
+        let duration_s = t0.elapsed().as_secs_f64();
+        drop(batch);
+        self.put_back(ids.iter().copied().zip(kvs).collect());
+        Ok(BackendStep {
+            tokens: res?,
+            duration_s,
+        })
+    }
 }
 
 impl Backend for RealBackend {
@@ -91,44 +120,55 @@ impl Backend for RealBackend {
                 None => self.synthetic_prompt(it.seq, it.len),
             })
             .collect();
-        let mut kvs = Vec::with_capacity(items.len());
+        let ids: Vec<SeqId> = items.iter().map(|it| it.seq).collect();
+        // Which caches came from the table: on an error those go back untouched.
+        let mut kvs: Vec<SeqKv> = Vec::with_capacity(items.len());
+        let mut existed: Vec<bool> = Vec::with_capacity(items.len());
+        let mut failure = None;
         for (it, p) in items.iter().zip(&prompts) {
-            let kv = match self.seqs.remove(&it.seq) {
-                Some(kv) => kv,
-                None => self.model.new_kv(p.len() + 64)?,
-            };
-            if kv.len() >= p.len() {
-                return Err(GpuError::Engine(format!(
-                    "sequence {}: cache holds {} tokens, prompt has {} — nothing left to prefill",
-                    it.seq,
-                    kv.len(),
-                    p.len()
-                )));
-            }
-            kvs.push(kv);
-        }
-        let t0 = Instant::now();
-        let mut batch: Vec<SeqInput<'_>> = kvs
-            .iter_mut()
-            .zip(&prompts)
-            .map(|(kv, p)| {
-                let start = kv.len();
-                SeqInput {
-                    tokens: &p[start..],
-                    kv,
+            match self.seqs.remove(&it.seq) {
+                Some(kv) => {
+                    let held = kv.len();
+                    kvs.push(kv);
+                    existed.push(true);
+                    if held >= p.len() {
+                        failure = Some(GpuError::Engine(format!(
+                            "sequence {}: cache holds {held} tokens, prompt has {} — nothing left to prefill",
+                            it.seq,
+                            p.len()
+                        )));
+                        break;
+                    }
                 }
-            })
-            .collect();
-        let res = self.model.greedy(&mut batch, Phase::Prefill);
-        let duration_s = t0.elapsed().as_secs_f64();
-        drop(batch);
-        for (it, kv) in items.iter().zip(kvs) {
-            self.seqs.insert(it.seq, kv);
+                None => match self.model.new_kv(p.len() + 64) {
+                    Ok(kv) => {
+                        kvs.push(kv);
+                        existed.push(false);
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                },
+            }
         }
-        Ok(BackendStep {
-            tokens: res?,
-            duration_s,
-        })
+        if let Some(e) = failure {
+            let back = ids
+                .iter()
+                .copied()
+                .zip(kvs)
+                .zip(existed)
+                .filter_map(|(c, old)| old.then_some(c))
+                .collect();
+            self.put_back(back);
+            return Err(e);
+        }
+        let inputs: Vec<&[u32]> = kvs
+            .iter()
+            .zip(&prompts)
+            .map(|(kv, p)| &p[kv.len()..])
+            .collect();
+        self.run_and_keep(&ids, kvs, &inputs, Phase::Prefill)
     }
 
     fn decode(&mut self, items: &[DecodeItem], _occupancy_bytes: u64) -> Result<BackendStep> {
@@ -138,42 +178,25 @@ impl Backend for RealBackend {
                 duration_s: 0.0,
             });
         }
+        let ids: Vec<SeqId> = items.iter().map(|it| it.seq).collect();
         let mut kvs = Vec::with_capacity(items.len());
         for it in items {
-            let kv = self
-                .seqs
-                .remove(&it.seq)
-                .ok_or_else(|| GpuError::Engine(format!("decode of unknown sequence {}", it.seq)));
-            match kv {
-                Ok(kv) => kvs.push(kv),
-                Err(e) => {
-                    for (it, kv) in items.iter().zip(kvs) {
-                        self.seqs.insert(it.seq, kv);
-                    }
-                    return Err(e);
+            match self.seqs.remove(&it.seq) {
+                Some(kv) => kvs.push(kv),
+                None => {
+                    self.put_back(ids.iter().copied().zip(kvs).collect());
+                    return Err(GpuError::Engine(format!(
+                        "decode of unknown sequence {}",
+                        it.seq
+                    )));
                 }
             }
         }
-        let toks: Vec<u32> = items.iter().map(|i| i.token).collect();
-        let t0 = Instant::now();
-        let mut batch: Vec<SeqInput<'_>> = kvs
-            .iter_mut()
-            .zip(&toks)
-            .map(|(kv, t)| SeqInput {
-                tokens: std::slice::from_ref(t),
-                kv,
-            })
+        let inputs: Vec<&[u32]> = items
+            .iter()
+            .map(|i| std::slice::from_ref(&i.token))
             .collect();
-        let res = self.model.greedy(&mut batch, Phase::Decode);
-        let duration_s = t0.elapsed().as_secs_f64();
-        drop(batch);
-        for (it, kv) in items.iter().zip(kvs) {
-            self.seqs.insert(it.seq, kv);
-        }
-        Ok(BackendStep {
-            tokens: res?,
-            duration_s,
-        })
+        self.run_and_keep(&ids, kvs, &inputs, Phase::Decode)
     }
 
     fn adopt(&mut self, seq: SeqId, cache: SeqKv) -> Result<usize> {
@@ -191,5 +214,68 @@ impl Backend for RealBackend {
 
     fn take(&mut self, seq: SeqId) -> Option<SeqKv> {
         self.seqs.remove(&seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{load_tiny, WeightLayout};
+    use candle_core::Device;
+
+    fn backend() -> RealBackend {
+        let lm = load_tiny(
+            7,
+            &Device::Cpu,
+            Some(WeightLayout::for_device(&Device::Cpu)),
+        )
+        .unwrap();
+        RealBackend::new(lm.model, KvDtype::F32, None)
+    }
+
+    #[test]
+    fn a_refused_step_keeps_every_cache() {
+        let mut be = backend();
+        let p1: Vec<u32> = (3..13).collect();
+        let p2: Vec<u32> = (20..25).collect();
+        be.prefill(&[PrefillItem {
+            seq: 1,
+            tokens: Some(&p1),
+            len: p1.len(),
+        }])
+        .unwrap();
+        be.prefill(&[PrefillItem {
+            seq: 2,
+            tokens: Some(&p2),
+            len: p2.len(),
+        }])
+        .unwrap();
+        let (l1, l2) = (be.cache(1).unwrap().len(), be.cache(2).unwrap().len());
+        // Sequence 2's cache already covers its prompt: the whole step is refused.
+        let e = be.prefill(&[
+            PrefillItem {
+                seq: 1,
+                tokens: Some(&[p1.clone(), vec![40, 41]].concat()),
+                len: 12,
+            },
+            PrefillItem {
+                seq: 2,
+                tokens: Some(&p2),
+                len: p2.len(),
+            },
+        ]);
+        assert!(e.is_err());
+        assert_eq!(be.cache(1).map(SeqKv::len), Some(l1));
+        assert_eq!(be.cache(2).map(SeqKv::len), Some(l2));
+        // A decode naming an unknown sequence keeps the known ones too.
+        let e = be.decode(
+            &[
+                DecodeItem { seq: 1, token: 5 },
+                DecodeItem { seq: 9, token: 5 },
+            ],
+            0,
+        );
+        assert!(e.is_err());
+        assert_eq!(be.cache(1).map(SeqKv::len), Some(l1));
     }
 }
