@@ -242,8 +242,23 @@ pub(crate) fn parse_loss(obj: &Obj, base_dir: &Path) -> Result<LossSpec, Vec<Act
     }
 }
 
-fn names<'a>(it: impl Iterator<Item = &'a str>) -> Vec<String> {
-    it.map(str::to_string).collect()
+/// Position of `name` among `names` (the id of the named object), or the
+/// error listing the defined names.
+fn resolve<'a>(
+    key: &str,
+    what: &'static str,
+    name: &str,
+    names: impl Iterator<Item = &'a str> + Clone,
+) -> Result<usize, ActionError> {
+    names
+        .clone()
+        .position(|n| n == name)
+        .ok_or_else(|| ActionError::UnknownName {
+            field: key.to_string(),
+            what,
+            name: name.to_string(),
+            known: names.map(str::to_string).collect(),
+        })
 }
 
 pub(crate) fn resolve_link(
@@ -251,17 +266,8 @@ pub(crate) fn resolve_link(
     key: &str,
     name: &str,
 ) -> Result<LinkId, ActionError> {
-    cluster
-        .links
-        .iter()
-        .position(|l| l.name == name)
-        .map(|i| LinkId(i as u32))
-        .ok_or_else(|| ActionError::UnknownName {
-            field: key.to_string(),
-            what: "link",
-            name: name.to_string(),
-            known: names(cluster.links.iter().map(|l| l.name.as_str())),
-        })
+    let names = cluster.links.iter().map(|l| l.name.as_str());
+    resolve(key, "link", name, names).map(|i| LinkId(i as u32))
 }
 
 pub(crate) fn resolve_host(
@@ -269,17 +275,8 @@ pub(crate) fn resolve_host(
     key: &str,
     name: &str,
 ) -> Result<HostId, ActionError> {
-    cluster
-        .hosts
-        .iter()
-        .position(|h| h.name == name)
-        .map(|i| HostId(i as u16))
-        .ok_or_else(|| ActionError::UnknownName {
-            field: key.to_string(),
-            what: "host",
-            name: name.to_string(),
-            known: names(cluster.hosts.iter().map(|h| h.name.as_str())),
-        })
+    let names = cluster.hosts.iter().map(|h| h.name.as_str());
+    resolve(key, "host", name, names).map(|i| HostId(i as u16))
 }
 
 fn req_link(cluster: &Cluster, obj: &Obj) -> Result<LinkId, ActionError> {
