@@ -85,11 +85,8 @@ pub fn all_targets(cluster: &Cluster, action: &ChaosAction) -> Vec<(HostId, Targ
             out.push((*a, Target::Peer { peer: *b }));
             out.push((*b, Target::Peer { peer: *a }));
         }
-        ChaosAction::RunStop => {
-            for h in &cluster.hosts {
-                out.push((h.id, Target::Peer { peer: h.id }));
-            }
-        }
+        // Every host stops itself; the supervisor handles it without targets.
+        ChaosAction::RunStop => {}
     }
     out
 }

@@ -74,7 +74,8 @@ pub struct Supervisor {
     last_sample: BTreeMap<(LinkId, Direction), (u64, u64)>,
     done: Option<oneshot::Sender<HostSummary>>,
     stopping: bool,
-    /// Link directions the stop sequence should drain: the longest delay.
+    /// How long the stop sequence waits for packets in flight: twice the
+    /// longest one-way delay plus jitter, plus 0.3 s, at most 3 s.
     drain_ns: u64,
 }
 
