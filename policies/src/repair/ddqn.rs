@@ -1,0 +1,1 @@
+//! The PriorityFEC Double-DQN repair scheduler network (being built).

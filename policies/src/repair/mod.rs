@@ -1,0 +1,2 @@
+//! Repair schedulers for the KV handoff (being built).
+pub mod ddqn;
