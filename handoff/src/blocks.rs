@@ -228,17 +228,20 @@ pub fn source_sequence(order: SourceOrder, utilities: &[f64]) -> Vec<u32> {
 }
 
 /// The placeholder utility profile of the transport-only grid until the
-/// measured KV-utility profile exists: layer weight `0.2 + 0.8·e^(−l/8)`
-/// (early layers most sensitive) times position weight 2 for the first and
-/// the last token block of the layer (prompt prefix and recent context) and
-/// 1 elsewhere — the shape of the paper's Fig. 2a/2b, not a measurement.
+/// measured KV-utility profile exists — the shape of the paper's Fig. 2a/2b,
+/// not a measurement: layer weight `0.2 + 0.8·e^(−l/4) + 0.5·e^(−((l−22)/3)²)`
+/// (a sensitive early region and a second, later one, so layer-major FIFO is
+/// not already utility order) times position weight
+/// `1 + 2·e^(−j/4) + 2·e^(−(J−1−j)/4)` over the layer's token blocks
+/// `j = 0..J` (prompt prefix and recent context most sensitive).
 pub fn placeholder_utilities(layout: &BlockLayout) -> Vec<f64> {
     let bpl = layout.blocks_per_layer();
     (0..layout.n_blocks())
         .map(|b| {
-            let (layer, j) = (b / bpl, b % bpl);
-            let lw = 0.2 + 0.8 * (-f64::from(layer) / 8.0).exp();
-            let pw = if j == 0 || j + 1 == bpl { 2.0 } else { 1.0 };
+            let (l, j) = (f64::from(b / bpl), f64::from(b % bpl));
+            let last = f64::from(bpl - 1);
+            let lw = 0.2 + 0.8 * (-l / 4.0).exp() + 0.5 * (-((l - 22.0) / 3.0).powi(2)).exp();
+            let pw = 1.0 + 2.0 * (-j / 4.0).exp() + 2.0 * (-(last - j) / 4.0).exp();
             lw * pw
         })
         .collect()

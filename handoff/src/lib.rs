@@ -17,3 +17,15 @@ pub use blocks::{placeholder_utilities, source_sequence, BlockLayout, SourceOrde
 pub use error::HandoffError;
 pub use feedback::Feedback;
 pub use frame::{decode_frame, KvFrame};
+pub mod harness;
+pub mod receiver;
+pub mod scheme;
+pub mod sender;
+
+pub use harness::{run_handoff, synthetic_payload, HandoffRun, HandoffScenario, RunOptions};
+pub use receiver::{HandoffReceiver, HandoffReport, ReceivedBlock, ReceivedKv, ReceiverConfig};
+pub use scheme::{scheme, SchemeSpec, SCHEMES};
+pub use sender::{
+    shaping_potential, Decision, HandoffSender, PotentialWeights, RepairGate, SenderConfig,
+    SenderStats,
+};
