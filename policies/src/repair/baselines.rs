@@ -97,10 +97,11 @@ impl RepairScheduler for FixedRate {
 /// * **reactive**: a reported deficit `d > 0` is repaired at once, the burst
 ///   sized to `d·(1 + β)` (β the burst tendency, so bursty channels get extra
 ///   margin for repairs lost in the same burst);
-/// * **proactive near the deadline**: once fewer slots remain than one RTT
-///   plus the source still to send, feedback can no longer come back in time,
-///   so the expected losses among unreported frames, `ε̂·unreported`, are
-///   protected as well (`need = d + ε̂·unreported`, sized the same way);
+/// * **proactive near the deadline**: once at most one RTT of slots remains,
+///   feedback on what is sent can no longer come back in time, so the
+///   expected losses among unreported frames are protected as well:
+///   `need = d_reported + ε̂·unreported − repairs_unreported`, sized the same
+///   way;
 /// * **after the source**: spare slots go to repair of what is unresolved.
 ///
 /// FlEC's own bulk mode also adds redundancy at a rate tracking ε̂; here a
@@ -122,11 +123,11 @@ impl RepairScheduler for FlecRt {
             0.0
         };
         let d = f64::from(obs.deficit);
-        let near_deadline =
-            u64::from(obs.slots_left) <= u64::from(obs.rtt_slots) + u64::from(obs.source_left);
+        let near_deadline = obs.slots_left <= obs.rtt_slots;
         let source_done = !mask.allows(RepairAction::Source);
         let need = if near_deadline || source_done {
-            d + eps * f64::from(obs.unreported)
+            f64::from(obs.deficit_reported) + eps * f64::from(obs.unreported)
+                - f64::from(obs.repairs_unreported)
         } else {
             d
         };
@@ -257,9 +258,10 @@ mod tests {
         let near = RepairObservation {
             slots_left: 150,
             source_left: 10,
+            repairs_unreported: 2,
             ..far
         };
-        // 0.08 · 180 = 14.4 expected losses in flight.
+        // 0.08 · 180 − 2 = 12.4 expected unprotected losses in flight.
         assert_eq!(f.decide(&near, ALL), RepairAction::Repair4);
     }
 }

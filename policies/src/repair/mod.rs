@@ -173,6 +173,8 @@ pub struct RepairObservation {
     /// Frames sent after the last frame the latest feedback had seen (in flight
     /// or lost, not yet reported).
     pub unreported: u32,
+    /// Repair frames among those.
+    pub repairs_unreported: u32,
     /// Coding window limit K of one repair.
     pub k: u32,
     /// Cumulative decoded prefix reported (`k_dec`).
