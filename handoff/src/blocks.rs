@@ -58,7 +58,7 @@ impl BlockLayout {
                 "every count must be positive: {l:?}"
             )));
         }
-        if n_tokens % tokens_per_block != 0 {
+        if !n_tokens.is_multiple_of(tokens_per_block) {
             return Err(HandoffError::Layout(format!(
                 "{n_tokens} tokens are not a multiple of {tokens_per_block} tokens per block"
             )));

@@ -96,7 +96,6 @@ pub struct HandoffReceiver {
     have: Vec<bool>,
     /// Per block: fragments decoded.
     have_count: Vec<u16>,
-    complete_utility: f64,
     report: HandoffReport,
     next_seq: u32,
     last_seq: Option<u32>,
@@ -142,7 +141,6 @@ impl HandoffReceiver {
             data: vec![0; layout.total_bytes()],
             have: vec![false; n_blocks as usize * frags],
             have_count: vec![0; n_blocks as usize],
-            complete_utility: 0.0,
             report: HandoffReport {
                 n_blocks,
                 n_source,
@@ -227,7 +225,6 @@ impl HandoffReceiver {
             *c += 1;
             if usize::from(*c) == frags {
                 self.report.blocks_complete += 1;
-                self.complete_utility += self.utilities[src.block_id as usize];
             }
         }
         self.report.decoded_prefix = progress.prefix;
@@ -271,9 +268,18 @@ impl HandoffReceiver {
         }
     }
 
-    /// Utility of complete blocks over the total, now (J^KV).
+    /// Utility of complete blocks over the total, now (J^KV). Summed in block
+    /// order, like the total, so that all blocks complete give exactly 1.
     pub fn recovered_utility(&self) -> f64 {
-        self.complete_utility / self.total_utility
+        let frags = self.layout.fragments_per_block();
+        let got: f64 = self
+            .have_count
+            .iter()
+            .zip(self.utilities.iter())
+            .filter(|(&c, _)| c == frags)
+            .map(|(_, &u)| u)
+            .sum();
+        got / self.total_utility
     }
 
     /// The handoff's figures.
