@@ -198,7 +198,14 @@ pub struct HandoffRun {
     pub report: HandoffReport,
     pub sender: SenderStats,
     pub received: Option<ReceivedKv>,
+    /// Every decision epoch (with `record_decisions`).
     pub decisions: Vec<Decision>,
+    /// J^KV (the receiver's recovered utility, ground truth) at each recorded
+    /// decision, parallel to `decisions`; with the final
+    /// `report.recovered_utility` the trainer has `J_{t+1} − J_t` for every
+    /// epoch (paper §IV-C3; the shaping term comes from
+    /// [`crate::sender::shaping_potential`] on the observations).
+    pub decision_utility: Vec<f64>,
 }
 
 /// Runs one handoff of `scenario` under `spec` with `scheduler` (from
@@ -254,6 +261,7 @@ pub fn run_handoff(
     let mut rev: LinkModel<Vec<u8>> =
         LinkModel::new(scenario.reverse.clone(), seed ^ REVERSE_SEED_XOR);
 
+    let mut decision_utility = Vec::new();
     let mut now = 0u64;
     loop {
         while let Some(a) = fwd.poll(now) {
@@ -266,7 +274,13 @@ pub fn run_handoff(
         while let Some(a) = rev.poll(now) {
             let _ = tx.handle_feedback(a.due_ns, &a.packet);
         }
-        while let Some(frame) = tx.poll_transmit(now) {
+        loop {
+            let frame = tx.poll_transmit(now);
+            if opts.record_decisions && tx.decisions().len() > decision_utility.len() {
+                let j = rx.recovered_utility();
+                decision_utility.resize(tx.decisions().len(), j);
+            }
+            let Some(frame) = frame else { break };
             fwd.offer(now, frame.len() as u32, frame);
         }
         let next = [tx.poll_timeout(), fwd.next_due(), rev.next_due()]
@@ -288,6 +302,7 @@ pub fn run_handoff(
         } else {
             Vec::new()
         },
+        decision_utility,
         received: opts.keep_received.then(|| rx.into_received()),
     })
 }

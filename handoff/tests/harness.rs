@@ -365,6 +365,9 @@ fn observation_features_are_normalized() {
         },
     );
     assert!(r.decisions.len() > 100);
+    assert_eq!(r.decision_utility.len(), r.decisions.len());
+    assert!(r.decision_utility.windows(2).all(|w| w[0] <= w[1]));
+    assert!(*r.decision_utility.last().unwrap() <= r.report.recovered_utility);
     for d in &r.decisions {
         for f in d.obs.features {
             assert!((0.0..=1.0).contains(&f), "{:?}", d.obs.features);
