@@ -58,7 +58,9 @@ impl RepairScheduler for NoRepair {
 /// The default rate, one repair per 8 sources (11.1 % of the stream), is the
 /// smallest `1/n` above the paper channel's 8.42 % mean loss: a fixed code
 /// sized to the average loss, as a non-adaptive sender would configure it.
-/// Bursts that exceed it are exactly what adaptive repair is for.
+/// Bursts that exceed it are exactly what adaptive repair is for. (Decisions
+/// are per epoch and a source epoch sends up to 8 packets, so a rate above
+/// one repair per 8 sources would also need larger repair bursts.)
 #[derive(Debug, Clone)]
 pub struct FixedRate {
     pub sources_per_repair: u32,
