@@ -319,3 +319,93 @@ impl HandoffReceiver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgemu_codec::fec::{EncoderConfig, RlcEncoder};
+
+    fn setup() -> (RlcEncoder, HandoffReceiver, BlockLayout) {
+        // 2 blocks of 3000 bytes: fragments of 1368, 1368, 264.
+        let layout = BlockLayout::new(1, 32, 16, 3000).unwrap();
+        let enc = RlcEncoder::new(EncoderConfig {
+            k: 8,
+            ..Default::default()
+        })
+        .unwrap();
+        let rx = HandoffReceiver::new(
+            ReceiverConfig {
+                session: 0,
+                deadline_ns: 1_000,
+                feedback_every: 4,
+                max_repair_count: 8,
+            },
+            layout,
+            vec![1.0, 3.0].into(),
+        )
+        .unwrap();
+        (enc, rx, layout)
+    }
+
+    fn frame(enc: &mut RlcEncoder, layout: &BlockLayout, block: u32, fragment: u16) -> Vec<u8> {
+        let len = layout.fragment_range(fragment).len();
+        let payload: Vec<u8> = (0..len).map(|i| (i as u8) ^ (block as u8 + 1)).collect();
+        enc.send_source(block, fragment, &payload).unwrap().bytes
+    }
+
+    #[test]
+    fn feedback_every_n_and_on_deficit_change() {
+        let (mut enc, mut rx, l) = setup();
+        for f in 0..3 {
+            rx.handle_packet(10, &frame(&mut enc, &l, 1, f)).unwrap();
+            assert_eq!(rx.poll_transmit(10), None, "not due after {f}");
+        }
+        rx.handle_packet(10, &frame(&mut enc, &l, 0, 0)).unwrap();
+        let fb = Feedback::decode(&rx.poll_transmit(10).unwrap()).unwrap();
+        assert_eq!((fb.cumulative, fb.deficit, fb.received), (4, 0, 4));
+        // Block 1 (utility 3 of 4) is complete.
+        assert_eq!(rx.recovered_utility(), 0.75);
+        // Fragment (0, 1) lost: the next arrival reveals a gap → report now.
+        let _lost = frame(&mut enc, &l, 0, 1);
+        rx.handle_packet(20, &frame(&mut enc, &l, 0, 2)).unwrap();
+        let fb = Feedback::decode(&rx.poll_transmit(20).unwrap()).unwrap();
+        assert_eq!(
+            (fb.cumulative, fb.deficit, fb.loss_runs, fb.lost()),
+            (4, 1, 1, 1)
+        );
+        // A repair recovers it; the deficit change triggers a report.
+        let repair = enc.repair(8).unwrap().bytes;
+        rx.handle_packet(30, &repair).unwrap();
+        let fb = Feedback::decode(&rx.poll_transmit(30).unwrap()).unwrap();
+        assert_eq!((fb.cumulative, fb.deficit, fb.innovative), (6, 0, 1));
+        let r = rx.report();
+        assert_eq!(
+            (
+                r.recovered_utility,
+                r.recovered_by_repair,
+                r.blocks_complete
+            ),
+            (1.0, 1, 2)
+        );
+        // After the deadline nothing counts.
+        rx.handle_packet(2_000, &repair).unwrap();
+        assert_eq!(rx.report().frames_late, 1);
+    }
+
+    #[test]
+    fn received_kv_lists_present_ranges() {
+        let (mut enc, mut rx, l) = setup();
+        let f0 = frame(&mut enc, &l, 0, 0);
+        let _f1 = frame(&mut enc, &l, 0, 1);
+        let f2 = frame(&mut enc, &l, 0, 2);
+        rx.handle_packet(1, &f0).unwrap();
+        rx.handle_packet(1, &f2).unwrap();
+        let kv = rx.into_received();
+        let b0 = &kv.blocks[0];
+        assert_eq!(b0.present, vec![0..1368, 2736..3000]);
+        assert!(b0.bytes[1368..2736].iter().all(|&x| x == 0));
+        assert_eq!(b0.bytes[0], 1);
+        assert!(!b0.is_complete());
+        assert!(kv.blocks[1].present.is_empty());
+    }
+}
