@@ -31,6 +31,7 @@ pub mod loss;
 mod lstm;
 mod mlp;
 mod optim;
+mod weights;
 
 pub use activation::Activation;
 pub use error::PolicyError;
@@ -38,6 +39,7 @@ pub use loss::{huber, huber_grad, mse};
 pub use lstm::{Lstm, LstmGrads, LstmState, LstmTape};
 pub use mlp::{Mlp, MlpGrads, MlpScratch, MlpTape};
 pub use optim::{clip_grad_norm, Adam, FlatParams};
+pub use weights::{Expected, TensorSpec, WeightsFile, WEIGHTS_FORMAT};
 
 #[cfg(test)]
 mod gradcheck_tests;
