@@ -2,3 +2,30 @@
 //! without I/O: transport blocks and frames, source ordering, the sender and
 //! receiver state machines, the reliable baselines (TCP, QUIC) over the link
 //! model, and the co-simulation harness on an exact nanosecond clock.
+//!
+//! Modules: [`blocks`] (layout, utilities, source order), [`frame`] (KV
+//! frames over the codec's FEC format), [`feedback`] (receiver reports),
+//! [`sender`], [`receiver`], [`scheme`] (the registry of compared schemes),
+//! [`harness`] (sender → link → receiver co-simulation).
+
+pub mod blocks;
+pub mod error;
+pub mod feedback;
+pub mod frame;
+
+pub use blocks::{placeholder_utilities, source_sequence, BlockLayout, SourceOrder};
+pub use error::HandoffError;
+pub use feedback::Feedback;
+pub use frame::{decode_frame, KvFrame};
+pub mod harness;
+pub mod receiver;
+pub mod scheme;
+pub mod sender;
+
+pub use harness::{run_handoff, synthetic_payload, HandoffRun, HandoffScenario, RunOptions};
+pub use receiver::{HandoffReceiver, HandoffReport, ReceivedBlock, ReceivedKv, ReceiverConfig};
+pub use scheme::{scheme, SchemeSpec, SCHEMES};
+pub use sender::{
+    shaping_potential, Decision, HandoffSender, PotentialWeights, RepairGate, SenderConfig,
+    SenderStats,
+};

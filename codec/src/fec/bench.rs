@@ -39,7 +39,6 @@ use super::decoder::{DecoderConfig, RlcDecoder};
 use super::encoder::{EncoderConfig, RlcEncoder};
 use super::gf::{active_kernel, dispatch_mul_add, Kernel};
 use super::packet::MAX_PAYLOAD;
-use super::sim::GilbertElliott;
 use super::tinymt32::TinyMt32;
 
 /// Paper, Table II: native C codec, encode ms per 1000 transmitted packets.
@@ -259,10 +258,14 @@ fn is_repair_slot(t: usize, enc: &RlcEncoder) -> bool {
         || enc.window_len() >= enc.config().max_window
 }
 
-fn co_simulate(k: u16, transmissions: usize, pool: &[Vec<u8>]) -> Recorded {
+fn co_simulate(
+    k: u16,
+    transmissions: usize,
+    pool: &[Vec<u8>],
+    channel: &mut dyn FnMut() -> bool,
+) -> Recorded {
     let mut enc = encoder_for(k);
     let mut dec = decoder();
-    let mut ch = GilbertElliott::paper(0x5eed + u32::from(k));
     let mut pending: VecDeque<(usize, u32)> = VecDeque::new();
     let mut rec = Recorded {
         frames: Vec::with_capacity(transmissions),
@@ -307,7 +310,7 @@ fn co_simulate(k: u16, transmissions: usize, pool: &[Vec<u8>]) -> Recorded {
             rec.lost.push(true);
             continue;
         };
-        let lost = ch.lose();
+        let lost = channel();
         rec.run.transmitted += 1;
         if lost {
             rec.run.lost += 1;
@@ -390,9 +393,14 @@ fn time_decoder(rec: &Recorded) -> Duration {
     start.elapsed()
 }
 
-fn codec_figures(k: u16, quick: bool, pool: &[Vec<u8>]) -> CodecRun {
+fn codec_figures(
+    k: u16,
+    quick: bool,
+    pool: &[Vec<u8>],
+    channel: &mut dyn FnMut() -> bool,
+) -> CodecRun {
     let (transmissions, reps) = if quick { (1_100, 1) } else { (22_000, 5) };
-    let rec = co_simulate(k, transmissions, pool);
+    let rec = co_simulate(k, transmissions, pool, channel);
     let per_1k = |d: Duration| d.as_secs_f64() * 1e3 / (rec.run.transmitted as f64 / 1e3);
     let enc = (0..reps)
         .map(|_| time_encoder(k, &rec, pool))
@@ -409,8 +417,12 @@ fn codec_figures(k: u16, quick: bool, pool: &[Vec<u8>]) -> CodecRun {
     }
 }
 
-/// Runs the whole benchmark.
-pub fn run_fec_bench(opts: &FecBenchOptions) -> FecBenchReport {
+/// Runs the whole benchmark. `channel` answers, once per transmission of the
+/// untimed co-simulation pass, whether that frame is lost: the caller passes
+/// the workspace's one loss model (`edgemu_links::GilbertElliott` with the
+/// paper's parameters and a seeded RNG); the codec crate sits below the links
+/// crate and has no loss model of its own.
+pub fn run_fec_bench(opts: &FecBenchOptions, channel: &mut dyn FnMut() -> bool) -> FecBenchReport {
     let quick = opts.quick;
     let active = active_kernel();
     let kernels: Vec<KernelFigures> = Kernel::available()
@@ -437,7 +449,7 @@ pub fn run_fec_bench(opts: &FecBenchOptions) -> FecBenchReport {
     let pool = payload_pool();
     let runs: Vec<CodecRun> = [16u16, 64]
         .into_iter()
-        .map(|k| codec_figures(k, quick, &pool))
+        .map(|k| codec_figures(k, quick, &pool, channel))
         .collect();
     FecBenchReport {
         kernel: active.name().to_string(),
@@ -579,10 +591,20 @@ impl FecBenchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgemu_links::GilbertElliott;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    /// The paper's channel from the links crate (the workspace's one loss model).
+    fn paper_channel() -> impl FnMut() -> bool {
+        let mut ge = GilbertElliott::new(0.001, 0.5, 0.02, 0.1);
+        let mut rng = ChaCha8Rng::seed_from_u64(0x5eed);
+        move || ge.lose(&mut rng)
+    }
 
     #[test]
     fn quick_report_has_the_documented_shape() {
-        let r = run_fec_bench(&FecBenchOptions { quick: true });
+        let r = run_fec_bench(&FecBenchOptions { quick: true }, &mut paper_channel());
         let json = serde_json::to_value(&r).unwrap();
         let obj = json.as_object().unwrap();
         let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
@@ -614,7 +636,7 @@ mod tests {
     #[test]
     #[ignore]
     fn fec_bench_report() {
-        let r = run_fec_bench(&FecBenchOptions { quick: false });
+        let r = run_fec_bench(&FecBenchOptions { quick: false }, &mut paper_channel());
         println!("{}", r.table());
         println!("{}", serde_json::to_string(&r).unwrap());
     }

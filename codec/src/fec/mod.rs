@@ -27,7 +27,6 @@ pub mod error;
 pub mod gf;
 pub mod packet;
 mod ring;
-pub mod sim;
 pub mod tinymt32;
 
 #[cfg(test)]

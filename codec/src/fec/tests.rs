@@ -23,7 +23,14 @@ use rand_chacha::ChaCha8Rng;
 use super::coefficients::generate_coding_coefficients;
 use super::gf::{gf_inv, gf_mul};
 use super::packet::{build, FecPacket, PacketBody, RepairHeader, RepairPacket, SourcePacket};
-use super::sim::GilbertElliott;
+use edgemu_links::GilbertElliott;
+
+/// The paper's channel (0.001, 0.5, 0.02, 0.1) from the links crate, seeded.
+fn paper_channel(seed: u64) -> impl FnMut() -> bool {
+    let mut ge = GilbertElliott::new(0.001, 0.5, 0.02, 0.1);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    move || ge.lose(&mut rng)
+}
 use super::*;
 
 /// Reference: which of the ids `0..n` the equations determine. Plain dense
@@ -236,7 +243,7 @@ fn schedule_strategy(max_len: usize) -> impl Strategy<Value = Vec<(Option<usize>
 }
 
 fn ge_schedule(len: usize, repair_every: usize, seed: u32) -> Vec<(Option<usize>, bool)> {
-    let mut ch = GilbertElliott::paper(seed);
+    let mut lose = paper_channel(u64::from(seed));
     (0..len)
         .map(|i| {
             let action = if i % (repair_every + 1) == repair_every {
@@ -244,7 +251,7 @@ fn ge_schedule(len: usize, repair_every: usize, seed: u32) -> Vec<(Option<usize>
             } else {
                 None
             };
-            (action, ch.lose())
+            (action, lose())
         })
         .collect()
 }
@@ -510,7 +517,7 @@ fn memory_stays_bounded_on_a_long_stream() {
         ..Default::default()
     })
     .unwrap();
-    let mut ch = GilbertElliott::paper(11);
+    let mut lose = paper_channel(11);
     let mut acks = VecDeque::new();
     for t in 0..3000usize {
         while acks.front().is_some_and(|(at, _)| *at <= t) {
@@ -523,7 +530,7 @@ fn memory_stays_bounded_on_a_long_stream() {
             Some(enc.send_source(0, 0, &[t as u8; 64]).unwrap())
         };
         let Some(frame) = frame else { continue };
-        if ch.lose() {
+        if lose() {
             continue;
         }
         let p = dec.insert_frame(&frame.bytes).unwrap();

@@ -1,0 +1,321 @@
+//! [`HandoffReceiver`]: the receiving side of a KV handoff as a core without
+//! I/O.
+//!
+//! Every frame that arrives by the deadline D is validated against the block
+//! layout ([`decode_frame`]) and handed to the streaming RLC decoder; every
+//! source packet the decoder yields (received or recovered by elimination) is
+//! checked again and its payload copied into place. Frames arriving after D
+//! are counted and ignored. Feedback follows the schedule documented in
+//! [`crate::feedback`].
+//!
+//! At D, [`HandoffReceiver::report`] gives the handoff's figures and
+//! [`HandoffReceiver::into_received`] the rebuild input: for each block its
+//! payload bytes, zeros where missing, and the list of byte ranges that
+//! arrived. The rebuild itself (zero-fill keeps a BF16 element only if both
+//! its bytes arrived; the attention mask keeps a head–token row only if all of
+//! its K and V bytes arrived) belongs to the gpu side and works from
+//! [`ReceivedBlock::present`].
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use edgemu_codec::fec::{DecoderConfig, Outcome, PacketBody, RlcDecoder};
+
+use crate::blocks::{check_utilities, BlockLayout};
+use crate::error::HandoffError;
+use crate::feedback::Feedback;
+use crate::frame::decode_frame;
+
+/// Receiver parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReceiverConfig {
+    pub session: u32,
+    /// Decode-start deadline D, ns after the handoff start.
+    pub deadline_ns: u64,
+    /// A report after this many frames at the latest (see [`crate::feedback`]).
+    pub feedback_every: u32,
+    /// Largest repair count accepted (the sender's K).
+    pub max_repair_count: u16,
+}
+
+/// One block as received at the deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedBlock {
+    /// `block_bytes` bytes: the payload where it arrived, zeros elsewhere.
+    pub bytes: Vec<u8>,
+    /// Byte ranges that arrived, sorted, disjoint and merged.
+    pub present: Vec<Range<usize>>,
+}
+
+impl ReceivedBlock {
+    pub fn is_complete(&self) -> bool {
+        self.present.len() == 1 && self.present[0] == (0..self.bytes.len())
+    }
+}
+
+/// The whole KV as received at the deadline, block by block (block ids of the
+/// layout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedKv {
+    pub layout: BlockLayout,
+    pub blocks: Vec<ReceivedBlock>,
+}
+
+/// The figures of one handoff at the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct HandoffReport {
+    /// Utility of blocks complete at D over the total (J^KV at D).
+    pub recovered_utility: f64,
+    pub blocks_complete: u32,
+    pub n_blocks: u32,
+    /// Source packets decoded (received or recovered).
+    pub source_decoded: u32,
+    pub n_source: u32,
+    /// Cumulative decoded prefix at D.
+    pub decoded_prefix: u32,
+    pub frames_received: u32,
+    pub frames_late: u32,
+    pub frames_rejected: u32,
+    pub repairs_received: u32,
+    pub innovative_repairs: u32,
+    /// Source packets recovered through repair.
+    pub recovered_by_repair: u32,
+    pub feedback_sent: u32,
+}
+
+/// The receiving core (see the module docs).
+pub struct HandoffReceiver {
+    cfg: ReceiverConfig,
+    layout: BlockLayout,
+    utilities: Arc<[f64]>,
+    total_utility: f64,
+    decoder: RlcDecoder,
+    /// Block-major payload, zeros where missing.
+    data: Vec<u8>,
+    /// Per block, per fragment: decoded.
+    have: Vec<bool>,
+    /// Per block: fragments decoded.
+    have_count: Vec<u16>,
+    report: HandoffReport,
+    next_seq: u32,
+    last_seq: Option<u32>,
+    loss_runs: u32,
+    since_feedback: u32,
+    last_reported_deficit: u32,
+    feedback_due: bool,
+    reports: u32,
+}
+
+impl std::fmt::Debug for HandoffReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandoffReceiver")
+            .field("cfg", &self.cfg)
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HandoffReceiver {
+    pub fn new(
+        cfg: ReceiverConfig,
+        layout: BlockLayout,
+        utilities: Arc<[f64]>,
+    ) -> Result<Self, HandoffError> {
+        check_utilities(&layout, &utilities)?;
+        if cfg.feedback_every == 0 || cfg.max_repair_count == 0 {
+            return Err(HandoffError::Config(
+                "feedback_every and max_repair_count must be positive".into(),
+            ));
+        }
+        let n_source = layout.n_source_packets();
+        let decoder = RlcDecoder::new(DecoderConfig {
+            max_window: n_source + 1,
+            max_count: cfg.max_repair_count,
+            session: Some(cfg.session),
+        })?;
+        let n_blocks = layout.n_blocks();
+        let frags = usize::from(layout.fragments_per_block());
+        Ok(HandoffReceiver {
+            total_utility: utilities.iter().sum(),
+            decoder,
+            data: vec![0; layout.total_bytes()],
+            have: vec![false; n_blocks as usize * frags],
+            have_count: vec![0; n_blocks as usize],
+            report: HandoffReport {
+                n_blocks,
+                n_source,
+                ..Default::default()
+            },
+            cfg,
+            layout,
+            utilities,
+            next_seq: 0,
+            last_seq: None,
+            loss_runs: 0,
+            since_feedback: 0,
+            last_reported_deficit: 0,
+            feedback_due: false,
+            reports: 0,
+        })
+    }
+
+    /// Handles one frame arriving at `now`. A malformed or hostile frame is
+    /// counted and returned as an error; the state is unchanged.
+    pub fn handle_packet(&mut self, now: u64, bytes: &[u8]) -> Result<(), HandoffError> {
+        if now > self.cfg.deadline_ns {
+            self.report.frames_late += 1;
+            return Ok(());
+        }
+        let (_, pkt) = decode_frame(bytes, &self.layout, Some(self.cfg.session))
+            .inspect_err(|_| self.report.frames_rejected += 1)?;
+        let progress = self
+            .decoder
+            .insert(&pkt)
+            .inspect_err(|_| self.report.frames_rejected += 1)?;
+        self.report.frames_received += 1;
+        let seq = pkt.seq;
+        if seq > self.next_seq {
+            self.loss_runs += 1;
+        }
+        if seq >= self.next_seq {
+            self.next_seq = seq.saturating_add(1);
+            self.last_seq = Some(seq);
+        }
+        match progress.outcome {
+            Outcome::Innovative => {
+                self.report.repairs_received += 1;
+                self.report.innovative_repairs += 1;
+            }
+            Outcome::Redundant | Outcome::Stale => self.report.repairs_received += 1,
+            Outcome::NewSource | Outcome::DuplicateSource => {}
+        }
+        // The packet received directly, if a source; every other decoded id
+        // was recovered through repair equations.
+        let direct = match pkt.body {
+            PacketBody::Source(s) => Some(s.id),
+            PacketBody::Repair(_) => None,
+        };
+        for &id in &progress.decoded {
+            let Ok(Some(src)) = self.decoder.get(id) else {
+                continue;
+            };
+            // A recovered symbol is outside bytes too: check it again.
+            if self
+                .layout
+                .check_fragment(src.block_id, src.fragment_id, src.payload.len())
+                .is_err()
+            {
+                self.report.frames_rejected += 1;
+                continue;
+            }
+            let frags = usize::from(self.layout.fragments_per_block());
+            let slot = src.block_id as usize * frags + usize::from(src.fragment_id);
+            if self.have[slot] {
+                continue;
+            }
+            self.have[slot] = true;
+            let start = self.layout.block_range(src.block_id).start
+                + self.layout.fragment_range(src.fragment_id).start;
+            self.data[start..start + src.payload.len()].copy_from_slice(src.payload);
+            self.report.source_decoded += 1;
+            if direct != Some(id) {
+                self.report.recovered_by_repair += 1;
+            }
+            let c = &mut self.have_count[src.block_id as usize];
+            *c += 1;
+            if usize::from(*c) == frags {
+                self.report.blocks_complete += 1;
+            }
+        }
+        self.report.decoded_prefix = progress.prefix;
+        self.since_feedback += 1;
+        let deficit = self.decoder.feedback().deficit;
+        if self.since_feedback >= self.cfg.feedback_every || deficit != self.last_reported_deficit {
+            self.feedback_due = true;
+        }
+        Ok(())
+    }
+
+    /// The feedback packet to send now, if one is due.
+    pub fn poll_transmit(&mut self, now: u64) -> Option<Vec<u8>> {
+        if !self.feedback_due || now > self.cfg.deadline_ns {
+            return None;
+        }
+        self.feedback_due = false;
+        self.since_feedback = 0;
+        let f = self.feedback();
+        self.last_reported_deficit = f.deficit;
+        self.reports += 1;
+        self.report.feedback_sent += 1;
+        Some(f.encode().to_vec())
+    }
+
+    /// The report the receiver would send now.
+    pub fn feedback(&self) -> Feedback {
+        let d = self.decoder.feedback();
+        Feedback {
+            session: self.cfg.session,
+            report: self.reports,
+            cumulative: d.cumulative,
+            highest_seen: d.highest_seen,
+            equations: d.equations,
+            unknowns: d.unknowns,
+            deficit: d.deficit,
+            last_seq: self.last_seq,
+            received: self.report.frames_received,
+            loss_runs: self.loss_runs,
+            innovative: self.report.innovative_repairs,
+        }
+    }
+
+    /// Utility of complete blocks over the total, now (J^KV). Summed in block
+    /// order, like the total, so that all blocks complete give exactly 1.
+    pub fn recovered_utility(&self) -> f64 {
+        let frags = self.layout.fragments_per_block();
+        let got: f64 = self
+            .have_count
+            .iter()
+            .zip(self.utilities.iter())
+            .filter(|(&c, _)| c == frags)
+            .map(|(_, &u)| u)
+            .sum();
+        got / self.total_utility
+    }
+
+    /// The handoff's figures.
+    pub fn report(&self) -> HandoffReport {
+        HandoffReport {
+            recovered_utility: self.recovered_utility(),
+            ..self.report
+        }
+    }
+
+    /// The received KV, block by block, for the rebuild.
+    pub fn into_received(self) -> ReceivedKv {
+        let frags = usize::from(self.layout.fragments_per_block());
+        let blocks = (0..self.layout.n_blocks())
+            .map(|b| {
+                let mut present: Vec<Range<usize>> = Vec::new();
+                for f in 0..frags {
+                    if !self.have[b as usize * frags + f] {
+                        continue;
+                    }
+                    let r = self.layout.fragment_range(f as u16);
+                    match present.last_mut() {
+                        Some(last) if last.end == r.start => last.end = r.end,
+                        _ => present.push(r),
+                    }
+                }
+                let range = self.layout.block_range(b);
+                ReceivedBlock {
+                    bytes: self.data[range].to_vec(),
+                    present,
+                }
+            })
+            .collect();
+        ReceivedKv {
+            layout: self.layout,
+            blocks,
+        }
+    }
+}
