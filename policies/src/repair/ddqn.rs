@@ -255,7 +255,10 @@ impl RepairScheduler for DdqnScheduler {
 pub struct DecisionLatency {
     pub calls: usize,
     pub mean_us: f64,
+    pub p50_us: f64,
     pub p99_us: f64,
+    /// The slowest call (a preempted thread shows up here and in the mean).
+    pub max_us: f64,
 }
 
 /// Measures decision latency (for `edgemu bench handoff`; meaningful in a
@@ -289,16 +292,21 @@ pub fn measure_decision_latency(net: DdqnNet, calls: usize, seed: u64) -> Decisi
         return DecisionLatency {
             calls,
             mean_us: 0.0,
+            p50_us: 0.0,
             p99_us: 0.0,
+            max_us: 0.0,
         };
     }
     let mean = ns.iter().sum::<u64>() as f64 / ns.len() as f64;
     ns.sort_unstable();
-    let p99 = ns[((ns.len() as f64 * 0.99).ceil() as usize).clamp(1, ns.len()) - 1];
+    let q =
+        |p: f64| ns[((ns.len() as f64 * p).ceil() as usize).clamp(1, ns.len()) - 1] as f64 / 1e3;
     DecisionLatency {
         calls,
         mean_us: mean / 1e3,
-        p99_us: p99 as f64 / 1e3,
+        p50_us: q(0.5),
+        p99_us: q(0.99),
+        max_us: q(1.0),
     }
 }
 
@@ -394,8 +402,8 @@ mod tests {
     fn ddqn_decision_latency() {
         let l = measure_decision_latency(DdqnNet::random(1), 100_000, 1);
         println!(
-            "DDQN decision latency over {} calls: mean {:.3} us, P99 {:.3} us",
-            l.calls, l.mean_us, l.p99_us
+            "DDQN decision latency over {} calls: mean {:.3} us, P50 {:.3} us, P99 {:.3} us, max {:.1} us",
+            l.calls, l.mean_us, l.p50_us, l.p99_us, l.max_us
         );
     }
 }

@@ -301,7 +301,7 @@ mod tests {
 
     /// Contextual bandit: three one-hot contexts, four actions, reward 1 for
     /// action == context, else 0; action 3 is always masked.
-    fn train(seed: u64) -> PpoLearner {
+    fn train(seed: u64, iterations: usize) -> PpoLearner {
         let mut cfg = PpoConfig::new(3, 4, 16);
         cfg.lr = 3e-3;
         cfg.minibatch = 32;
@@ -310,7 +310,7 @@ mod tests {
         cfg.seed = seed;
         let mut ppo = PpoLearner::new(cfg);
         let mask = vec![true, true, true, false];
-        for it in 0..30 {
+        for it in 0..iterations {
             let mut batch = Vec::new();
             for k in 0..96 {
                 let ctx = (k + it) % 3;
@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn learns_a_contextual_bandit() {
-        let mut ppo = train(1);
+        let mut ppo = train(1, 30);
         let mask = [true, true, true, false];
         for ctx in 0..3 {
             let mut obs = [0.0; 3];
@@ -351,6 +351,6 @@ mod tests {
 
     #[test]
     fn same_seed_same_policy() {
-        assert_eq!(train(4).actor(), train(4).actor());
+        assert_eq!(train(4, 4).actor(), train(4, 4).actor());
     }
 }
