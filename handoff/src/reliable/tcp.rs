@@ -14,7 +14,8 @@
 //!   TCP recovers more slowly than a Linux sender would. Delayed ACKs are
 //!   smoltcp's default (10 ms, immediate on every second segment and on
 //!   out-of-order data). Nagle is off so the last partial segment is not
-//!   held for an RTT.
+//!   held for an RTT. The connection aborts (an error) after
+//!   ≈ 924.6 s without hearing from the peer, Linux's default.
 //! - Sizes: IP MTU 1428 B (the same per-packet budget as QUIC and the
 //!   1400-B PriorityFEC frames), so MSS = 1428 − 40 = 1388 B (no TCP
 //!   timestamps). Socket buffers [`TCP_RX_BUFFER`] = [`TCP_TX_BUFFER`] =
@@ -47,6 +48,10 @@ const CLIENT_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 1);
 const SERVER_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
 const CLIENT_PORT: u16 = 49_152;
 const SERVER_PORT: u16 = 4_433;
+/// A connection that has heard nothing from its peer for this long aborts:
+/// Linux's default (`tcp_retries2` = 15 with a 200-ms RTO floor, ≈ 924.6 s).
+/// Without it a dead link would keep the sender retrying forever.
+const TCP_USER_TIMEOUT_MS: u64 = 924_600;
 /// Bytes handed to the send buffer per call.
 const WRITE_CHUNK: usize = 64 * 1024;
 
@@ -128,6 +133,9 @@ impl Host {
         );
         socket.set_congestion_control(tcp::CongestionControl::Cubic);
         socket.set_nagle_enabled(false);
+        socket.set_timeout(Some(smoltcp::time::Duration::from_millis(
+            TCP_USER_TIMEOUT_MS,
+        )));
         let mut sockets = SocketSet::new(Vec::new());
         let socket = sockets.add(socket);
         Host {
@@ -259,7 +267,7 @@ pub fn run_tcp(run: &ReliableRun) -> Result<ReliableOutcome, ReliableError> {
             completion_ns = Some(now);
             break;
         }
-        if client.socket().state() == tcp::State::Closed && written > 0 {
+        if client.socket().state() == tcp::State::Closed {
             return Err(ReliableError::ConnectionLost {
                 protocol: PROTOCOL,
                 at_ns: now,

@@ -149,3 +149,23 @@ fn clean_link_goodput_is_a_sensible_fraction_of_the_rate() {
         assert!(g < PAPER_RATE_BPS as f64, "{name}: {g} b/s");
     }
 }
+
+/// A link that carries nothing ends the run with an error (QUIC's idle
+/// timeout, TCP's user timeout), not a hang, even with no horizon.
+#[test]
+fn a_dead_link_is_an_error_not_a_hang() {
+    let dead = LinkParams {
+        rate: edgemu_links::RateSpec::Fixed { bps: 0 },
+        ..paper_link(LossSpec::None)
+    };
+    for (name, f) in PROTOCOLS {
+        let run = ReliableRun {
+            forward: dead.clone(),
+            ..clean(10_000, 1).with_horizon(u64::MAX)
+        };
+        match f(&run) {
+            Err(ReliableError::ConnectionLost { .. }) => {}
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
