@@ -19,6 +19,7 @@ pub use feedback::Feedback;
 pub use frame::{decode_frame, KvFrame};
 pub mod harness;
 pub mod receiver;
+pub mod reliable;
 pub mod scheme;
 pub mod sender;
 
