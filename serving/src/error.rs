@@ -19,6 +19,6 @@ pub enum ServingError {
     Gpu {
         server: usize,
         #[source]
-        source: edgemu_gpu::GpuError,
+        source: Box<edgemu_gpu::GpuError>,
     },
 }

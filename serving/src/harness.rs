@@ -214,8 +214,10 @@ pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutc
     let mut servers = Vec::with_capacity(sc.servers);
     let mut server_pos = Vec::with_capacity(sc.servers);
     for (i, class) in classes.iter().enumerate() {
-        let profile =
-            Profile::builtin(class).map_err(|source| ServingError::Gpu { server: i, source })?;
+        let profile = Profile::builtin(class).map_err(|source| ServingError::Gpu {
+            server: i,
+            source: Box::new(source),
+        })?;
         let (lo, hi) = sc.bandwidth_hz;
         let bw = lo + topo.random::<f64>() * (hi - lo);
         server_pos.push(sc.area.uniform(&mut topo));

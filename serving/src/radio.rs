@@ -46,7 +46,7 @@ pub fn shannon_rate_bps(bandwidth_hz: f64, sharers: usize, power_w: f64, h: f64)
 /// Upload time of `input_len` tokens at `rate_bps`, whole nanoseconds
 /// (rounded up: the last bit must have arrived).
 pub fn upload_ns(input_len: u32, rate_bps: f64) -> u64 {
-    if !(rate_bps > 0.0) {
+    if rate_bps.is_nan() || rate_bps <= 0.0 {
         return u64::MAX;
     }
     (input_len as f64 * BITS_PER_TOKEN / rate_bps * 1e9).ceil() as u64

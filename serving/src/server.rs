@@ -188,7 +188,7 @@ impl ServerSlotCore {
                     .submit(req, r.arrival_ns)
                     .map_err(|source| ServingError::Gpu {
                         server: self.index,
-                        source,
+                        source: Box::new(source),
                     })?;
                 self.meta.insert(r.id, r);
             }
@@ -220,7 +220,7 @@ impl ServerSlotCore {
             self.submit_ready(t)?;
             let out = self.engine.step(t).map_err(|source| ServingError::Gpu {
                 server: self.index,
-                source,
+                source: Box::new(source),
             })?;
             if out.is_idle() {
                 // Only possible when nothing was submitted yet; wait for it.
