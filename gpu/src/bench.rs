@@ -181,21 +181,24 @@ fn run_batch(
     id0: u64,
 ) -> Result<DecodeRun> {
     for (i, p) in prompts.iter().enumerate() {
-        engine.submit(Request::with_tokens(id0 + i as u64, p.clone(), steps + 1))?;
+        engine.submit(
+            Request::with_tokens(id0 + i as u64, p.clone(), steps + 1),
+            0,
+        )?;
     }
     let b = prompts.len();
-    let mut now = 0.0;
+    let mut now = 0u64;
     let (mut toks, mut dec_s, mut total) = (0usize, 0.0, 0.0);
     let mut samples = Vec::new();
     while !engine.is_idle() {
         let occ = engine.ledger().occupancy_bytes();
         let o = engine.step(now)?;
-        now += o.duration_s;
-        total += o.duration_s;
+        now += o.duration_ns;
+        total += o.duration_s();
         if o.decode_batch == b && o.admitted.is_empty() {
             toks += b;
-            dec_s += o.decode_s;
-            samples.push((b, occ, o.decode_s));
+            dec_s += o.decode_s();
+            samples.push((b, occ, o.decode_s()));
         }
     }
     Ok(DecodeRun {
@@ -253,9 +256,9 @@ pub fn run_decode_bench_with_progress(
 
     // Prefill.
     let prefill = |n: usize, id: u64, e: &mut BatchEngine<RealBackend>| -> Result<f64> {
-        e.submit(Request::with_tokens(id, text_tokens(&tokenizer, n), 1))?;
-        let o = e.step(0.0)?;
-        Ok(n as f64 / o.prefill_s.max(1e-9))
+        e.submit(Request::with_tokens(id, text_tokens(&tokenizer, n), 1), 0)?;
+        let o = e.step(0)?;
+        Ok(n as f64 / o.prefill_s().max(1e-9))
     };
     prefill(32, 1, &mut engine)?; // warm-up
     let p200 = prefill(200, 2, &mut engine)?;

@@ -82,15 +82,16 @@ fn real_decode_answers_sensibly_and_batches_exactly() {
         RealBackend::new(lm.model, KvDtype::Bf16, t.eos_id()),
         EngineConfig::default(),
     );
-    e.submit(Request::with_tokens(1, p1, 12)).unwrap();
-    let mut now = 0.0;
+    e.submit(Request::with_tokens(1, p1, 12), 0).unwrap();
+    let mut now = 0u64;
     let mut got = std::collections::HashMap::new();
     for i in 0..40 {
         if i == 3 {
-            e.submit(Request::with_tokens(2, p2.clone(), 10)).unwrap();
+            e.submit(Request::with_tokens(2, p2.clone(), 10), now)
+                .unwrap();
         }
         let o = e.step(now).unwrap();
-        now += o.duration_s;
+        now += o.duration_ns;
         for f in o.finished {
             got.insert(f.id, f.tokens);
         }

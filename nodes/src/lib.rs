@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod control;
+pub mod experiment;
 pub mod host;
 pub mod mesh;
 pub mod results;

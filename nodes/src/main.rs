@@ -2,7 +2,7 @@
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
-use edgemu_nodes::{bench, control::client, run};
+use edgemu_nodes::{bench, control::client, experiment, run};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,6 +42,15 @@ enum Command {
     /// Measure the real LLM backend over a grid of batch sizes and KV occupancies and write a
     /// profile for the modeled backend.
     Profile(bench::decode::ProfileArgs),
+    /// The papers' experiment grids, written as a results folder.
+    #[command(subcommand)]
+    Experiment(ExperimentCmd),
+}
+
+#[derive(Subcommand)]
+enum ExperimentCmd {
+    /// LYREO request scheduling (paper §V): policies × users × servers × GPU mix × ν × seeds.
+    Lyreo(experiment::lyreo::LyreoArgs),
 }
 
 #[derive(Args)]
@@ -174,6 +183,8 @@ enum BenchCmd {
     Fec(bench::BenchArgs),
     /// Real LLM prefill and decode tok/s under continuous batching, vs llama.cpp's figures.
     Decode(bench::decode::DecodeArgs),
+    /// One LYREO episode (T=800, U=40, S=8, modeled backend): wall time, slots/s, decisions/s.
+    Lyreo(experiment::lyreo::LyreoBenchArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -234,7 +245,9 @@ fn real_main() -> Result<()> {
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
             BenchCmd::Fec(a) => bench::fec(&a),
             BenchCmd::Decode(a) => bench::decode::run(&a),
+            BenchCmd::Lyreo(a) => experiment::lyreo::bench(&a),
         },
+        Command::Experiment(ExperimentCmd::Lyreo(a)) => experiment::lyreo::run(&a),
         Command::Profile(a) => bench::decode::profile(&a),
     }
 }

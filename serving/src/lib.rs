@@ -2,3 +2,24 @@
 //! radio cells (Shannon uplink), edge-server slot cores around the batching
 //! engine, the request-scheduler core with Lyapunov virtual queues, and the
 //! slotted co-simulation harness.
+//!
+//! Time is integer nanoseconds (`u64`) everywhere; randomness is seeded
+//! `ChaCha8Rng`, so a run is reproducible bit for bit by its seed. The same
+//! cores are meant to run inside actors later; the harness composes them
+//! directly (users → radio → servers → scheduler), one slot at a time.
+
+pub mod error;
+pub mod harness;
+pub mod mobility;
+pub mod radio;
+pub mod scheduler;
+pub mod server;
+pub mod workload;
+
+pub use error::ServingError;
+pub use harness::{run_episode, EpisodeOutcome, GpuMix, Scenario, Summary};
+pub use scheduler::{LyapunovQueues, SchedulerCore};
+pub use server::{RequestRecord, ServerReport, ServerSlotCore};
+
+/// Nanoseconds per second.
+pub const NS_PER_S: u64 = 1_000_000_000;

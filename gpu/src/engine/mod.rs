@@ -1,9 +1,12 @@
 //! The iteration-level batching engine (LYREO's DEED scheme, Orca-style).
 //!
-//! [`BatchEngine`] is a plain state machine driven by [`BatchEngine::submit`]
-//! and [`BatchEngine::step`]`(now)`; it does no I/O and reads no clock (the
-//! real backend measures compute time, the modeled one predicts it). One step is
-//! one iteration:
+//! [`BatchEngine`] is a plain state machine driven by
+//! [`BatchEngine::submit`]`(req, now_ns)` and [`BatchEngine::step`]`(now_ns)`;
+//! it does no I/O and reads no clock (the real backend measures compute time,
+//! the modeled one predicts it). Time is integer nanoseconds on the caller's
+//! clock, like the rest of the workspace; backend durations (f64 seconds) are
+//! rounded to the nearest nanosecond once, where they enter the engine. One
+//! step is one iteration:
 //!
 //! 1. **Admission.** Waiting requests are considered in arrival order; the head
 //!    is admitted if its KV reservation `(input + output length) × α` fits in
@@ -19,6 +22,16 @@
 //! 5. **Exit.** Requests that reached their output length (or EOS, if asked)
 //!    leave at the end of the iteration and free their KV. In static mode they
 //!    stay, holding their KV, until the longest member of the batch is done.
+//!
+//! # Failures
+//!
+//! A backend error never loses a request or its KV reservation: when prefill
+//! fails the newly admitted requests are released (KV and backend state) and
+//! reported in the error; when decode fails after a successful prefill, the
+//! freshly prefilled requests are kept running (their first token is in) and
+//! the already-running ones keep their state, so the caller may step again or
+//! [`BatchEngine::abort`] them. A backend that returns a different number of
+//! tokens than it was asked for is an error, never a silent truncation.
 
 pub mod request;
 
@@ -63,29 +76,45 @@ impl Default for EngineConfig {
 
 struct Waiting<C> {
     req: Request,
-    submitted_at: f64,
+    submitted_at: u64,
     cache: Option<C>,
 }
 
 struct Running {
     req: Request,
     generated: Vec<u32>,
-    submitted_at: f64,
-    admitted_at: f64,
-    first_token_at: f64,
-    done_at: Option<f64>,
+    submitted_at: u64,
+    admitted_at: u64,
+    first_token_at: u64,
+    done_at: Option<u64>,
     hit_eos: bool,
+}
+
+/// Seconds (a backend's measured or modeled duration) to whole nanoseconds;
+/// negative or non-finite durations count as zero.
+pub fn secs_to_ns(s: f64) -> u64 {
+    if s.is_finite() && s > 0.0 {
+        (s * 1e9).round() as u64
+    } else {
+        0
+    }
+}
+
+/// Nanoseconds to seconds (for statistics and display).
+pub fn ns_to_secs(ns: u64) -> f64 {
+    ns as f64 * 1e-9
 }
 
 /// What one iteration did.
 #[derive(Debug, Clone)]
 pub struct StepOutput<C> {
     pub iteration: u64,
-    pub started_at: f64,
-    /// Total iteration time `prefill_s + decode_s`.
-    pub duration_s: f64,
-    pub prefill_s: f64,
-    pub decode_s: f64,
+    /// Start of the iteration, ns.
+    pub started_at: u64,
+    /// Total iteration time `prefill_ns + decode_ns`.
+    pub duration_ns: u64,
+    pub prefill_ns: u64,
+    pub decode_ns: u64,
     /// Requests prefilled in this iteration.
     pub admitted: Vec<RequestId>,
     /// Tokens produced, one per active request.
@@ -99,6 +128,26 @@ pub struct StepOutput<C> {
 }
 
 impl<C> StepOutput<C> {
+    /// Iteration time in seconds.
+    pub fn duration_s(&self) -> f64 {
+        ns_to_secs(self.duration_ns)
+    }
+
+    /// Prefill part of the iteration in seconds.
+    pub fn prefill_s(&self) -> f64 {
+        ns_to_secs(self.prefill_ns)
+    }
+
+    /// Decode part of the iteration in seconds.
+    pub fn decode_s(&self) -> f64 {
+        ns_to_secs(self.decode_ns)
+    }
+
+    /// End of the iteration, ns.
+    pub fn ended_at(&self) -> u64 {
+        self.started_at + self.duration_ns
+    }
+
     /// Whether the step did nothing (no request to run).
     pub fn is_idle(&self) -> bool {
         self.admitted.is_empty() && self.tokens.is_empty() && self.finished.is_empty()
@@ -113,7 +162,6 @@ pub struct BatchEngine<B: Backend> {
     waiting: VecDeque<Waiting<B::Cache>>,
     running: Vec<Running>,
     iteration: u64,
-    last_now: f64,
 }
 
 impl<B: Backend> BatchEngine<B> {
@@ -126,7 +174,6 @@ impl<B: Backend> BatchEngine<B> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             iteration: 0,
-            last_now: 0.0,
         }
     }
 
@@ -161,9 +208,39 @@ impl<B: Backend> BatchEngine<B> {
         self.waiting.is_empty() && self.running.is_empty()
     }
 
-    /// Slot statistics since the last call (see [`KvLedger::take_window`]).
-    pub fn take_window(&mut self, slot_s: f64) -> WindowStats {
-        self.ledger.take_window(slot_s)
+    /// Reserved KV bytes of the requests still waiting for admission.
+    pub fn waiting_kv_bytes(&self) -> u64 {
+        self.waiting
+            .iter()
+            .map(|w| self.ledger.bytes_for(w.req.kv_tokens()))
+            .sum()
+    }
+
+    /// Whether a request of `kv_tokens` could ever be admitted here.
+    pub fn could_ever_fit(&self, kv_tokens: u64) -> bool {
+        self.ledger.could_ever_fit(kv_tokens)
+    }
+
+    /// Slot statistics since the last call over a slot of `slot_ns` (see
+    /// [`KvLedger::take_window`]).
+    pub fn take_window(&mut self, slot_ns: u64) -> WindowStats {
+        self.ledger.take_window(ns_to_secs(slot_ns))
+    }
+
+    /// Removes a request wherever it is (waiting or running), freeing its KV
+    /// reservation and backend state; returns whether it was known.
+    pub fn abort(&mut self, id: RequestId) -> bool {
+        if let Some(i) = self.waiting.iter().position(|w| w.req.id == id) {
+            self.waiting.remove(i);
+            return true;
+        }
+        if let Some(i) = self.running.iter().position(|r| r.req.id == id) {
+            self.running.remove(i);
+            self.ledger.release(id);
+            self.backend.release(id);
+            return true;
+        }
+        false
     }
 
     fn check(&self, req: &Request) -> Result<()> {
@@ -198,24 +275,26 @@ impl<B: Backend> BatchEngine<B> {
         Ok(())
     }
 
-    /// Queues a request (admitted at a later step when its KV fits).
-    pub fn submit(&mut self, req: Request) -> Result<()> {
+    /// Queues a request that arrived at `now` (ns; admitted at a later step
+    /// when its KV fits). `now` is recorded as its submission time.
+    pub fn submit(&mut self, req: Request, now: u64) -> Result<()> {
         self.check(&req)?;
         self.waiting.push_back(Waiting {
             req,
-            submitted_at: self.last_now,
+            submitted_at: now,
             cache: None,
         });
         Ok(())
     }
 
-    /// Queues a request whose prompt's first tokens are already in `cache` (a
-    /// handed-off context): only the rest of the prompt is prefilled.
-    pub fn submit_with_cache(&mut self, req: Request, cache: B::Cache) -> Result<()> {
+    /// Queues a request, arrived at `now` (ns), whose prompt's first tokens
+    /// are already in `cache` (a handed-off context): only the rest of the
+    /// prompt is prefilled.
+    pub fn submit_with_cache(&mut self, req: Request, cache: B::Cache, now: u64) -> Result<()> {
         self.check(&req)?;
         self.waiting.push_back(Waiting {
             req,
-            submitted_at: self.last_now,
+            submitted_at: now,
             cache: Some(cache),
         });
         Ok(())
@@ -245,9 +324,8 @@ impl<B: Backend> BatchEngine<B> {
         out
     }
 
-    /// Runs one iteration at time `now` (seconds on the caller's clock).
-    pub fn step(&mut self, now: f64) -> Result<StepOutput<B::Cache>> {
-        self.last_now = now;
+    /// Runs one iteration starting at `now` (ns on the caller's clock).
+    pub fn step(&mut self, now: u64) -> Result<StepOutput<B::Cache>> {
         let admitted = self.admit();
         // Decode batch: running requests that still generate.
         let decode_idx: Vec<usize> = (0..self.running.len())
@@ -256,9 +334,9 @@ impl<B: Backend> BatchEngine<B> {
         let mut out = StepOutput {
             iteration: self.iteration,
             started_at: now,
-            duration_s: 0.0,
-            prefill_s: 0.0,
-            decode_s: 0.0,
+            duration_ns: 0,
+            prefill_ns: 0,
+            decode_ns: 0,
             admitted: admitted.iter().map(|w| w.req.id).collect(),
             tokens: Vec::new(),
             finished: Vec::new(),
@@ -273,8 +351,9 @@ impl<B: Backend> BatchEngine<B> {
         // Prefill the newly admitted together.
         let mut new_running = Vec::with_capacity(admitted.len());
         if !admitted.is_empty() {
-            let mut adopted = Vec::with_capacity(admitted.len());
-            for w in admitted {
+            let mut adopted: Vec<(Request, u64)> = Vec::with_capacity(admitted.len());
+            let mut admitted = admitted.into_iter();
+            while let Some(w) = admitted.next() {
                 let Waiting {
                     req,
                     submitted_at,
@@ -282,7 +361,16 @@ impl<B: Backend> BatchEngine<B> {
                 } = w;
                 if let Some(c) = cache {
                     if let Err(e) = self.backend.adopt(req.id, c) {
+                        // Nothing of this iteration ran: free every admitted
+                        // request's reservation and adopted state.
                         self.ledger.release(req.id);
+                        for (r, _) in &adopted {
+                            self.ledger.release(r.id);
+                            self.backend.release(r.id);
+                        }
+                        for w in admitted {
+                            self.ledger.release(w.req.id);
+                        }
                         return Err(e);
                     }
                 }
@@ -296,18 +384,32 @@ impl<B: Backend> BatchEngine<B> {
                     len: r.input_len(),
                 })
                 .collect();
-            let step = match self.backend.prefill(&items) {
+            let step = self.backend.prefill(&items).and_then(|s| {
+                if s.tokens.len() == items.len() {
+                    Ok(s)
+                } else {
+                    Err(GpuError::Engine(format!(
+                        "backend prefill returned {} tokens for {} sequences",
+                        s.tokens.len(),
+                        items.len()
+                    )))
+                }
+            });
+            let step = match step {
                 Ok(s) => s,
                 Err(e) => {
-                    for (r, _) in &adopted {
-                        self.ledger.release(r.id);
-                        self.backend.release(r.id);
+                    let ids: Vec<RequestId> = adopted.iter().map(|(r, _)| r.id).collect();
+                    for &id in &ids {
+                        self.ledger.release(id);
+                        self.backend.release(id);
                     }
-                    return Err(e);
+                    return Err(GpuError::Engine(format!(
+                        "prefill of requests {ids:?} failed, their KV was released: {e}"
+                    )));
                 }
             };
-            out.prefill_s = step.duration_s;
-            let t_first = now + step.duration_s;
+            out.prefill_ns = secs_to_ns(step.duration_s);
+            let t_first = now + out.prefill_ns;
             for ((req, submitted_at), tok) in adopted.into_iter().zip(step.tokens) {
                 out.tokens.push((req.id, tok));
                 new_running.push(Running {
@@ -335,16 +437,45 @@ impl<B: Backend> BatchEngine<B> {
                 })
                 .collect();
             let occ = self.ledger.occupancy_bytes();
-            let step = self.backend.decode(&items, occ)?;
-            out.decode_s = step.duration_s;
+            let step = self.backend.decode(&items, occ).and_then(|s| {
+                if s.tokens.len() == items.len() {
+                    Ok(s)
+                } else {
+                    Err(GpuError::Engine(format!(
+                        "backend decode returned {} tokens for {} sequences",
+                        s.tokens.len(),
+                        items.len()
+                    )))
+                }
+            });
+            let step = match step {
+                Ok(s) => s,
+                Err(e) => {
+                    // The prefill succeeded: keep those requests (first token
+                    // in, KV reserved) instead of dropping them with their
+                    // reservations; the running ones are untouched.
+                    for r in &new_running {
+                        let held = r.req.input_len() + r.generated.len();
+                        self.ledger.set_tokens(r.req.id, held as u64);
+                    }
+                    let ids: Vec<RequestId> = new_running.iter().map(|r| r.req.id).collect();
+                    self.running.extend(new_running);
+                    return Err(GpuError::Engine(format!(
+                        "decode of {} sequences failed (requests {ids:?} were prefilled and \
+                         stay admitted): {e}",
+                        items.len()
+                    )));
+                }
+            };
+            out.decode_ns = secs_to_ns(step.duration_s);
             for (&i, tok) in decode_idx.iter().zip(step.tokens) {
                 let r = &mut self.running[i];
                 r.generated.push(tok);
                 out.tokens.push((r.req.id, tok));
             }
         }
-        out.duration_s = out.prefill_s + out.decode_s;
-        let end = now + out.duration_s;
+        out.duration_ns = out.prefill_ns + out.decode_ns;
+        let end = now + out.duration_ns;
         self.running.extend(new_running);
 
         // Accounting: held tokens after this iteration (input + generated).
@@ -362,7 +493,7 @@ impl<B: Backend> BatchEngine<B> {
                 r.hit_eos = eos_hit && r.generated.len() < r.req.output_len;
             }
         }
-        self.ledger.record_iteration(out.duration_s);
+        self.ledger.record_iteration(ns_to_secs(out.duration_ns));
 
         // Exit.
         let leave_all = self.running.iter().all(|r| r.done_at.is_some());
@@ -400,13 +531,13 @@ impl<B: Backend> BatchEngine<B> {
         Ok(out)
     }
 
-    /// Steps until idle from `now`, advancing time by each iteration's duration;
-    /// returns all outputs (for tests and benchmarks).
-    pub fn run_to_idle(&mut self, mut now: f64) -> Result<Vec<StepOutput<B::Cache>>> {
+    /// Steps until idle from `now` (ns), advancing time by each iteration's
+    /// duration; returns all outputs (for tests and benchmarks).
+    pub fn run_to_idle(&mut self, mut now: u64) -> Result<Vec<StepOutput<B::Cache>>> {
         let mut outs = Vec::new();
         while !self.is_idle() {
             let o = self.step(now)?;
-            now += o.duration_s;
+            now += o.duration_ns;
             let idle = o.is_idle();
             outs.push(o);
             if idle {

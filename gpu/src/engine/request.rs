@@ -88,14 +88,15 @@ pub struct Finished<C> {
     /// Generated tokens (placeholders with the modeled backend).
     pub tokens: Vec<u32>,
     pub input_len: usize,
-    /// `now` of the step that submitted it was first considered (queued).
-    pub submitted_at: f64,
-    /// When its prefill started.
-    pub admitted_at: f64,
-    /// When its first token was available (end of its prefill).
-    pub first_token_at: f64,
-    /// When it left (end of its last iteration; static batching: end of batch).
-    pub finished_at: f64,
+    /// When it was submitted (the `now` given to `submit`), ns.
+    pub submitted_at: u64,
+    /// When its prefill started, ns.
+    pub admitted_at: u64,
+    /// When its first token was available (end of its prefill), ns.
+    pub first_token_at: u64,
+    /// When it left (end of its last iteration; static batching: end of
+    /// batch), ns.
+    pub finished_at: u64,
     /// Whether it stopped at end-of-sequence before its output length.
     pub hit_eos: bool,
     /// Its cache, when the request asked to keep it.

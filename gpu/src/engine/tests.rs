@@ -40,13 +40,13 @@ fn continuous_batching_matches_decoding_alone() {
         (5, 2, 8, 7),
     ];
     let mut results = std::collections::HashMap::new();
-    let mut now = 0.0;
+    let mut now = 0u64;
     let mut it = 0;
     let mut saw_join = false;
     while results.len() < plan.len() {
         for &(id, pl, ol, at) in &plan {
             if at == it {
-                e.submit(Request::with_tokens(id, prompt(id as u32, pl), ol))
+                e.submit(Request::with_tokens(id, prompt(id as u32, pl), ol), 0)
                     .unwrap();
             }
         }
@@ -54,7 +54,7 @@ fn continuous_batching_matches_decoding_alone() {
         if !o.admitted.is_empty() && o.decode_batch > 0 {
             saw_join = true;
         }
-        now += o.duration_s;
+        now += o.duration_ns;
         for f in o.finished {
             results.insert(f.id, f.tokens);
         }
@@ -77,17 +77,17 @@ fn handoff_cache_continues_the_sequence() {
     let p = prompt(3, 12);
     let mut a = Request::with_tokens(1, p.clone(), 5);
     a.keep_cache = true;
-    e.submit(a).unwrap();
-    let outs = e.run_to_idle(0.0).unwrap();
+    e.submit(a, 0).unwrap();
+    let outs = e.run_to_idle(0).unwrap();
     let fin = outs.into_iter().flat_map(|o| o.finished).next().unwrap();
     let cache = fin.cache.unwrap();
     assert_eq!(cache.len(), 12 + 4);
     let mut p2 = p.clone();
     p2.extend_from_slice(&fin.tokens[..4]);
     p2.extend_from_slice(&[40, 41, 42]);
-    e.submit_with_cache(Request::with_tokens(2, p2.clone(), 6), cache)
+    e.submit_with_cache(Request::with_tokens(2, p2.clone(), 6), cache, 1_000_000_000)
         .unwrap();
-    let outs = e.run_to_idle(1.0).unwrap();
+    let outs = e.run_to_idle(1_000_000_000).unwrap();
     let got = outs
         .into_iter()
         .flat_map(|o| o.finished)
@@ -130,21 +130,21 @@ fn modeled(cap: u64, mode: BatchMode) -> BatchEngine<ModeledBackend> {
 fn admission_waits_in_order_and_frees_at_iteration_end() {
     // α = 10 B, capacity 1000 B = 100 tokens.
     let mut e = modeled(1000, BatchMode::Continuous);
-    e.submit(Request::with_lengths(1, 40, 20)).unwrap(); // 60 tokens
-    e.submit(Request::with_lengths(2, 30, 20)).unwrap(); // 50: does not fit next to 1
-    e.submit(Request::with_lengths(3, 10, 5)).unwrap(); // 15: would fit but must not overtake 2
+    e.submit(Request::with_lengths(1, 40, 20), 0).unwrap(); // 60 tokens
+    e.submit(Request::with_lengths(2, 30, 20), 0).unwrap(); // 50: does not fit next to 1
+    e.submit(Request::with_lengths(3, 10, 5), 0).unwrap(); // 15: would fit but must not overtake 2
     assert!(
-        e.submit(Request::with_lengths(4, 90, 20)).is_err(),
+        e.submit(Request::with_lengths(4, 90, 20), 0).is_err(),
         "can never fit"
     );
-    let o = e.step(0.0).unwrap();
+    let o = e.step(0).unwrap();
     assert_eq!(o.admitted, vec![1]);
     // prefill 40 tokens at 100 tok/s
-    assert!((o.duration_s - 0.4).abs() < 1e-12);
+    assert_eq!(o.duration_ns, 400_000_000);
     assert_eq!(o.ledger.occupancy_bytes, 410);
     assert_eq!(o.ledger.reserved_bytes, 600);
     assert_eq!(e.waiting_len(), 2);
-    let mut now = o.duration_s;
+    let mut now = o.duration_ns;
     let mut admitted_2_at = None;
     let mut finished_1_at = None;
     for k in 1..40 {
@@ -159,7 +159,7 @@ fn admission_waits_in_order_and_frees_at_iteration_end() {
                 assert_eq!(f.tokens.len(), 20);
             }
         }
-        now += o.duration_s;
+        now += o.duration_ns;
         if e.is_idle() {
             break;
         }
@@ -183,11 +183,11 @@ fn admission_waits_in_order_and_frees_at_iteration_end() {
 #[test]
 fn memory_time_by_hand() {
     let mut e = modeled(10_000, BatchMode::Continuous);
-    e.submit(Request::with_lengths(1, 10, 3)).unwrap();
+    e.submit(Request::with_lengths(1, 10, 3), 0).unwrap();
     // it 0: prefill 10 tok = 0.1 s, holds 11 tokens → 110 B × 0.1 s
     // it 1: decode 0.01 s, 12 tokens → 120 × 0.01
     // it 2: decode 0.01 s, 13 tokens → 130 × 0.01, finishes
-    let outs = e.run_to_idle(0.0).unwrap();
+    let outs = e.run_to_idle(0).unwrap();
     assert_eq!(outs.len(), 3);
     let s = e.ledger().snapshot();
     let expect = 110.0 * 0.1 + 120.0 * 0.01 + 130.0 * 0.01;
@@ -198,21 +198,21 @@ fn memory_time_by_hand() {
     );
     assert_eq!(s.peak_bytes, 130);
     let f = &outs[2].finished[0];
-    assert!((f.finished_at - 0.12).abs() < 1e-12);
-    assert!((f.first_token_at - 0.1).abs() < 1e-12);
-    let w = e.take_window(1.0);
+    assert_eq!(f.finished_at, 120_000_000);
+    assert_eq!(f.first_token_at, 100_000_000);
+    let w = e.take_window(1_000_000_000);
     assert!((w.eta - expect / 10_000.0).abs() < 1e-12);
 }
 
 #[test]
 fn static_batching_waits_for_longest() {
     let mut e = modeled(1_000_000, BatchMode::Static);
-    e.submit(Request::with_lengths(1, 10, 2)).unwrap();
-    e.submit(Request::with_lengths(2, 10, 5)).unwrap();
-    let o = e.step(0.0).unwrap();
+    e.submit(Request::with_lengths(1, 10, 2), 0).unwrap();
+    e.submit(Request::with_lengths(2, 10, 5), 0).unwrap();
+    let o = e.step(0).unwrap();
     assert_eq!(o.admitted, vec![1, 2]);
-    e.submit(Request::with_lengths(3, 10, 1)).unwrap();
-    let mut now = o.duration_s;
+    e.submit(Request::with_lengths(3, 10, 1), 0).unwrap();
+    let mut now = o.duration_ns;
     let mut fin = Vec::new();
     for _ in 0..10 {
         let o = e.step(now).unwrap();
@@ -220,7 +220,7 @@ fn static_batching_waits_for_longest() {
             !o.admitted.contains(&3) || fin.len() == 2,
             "no joining a running static batch"
         );
-        now += o.duration_s;
+        now += o.duration_ns;
         for f in o.finished {
             fin.push((f.id, f.finished_at, f.tokens.len()));
         }
@@ -237,9 +237,9 @@ fn static_batching_waits_for_longest() {
 
     // The same workload under continuous batching lets 1 leave early.
     let mut c = modeled(1_000_000, BatchMode::Continuous);
-    c.submit(Request::with_lengths(1, 10, 2)).unwrap();
-    c.submit(Request::with_lengths(2, 10, 5)).unwrap();
-    let outs = c.run_to_idle(0.0).unwrap();
+    c.submit(Request::with_lengths(1, 10, 2), 0).unwrap();
+    c.submit(Request::with_lengths(2, 10, 5), 0).unwrap();
+    let outs = c.run_to_idle(0).unwrap();
     let f1 = outs
         .iter()
         .flat_map(|o| &o.finished)
@@ -267,10 +267,150 @@ fn modeled_decode_time_follows_profile() {
         },
     ];
     let mut e = BatchEngine::new(ModeledBackend::new(p), EngineConfig::default());
-    e.submit(Request::with_lengths(1, 50, 3)).unwrap();
-    let o = e.step(0.0).unwrap();
-    assert!((o.prefill_s - 0.5).abs() < 1e-12);
-    let o = e.step(0.5).unwrap();
+    e.submit(Request::with_lengths(1, 50, 3), 0).unwrap();
+    let o = e.step(0).unwrap();
+    assert_eq!(o.prefill_ns, 500_000_000);
+    let o = e.step(500_000_000).unwrap();
     // occupancy before the iteration: 51 tokens = 510 B → 0.0151 s
-    assert!((o.decode_s - 0.0151).abs() < 1e-12, "{}", o.decode_s);
+    assert_eq!(o.decode_ns, 15_100_000);
+}
+
+/// A modeled backend that fails or short-changes on demand (issue 9).
+struct FaultyBackend {
+    inner: ModeledBackend,
+    fail_decode: bool,
+    short_prefill: bool,
+    short_decode: bool,
+}
+
+impl Backend for FaultyBackend {
+    type Cache = crate::backend::ModeledCache;
+    fn kv_bytes_per_token(&self) -> u64 {
+        self.inner.kv_bytes_per_token()
+    }
+    fn eos_token(&self) -> Option<u32> {
+        None
+    }
+    fn prefill(&mut self, items: &[PrefillItem<'_>]) -> Result<crate::backend::BackendStep> {
+        let mut s = self.inner.prefill(items)?;
+        if self.short_prefill {
+            s.tokens.pop();
+        }
+        Ok(s)
+    }
+    fn decode(
+        &mut self,
+        items: &[DecodeItem],
+        occupancy_bytes: u64,
+    ) -> Result<crate::backend::BackendStep> {
+        if self.fail_decode {
+            return Err(GpuError::Engine("injected decode fault".into()));
+        }
+        let mut s = self.inner.decode(items, occupancy_bytes)?;
+        if self.short_decode {
+            s.tokens.pop();
+        }
+        Ok(s)
+    }
+    fn adopt(&mut self, seq: u64, cache: Self::Cache) -> Result<usize> {
+        self.inner.adopt(seq, cache)
+    }
+    fn take(&mut self, seq: u64) -> Option<Self::Cache> {
+        self.inner.take(seq)
+    }
+}
+
+fn faulty() -> BatchEngine<FaultyBackend> {
+    BatchEngine::new(
+        FaultyBackend {
+            inner: ModeledBackend::new(flat_profile(10, 1_000_000)),
+            fail_decode: false,
+            short_prefill: false,
+            short_decode: false,
+        },
+        EngineConfig {
+            kv_capacity_bytes: 1_000_000,
+            max_batch: 16,
+            mode: BatchMode::Continuous,
+        },
+    )
+}
+
+#[test]
+fn decode_failure_after_prefill_keeps_admitted_requests_and_their_kv() {
+    let mut e = faulty();
+    e.submit(Request::with_lengths(1, 10, 5), 0).unwrap();
+    let o = e.step(0).unwrap();
+    e.submit(Request::with_lengths(2, 20, 3), o.ended_at())
+        .unwrap();
+    e.backend_mut().fail_decode = true;
+    // Request 2 is prefilled, then the decode of request 1 fails.
+    let err = e.step(o.ended_at()).unwrap_err().to_string();
+    assert!(err.contains("decode"), "{err}");
+    assert_eq!(e.running_len(), 2, "the prefilled request is not lost");
+    assert_eq!(e.ledger().reserved_bytes(), (15 + 23) * 10);
+    // 1 holds 11 tokens, 2 holds 21 (prompt + its first token).
+    assert_eq!(e.ledger().occupancy_bytes(), (11 + 21) * 10);
+    e.backend_mut().fail_decode = false;
+    let outs = e.run_to_idle(1_000_000_000).unwrap();
+    let mut fin: Vec<(u64, usize)> = outs
+        .iter()
+        .flat_map(|o| &o.finished)
+        .map(|f| (f.id, f.tokens.len()))
+        .collect();
+    fin.sort();
+    assert_eq!(fin, vec![(1, 5), (2, 3)]);
+    assert_eq!(e.ledger().reserved_bytes(), 0);
+    assert_eq!(e.ledger().occupancy_bytes(), 0);
+}
+
+#[test]
+fn abort_frees_the_reservation() {
+    let mut e = faulty();
+    e.submit(Request::with_lengths(1, 10, 5), 0).unwrap();
+    e.submit(Request::with_lengths(2, 10, 5), 0).unwrap();
+    e.step(0).unwrap();
+    assert!(e.abort(1));
+    assert!(!e.abort(1));
+    assert_eq!(e.ledger().reserved_bytes(), 150);
+    assert!(e.abort(2));
+    assert!(e.is_idle());
+    assert_eq!(e.ledger().reserved_bytes(), 0);
+    assert_eq!(e.ledger().occupancy_bytes(), 0);
+}
+
+#[test]
+fn short_token_lists_are_errors_not_truncation() {
+    let mut e = faulty();
+    e.backend_mut().short_prefill = true;
+    e.submit(Request::with_lengths(1, 10, 5), 0).unwrap();
+    e.submit(Request::with_lengths(2, 10, 5), 0).unwrap();
+    let err = e.step(0).unwrap_err().to_string();
+    assert!(err.contains("returned 1 tokens for 2"), "{err}");
+    assert_eq!(e.ledger().reserved_bytes(), 0, "released, not leaked");
+    assert_eq!(e.running_len(), 0);
+
+    let mut e = faulty();
+    e.submit(Request::with_lengths(1, 10, 5), 0).unwrap();
+    e.submit(Request::with_lengths(2, 10, 5), 0).unwrap();
+    e.step(0).unwrap();
+    e.backend_mut().short_decode = true;
+    let err = e.step(100).unwrap_err().to_string();
+    assert!(err.contains("returned 1 tokens for 2"), "{err}");
+    assert_eq!(e.running_len(), 2);
+}
+
+#[test]
+fn submit_records_its_own_time_after_an_idle_spell() {
+    let mut e = modeled(1_000_000, BatchMode::Continuous);
+    e.submit(Request::with_lengths(1, 10, 1), 0).unwrap();
+    e.run_to_idle(0).unwrap();
+    // Idle for 5 s, then a new request arrives.
+    let t = 5_000_000_000;
+    e.submit(Request::with_lengths(2, 10, 1), t).unwrap();
+    let outs = e.run_to_idle(t + 7).unwrap();
+    let f = &outs[0].finished[0];
+    assert_eq!(f.submitted_at, t, "not the last step's time");
+    assert_eq!(f.admitted_at, t + 7);
+    assert_eq!(f.first_token_at, t + 7 + 100_000_000);
 }

@@ -1,0 +1,4 @@
+//! `edgemu experiment …`: the papers' experiment grids, written as results
+//! folders.
+
+pub mod lyreo;

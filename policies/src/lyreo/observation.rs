@@ -1,0 +1,98 @@
+//! What a scheduling policy sees at the start of a slot.
+
+/// One request of the slot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestObs {
+    /// Request id (unique in the run).
+    pub id: u64,
+    /// The user that sent it.
+    pub user: usize,
+    /// Prompt length `l_in`, tokens.
+    pub input_len: u32,
+    /// Known output length `l_out`, tokens.
+    pub output_len: u32,
+    /// Upload rate to each server if it were the only request there (bit/s):
+    /// the full-band Shannon rate, an upper bound on the shared one.
+    pub solo_rate_bps: Vec<f64>,
+}
+
+/// One server's state at the end of the last slot plus its static class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerObs {
+    /// KV capacity `M_s`, bytes.
+    pub capacity_bytes: u64,
+    /// `α`, bytes per token.
+    pub kv_bytes_per_token: u64,
+    /// `v_pre`, tokens/s.
+    pub prefill_tok_s: f64,
+    /// Decode iteration time with an empty KV, seconds.
+    pub decode_step_empty_s: f64,
+    /// Decode iteration time with a full KV, seconds.
+    pub decode_step_full_s: f64,
+    /// Uplink bandwidth `B_s`, Hz.
+    pub bandwidth_hz: f64,
+    /// KV held now, bytes.
+    pub occupancy_bytes: u64,
+    /// KV reserved by admitted requests, bytes.
+    pub reserved_bytes: u64,
+    /// KV that queued (not yet admitted) requests will reserve, bytes.
+    pub waiting_kv_bytes: u64,
+    /// Requests queued or running.
+    pub backlog: usize,
+    /// Memory-time workload `η_s` of the last slot.
+    pub eta: f64,
+    /// Peak KV of the last slot, bytes.
+    pub peak_bytes: u64,
+    /// Last slot's peak above 90 % of `M_s`.
+    pub high_kv: bool,
+}
+
+/// Everything a policy gets for one slot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotObservation {
+    pub slot: u64,
+    /// Slot length Δ, seconds.
+    pub slot_s: f64,
+    pub requests: Vec<RequestObs>,
+    pub servers: Vec<ServerObs>,
+    /// Lyapunov virtual queues `Z_s(t)`, one per server.
+    pub z: Vec<f64>,
+    /// Load-balancing tolerance `ε`.
+    pub epsilon: f64,
+    /// Drift-plus-penalty weight `ν` on latency.
+    pub nu: f64,
+}
+
+/// Length of [`SlotObservation::pair_features`].
+pub const PAIR_FEATURES: usize = 12;
+
+impl SlotObservation {
+    /// A normalized feature vector for assigning request `r` to server `s`
+    /// (the input of a per-request categorical actor, one row per server):
+    /// request lengths, the upload time estimate, the server's class
+    /// (capacity, prefill and decode speed), its state (occupancy, reserved,
+    /// queued KV, backlog, `η`, high-KV flag) and its virtual queue `Z_s`.
+    /// Scales put typical values near [0, 1].
+    pub fn pair_features(&self, r: usize, s: usize, out: &mut [f32; PAIR_FEATURES]) {
+        let q = &self.requests[r];
+        let v = &self.servers[s];
+        let cap = v.capacity_bytes.max(1) as f64;
+        let bits = q.input_len as f64 * 16.0;
+        let rate = q.solo_rate_bps.get(s).copied().unwrap_or(0.0);
+        let upload_s = if rate > 0.0 { bits / rate } else { 1.0 };
+        *out = [
+            (q.input_len as f64 / 512.0) as f32,
+            (q.output_len as f64 / 512.0) as f32,
+            (upload_s / self.slot_s).min(10.0) as f32,
+            (cap / 24e9) as f32,
+            (v.prefill_tok_s / 8000.0) as f32,
+            (v.decode_step_empty_s / 0.02) as f32,
+            (v.occupancy_bytes as f64 / cap) as f32,
+            (v.reserved_bytes as f64 / cap) as f32,
+            (v.waiting_kv_bytes as f64 / cap) as f32,
+            v.eta as f32,
+            if v.high_kv { 1.0 } else { 0.0 },
+            self.z.get(s).copied().unwrap_or(0.0) as f32,
+        ];
+    }
+}

@@ -1,0 +1,133 @@
+use super::*;
+
+fn server(eta: f64, cap: u64) -> ServerObs {
+    ServerObs {
+        capacity_bytes: cap,
+        kv_bytes_per_token: 1000,
+        prefill_tok_s: 1000.0,
+        decode_step_empty_s: 0.01,
+        decode_step_full_s: 0.02,
+        bandwidth_hz: 1e7,
+        occupancy_bytes: 0,
+        reserved_bytes: 0,
+        waiting_kv_bytes: 0,
+        backlog: 0,
+        eta,
+        peak_bytes: 0,
+        high_kv: false,
+    }
+}
+
+fn req(id: u64, lin: u32, lout: u32) -> RequestObs {
+    RequestObs {
+        id,
+        user: id as usize,
+        input_len: lin,
+        output_len: lout,
+        solo_rate_bps: vec![1e6; 3],
+    }
+}
+
+fn obs(servers: Vec<ServerObs>, requests: Vec<RequestObs>) -> SlotObservation {
+    let n = servers.len();
+    SlotObservation {
+        slot: 0,
+        slot_s: 1.0,
+        requests,
+        servers,
+        z: vec![0.0; n],
+        epsilon: 0.01,
+        nu: 0.5,
+    }
+}
+
+#[test]
+fn least_loaded_fills_the_lightest_server_and_updates_within_the_slot() {
+    // η: 0.30, 0.10, 0.12 ; capacity 1 MB each.
+    let o = obs(
+        vec![
+            server(0.30, 1_000_000),
+            server(0.10, 1_000_000),
+            server(0.12, 1_000_000),
+        ],
+        vec![req(1, 100, 100), req(2, 100, 100), req(3, 10, 10)],
+    );
+    // Request workload (100 in, 100 out): 1000·150 B × (0.1 + 1.0) s / 1e6 = 0.165.
+    let w = LeastLoaded::request_workload(&o, 0, 1);
+    assert!((w - 0.165).abs() < 1e-12, "{w}");
+    let mut ll = LeastLoaded::new();
+    let mut out = Vec::new();
+    ll.assign(&o, &mut out);
+    // 1 → server 1 (0.10 → 0.265); 2 → server 2 (0.12 → 0.285);
+    // 3 → server 1 (0.265 < 0.285 < 0.30).
+    assert_eq!(out, vec![1, 2, 1]);
+    // Ties go to the lowest index.
+    let o = obs(
+        vec![server(0.2, 1_000_000), server(0.2, 1_000_000)],
+        vec![req(1, 1, 1)],
+    );
+    ll.assign(&o, &mut out);
+    assert_eq!(out, vec![0]);
+}
+
+#[test]
+fn least_loaded_counts_queued_kv() {
+    let mut a = server(0.1, 1_000_000);
+    a.waiting_kv_bytes = 500_000; // +0.5
+    let o = obs(vec![a, server(0.3, 1_000_000)], vec![req(1, 10, 10)]);
+    let mut out = Vec::new();
+    LeastLoaded::new().assign(&o, &mut out);
+    assert_eq!(out, vec![1]);
+}
+
+#[test]
+fn random_is_uniform_seeded_and_in_range() {
+    let servers: Vec<ServerObs> = (0..4).map(|_| server(0.0, 1_000_000)).collect();
+    let requests: Vec<RequestObs> = (0..4000).map(|i| req(i, 10, 10)).collect();
+    let o = obs(servers, requests);
+    let mut out = Vec::new();
+    RandomPolicy::new(7).assign(&o, &mut out);
+    let mut again = Vec::new();
+    RandomPolicy::new(7).assign(&o, &mut again);
+    assert_eq!(out, again, "same seed, same draws");
+    let mut counts = [0usize; 4];
+    for &s in &out {
+        counts[s] += 1;
+    }
+    // Each server expects 1000 (sd ≈ 27); 5 sd either side.
+    for c in counts {
+        assert!((865..=1135).contains(&c), "{counts:?}");
+    }
+    let mut other = Vec::new();
+    RandomPolicy::new(8).assign(&o, &mut other);
+    assert_ne!(out, other);
+}
+
+#[test]
+fn policy_names() {
+    let s = PolicySpec::parse("static").unwrap();
+    assert_eq!(s.batching, ServerBatching::Static);
+    assert_eq!(s.assignment, "least-loaded");
+    let s = PolicySpec::parse("Static:Random").unwrap();
+    assert_eq!(
+        (s.batching, s.assignment.as_str()),
+        (ServerBatching::Static, "random")
+    );
+    assert_eq!(PolicySpec::parse("LL").unwrap().assignment, "least-loaded");
+    let e = PolicySpec::parse("fastest").unwrap_err().to_string();
+    assert!(
+        e.contains("fastest") && e.contains("least-loaded, random, static"),
+        "{e}"
+    );
+    let e = PolicySpec::parse("lyreo").unwrap_err().to_string();
+    assert!(e.contains("learned"), "{e}");
+}
+
+#[test]
+fn pair_features_are_finite_and_sized() {
+    let o = obs(vec![server(0.2, 1_000_000)], vec![req(1, 70, 215)]);
+    let mut f = [0f32; PAIR_FEATURES];
+    o.pair_features(0, 0, &mut f);
+    assert!(f.iter().all(|x| x.is_finite()));
+    assert!((f[9] - 0.2).abs() < 1e-6);
+}

@@ -1,0 +1,24 @@
+//! The crate's error type.
+
+/// Errors from building or running a serving scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum ServingError {
+    #[error("unknown workload `{name}` (valid: {valid})")]
+    UnknownWorkload { name: String, valid: String },
+    #[error("workload `{name}` is not available yet: {why}")]
+    WorkloadUnavailable { name: String, why: String },
+    #[error("unknown GPU mix `{name}` (valid: hom, mod, het)")]
+    UnknownMix { name: String },
+    #[error("unknown mobility model `{name}` (valid: random-walk, random-waypoint)")]
+    UnknownMobility { name: String },
+    #[error(transparent)]
+    Policy(#[from] edgemu_policies::lyreo::LyreoPolicyError),
+    #[error("invalid scenario: {0}")]
+    Invalid(String),
+    #[error("server {server}: {source}")]
+    Gpu {
+        server: usize,
+        #[source]
+        source: Box<edgemu_gpu::GpuError>,
+    },
+}

@@ -1,0 +1,577 @@
+//! The slotted co-simulation harness: users → radio → scheduler → servers,
+//! one slot at a time on an exact nanosecond clock, no runtime, no I/O.
+//!
+//! Slot `t` (length Δ) starts at `t·Δ`: every user moves, issues one request
+//! (lengths from the workload), the scheduler observes the requests (with
+//! each user's channel to each server), the servers' last reports and the
+//! virtual queues, and assigns every request. Uploads share each server's
+//! band equally among the slot's requests assigned to it (Shannon); a request
+//! arrives at its server at `t·Δ + upload`. Servers run until `(t+1)·Δ` and
+//! report; the scheduler updates `Z`. After `T` slots the servers drain (the
+//! paper lets unfinished requests complete); load-balance figures cover the
+//! `T` slots.
+//!
+//! Everything random comes from `ChaCha8Rng` streams derived from the seed
+//! (topology, mobility, workload, policy), so a run is reproducible bit for
+//! bit, and the streams do not shift when a policy draws more or fewer
+//! numbers.
+
+use edgemu_gpu::engine::BatchMode;
+use edgemu_gpu::Profile;
+use edgemu_policies::lyreo::{PolicySpec, RequestObs, ServerBatching, ServerObs, SlotObservation};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::mobility::{Area, Mobility, Position, UserMotion};
+use crate::radio;
+use crate::scheduler::SchedulerCore;
+use crate::server::{Assigned, RequestRecord, ServerReport, ServerSlotCore};
+use crate::workload::Workload;
+use crate::{ServingError, NS_PER_S};
+
+/// The paper's GPU mixes (§V-D): for 8 servers Homogeneous = 8×3090,
+/// Moderate = 3×3080 + 3×3090 + 2×4090, Heterogeneous = 4×3080 + 1×3090 +
+/// 3×4090. For `S ≠ 8` server `i` takes the class of position `⌊i·8/S⌋` of
+/// the 8-server pattern, keeping the proportions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuMix {
+    Hom,
+    Mod,
+    Het,
+}
+
+impl GpuMix {
+    pub fn parse(name: &str) -> Result<Self, ServingError> {
+        match name.to_ascii_lowercase().as_str() {
+            "hom" | "homogeneous" => Ok(GpuMix::Hom),
+            "mod" | "moderate" => Ok(GpuMix::Mod),
+            "het" | "heterogeneous" => Ok(GpuMix::Het),
+            _ => Err(ServingError::UnknownMix {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            GpuMix::Hom => "hom",
+            GpuMix::Mod => "mod",
+            GpuMix::Het => "het",
+        }
+    }
+
+    fn pattern(&self) -> [&'static str; 8] {
+        const A: &str = "rtx3080";
+        const B: &str = "rtx3090";
+        const C: &str = "rtx4090";
+        match self {
+            GpuMix::Hom => [B; 8],
+            GpuMix::Mod => [A, A, A, B, B, B, C, C],
+            GpuMix::Het => [A, A, A, A, B, C, C, C],
+        }
+    }
+
+    /// GPU class names of `servers` servers.
+    pub fn classes(&self, servers: usize) -> Vec<&'static str> {
+        let p = self.pattern();
+        (0..servers).map(|i| p[i * 8 / servers.max(1)]).collect()
+    }
+}
+
+/// One episode's settings (defaults: the paper's §V-A).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub seed: u64,
+    pub users: usize,
+    pub servers: usize,
+    pub mix: GpuMix,
+    /// `T`.
+    pub slots: u64,
+    /// `Δ`, ns.
+    pub slot_ns: u64,
+    /// `ε`.
+    pub epsilon: f64,
+    /// `ν` (seen by policies; the heuristics ignore it).
+    pub nu: f64,
+    pub area: Area,
+    pub mobility: Mobility,
+    pub workload: Workload,
+    /// Uplink bandwidth range per server `B_s`, Hz (uniform draw per server).
+    pub bandwidth_hz: (f64, f64),
+    /// Transmit power range per user, dBm (uniform draw per user).
+    pub power_dbm: (f64, f64),
+}
+
+impl Scenario {
+    /// The paper's default setting with a seed: S = 8 (Moderate), U = 40,
+    /// T = 800, Δ = 1 s, ε = 0.01, ν = 0.5, 200 m × 200 m, LMSYS-like.
+    pub fn paper_default(seed: u64) -> Self {
+        Scenario {
+            seed,
+            users: 40,
+            servers: 8,
+            mix: GpuMix::Mod,
+            slots: 800,
+            slot_ns: NS_PER_S,
+            epsilon: 0.01,
+            nu: 0.5,
+            area: Area {
+                width_m: 200.0,
+                height_m: 200.0,
+            },
+            mobility: Mobility::RandomWalk { speed_m_s: 1.5 },
+            workload: Workload::LogNormal {
+                mean_in: 70.0,
+                sigma_in: 1.0,
+                mean_out: 215.0,
+                sigma_out: 0.8,
+            },
+            bandwidth_hz: (6e6, 14e6),
+            power_dbm: (15.0, 25.0),
+        }
+    }
+
+    fn check(&self) -> Result<(), ServingError> {
+        if self.users == 0 || self.servers == 0 || self.slots == 0 || self.slot_ns == 0 {
+            return Err(ServingError::Invalid(
+                "users, servers, slots and the slot length must be > 0".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One server-slot row (the per-server-slot table).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSlotRow {
+    pub report: ServerReport,
+    pub class: &'static str,
+    pub capacity_bytes: u64,
+    /// Requests assigned in this slot.
+    pub assigned: usize,
+    /// `Y_s` of the slot.
+    pub y: f64,
+    /// `Z_s` after the slot.
+    pub z: f64,
+}
+
+/// Episode figures.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub policy: String,
+    pub seed: u64,
+    pub requests: usize,
+    pub completed: usize,
+    pub rejected: usize,
+    pub lat_mean_s: f64,
+    pub lat_p50_s: f64,
+    pub lat_p99_s: f64,
+    pub upload_mean_s: f64,
+    pub wait_mean_s: f64,
+    pub prefill_mean_s: f64,
+    pub decode_mean_s: f64,
+    /// Mean over slots and servers of `(η_s − η̄)²`.
+    pub lb_dev: f64,
+    /// Share of server-slots whose peak KV exceeded 90 % of `M_s`.
+    pub high_kv: f64,
+    /// Mean `Z_s` over slots and servers.
+    pub z_mean: f64,
+    pub eta_mean: f64,
+    pub decisions: u64,
+}
+
+/// Everything one episode produced.
+#[derive(Debug, Clone)]
+pub struct EpisodeOutcome {
+    pub requests: Vec<RequestRecord>,
+    pub server_slots: Vec<ServerSlotRow>,
+    pub summary: Summary,
+}
+
+struct User {
+    motion: UserMotion,
+    power_w: f64,
+}
+
+fn stream(seed: u64, k: u64) -> ChaCha8Rng {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    r.set_stream(k);
+    r
+}
+
+/// Runs one episode of `scenario` under the policy `spec`.
+pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutcome, ServingError> {
+    scenario.check()?;
+    let sc = scenario;
+    let mut topo = stream(sc.seed, 1);
+    let mut move_rng = stream(sc.seed, 2);
+    let mut work_rng = stream(sc.seed, 3);
+    let mode = match spec.batching {
+        ServerBatching::Continuous => BatchMode::Continuous,
+        ServerBatching::Static => BatchMode::Static,
+    };
+    let classes = sc.mix.classes(sc.servers);
+    let mut servers = Vec::with_capacity(sc.servers);
+    let mut server_pos = Vec::with_capacity(sc.servers);
+    for (i, class) in classes.iter().enumerate() {
+        let profile = Profile::builtin(class).map_err(|source| ServingError::Gpu {
+            server: i,
+            source: Box::new(source),
+        })?;
+        let (lo, hi) = sc.bandwidth_hz;
+        let bw = lo + topo.random::<f64>() * (hi - lo);
+        server_pos.push(sc.area.uniform(&mut topo));
+        servers.push(ServerSlotCore::new(i, profile, bw, mode));
+    }
+    let mut users: Vec<User> = (0..sc.users)
+        .map(|_| {
+            let (lo, hi) = sc.power_dbm;
+            let dbm = lo + topo.random::<f64>() * (hi - lo);
+            User {
+                motion: UserMotion::new(sc.area.uniform(&mut topo)),
+                power_w: radio::dbm_to_w(dbm),
+            }
+        })
+        .collect();
+    let mut sched = SchedulerCore::new(sc.servers, sc.epsilon, spec.build(sc.seed ^ 0x5eed));
+
+    let mut server_obs: Vec<ServerObs> = servers
+        .iter()
+        .map(|s| {
+            let p = s.profile();
+            ServerObs {
+                capacity_bytes: p.kv_capacity_bytes,
+                kv_bytes_per_token: p.kv_bytes_per_token,
+                prefill_tok_s: p.prefill_tok_s,
+                decode_step_empty_s: p.step_time(1, 0),
+                decode_step_full_s: p.step_time(1, p.kv_capacity_bytes),
+                bandwidth_hz: s.bandwidth_hz(),
+                occupancy_bytes: 0,
+                reserved_bytes: 0,
+                waiting_kv_bytes: 0,
+                backlog: 0,
+                eta: 0.0,
+                peak_bytes: 0,
+                high_kv: false,
+            }
+        })
+        .collect();
+    let mut records = Vec::with_capacity(sc.users * sc.slots as usize);
+    let mut rows = Vec::with_capacity(sc.servers * sc.slots as usize);
+    let mut next_id = 0u64;
+    let mut gains = vec![0.0; sc.servers];
+    let mut per_server: Vec<Vec<Assigned>> = vec![Vec::new(); sc.servers];
+    let mut requests = Vec::with_capacity(sc.users);
+    let mut decisions = 0u64;
+    let dt_s = sc.slot_ns as f64 / NS_PER_S as f64;
+
+    for t in 0..sc.slots {
+        let start = t * sc.slot_ns;
+        requests.clear();
+        for (u, user) in users.iter_mut().enumerate() {
+            if t > 0 {
+                user.motion
+                    .advance(&sc.mobility, &sc.area, dt_s, &mut move_rng);
+            }
+            let (lin, lout) = sc.workload.sample(&mut work_rng);
+            let solo = servers
+                .iter()
+                .zip(&server_pos)
+                .map(|(s, p)| {
+                    let h = radio::channel_gain(user.motion.pos.distance(p));
+                    radio::shannon_rate_bps(s.bandwidth_hz(), 1, user.power_w, h)
+                })
+                .collect();
+            requests.push(RequestObs {
+                id: next_id,
+                user: u,
+                input_len: lin,
+                output_len: lout,
+                solo_rate_bps: solo,
+            });
+            next_id += 1;
+        }
+        let obs = SlotObservation {
+            slot: t,
+            slot_s: dt_s,
+            requests: std::mem::take(&mut requests),
+            servers: std::mem::take(&mut server_obs),
+            z: sched.queues().z().to_vec(),
+            epsilon: sc.epsilon,
+            nu: sc.nu,
+        };
+        let assignment = sched.assign(&obs).to_vec();
+        decisions += assignment.len() as u64;
+        let mut count = vec![0usize; sc.servers];
+        for &s in &assignment {
+            count[s] += 1;
+        }
+        for (q, &s) in obs.requests.iter().zip(&assignment) {
+            let user = &users[q.user];
+            let pos: Position = user.motion.pos;
+            gains[s] = radio::channel_gain(pos.distance(&server_pos[s]));
+            let rate = radio::shannon_rate_bps(
+                servers[s].bandwidth_hz(),
+                count[s],
+                user.power_w,
+                gains[s],
+            );
+            let up = radio::upload_ns(q.input_len, rate);
+            per_server[s].push(Assigned {
+                id: q.id,
+                user: q.user,
+                slot: t,
+                created_ns: start,
+                arrival_ns: start.saturating_add(up),
+                input_len: q.input_len,
+                output_len: q.output_len,
+            });
+        }
+        requests = obs.requests;
+        server_obs = obs.servers;
+        let end = start + sc.slot_ns;
+        let mut etas = Vec::with_capacity(sc.servers);
+        let mut reports = Vec::with_capacity(sc.servers);
+        for (s, server) in servers.iter_mut().enumerate() {
+            records.extend(server.assign(std::mem::take(&mut per_server[s])));
+            server.advance(end, &mut records)?;
+            let r = server.end_slot(t, sc.slot_ns);
+            etas.push(r.eta);
+            reports.push(r);
+        }
+        let y = sched.end_slot(&etas);
+        let z = sched.queues().z();
+        for (s, r) in reports.into_iter().enumerate() {
+            let o = &mut server_obs[s];
+            o.occupancy_bytes = r.occupancy_bytes;
+            o.reserved_bytes = r.reserved_bytes;
+            o.waiting_kv_bytes = r.waiting_kv_bytes;
+            o.backlog = r.backlog;
+            o.eta = r.eta;
+            o.peak_bytes = r.peak_bytes;
+            o.high_kv = r.high_kv;
+            rows.push(ServerSlotRow {
+                class: classes[s],
+                capacity_bytes: o.capacity_bytes,
+                assigned: count[s],
+                y: y[s],
+                z: z[s],
+                report: r,
+            });
+        }
+    }
+    // Drain: unfinished requests run to completion.
+    for server in servers.iter_mut() {
+        server.advance(u64::MAX, &mut records)?;
+    }
+    records.sort_by_key(|r| r.id);
+    let summary = summarize(&spec.name, sc.seed, &records, &rows, decisions);
+    Ok(EpisodeOutcome {
+        requests: records,
+        server_slots: rows,
+        summary,
+    })
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let (mut s, mut n) = (0.0, 0usize);
+    for x in xs {
+        s += x;
+        n += 1;
+    }
+    if n == 0 {
+        0.0
+    } else {
+        s / n as f64
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summarize(
+    policy: &str,
+    seed: u64,
+    records: &[RequestRecord],
+    rows: &[ServerSlotRow],
+    decisions: u64,
+) -> Summary {
+    let done: Vec<&RequestRecord> = records.iter().filter(|r| !r.rejected).collect();
+    let s = |ns: u64| ns as f64 / NS_PER_S as f64;
+    let mut lat: Vec<f64> = done.iter().map(|r| s(r.e2e_ns)).collect();
+    lat.sort_by(f64::total_cmp);
+    Summary {
+        policy: policy.to_string(),
+        seed,
+        requests: records.len(),
+        completed: done.len(),
+        rejected: records.len() - done.len(),
+        lat_mean_s: mean(lat.iter().copied()),
+        lat_p50_s: percentile(&lat, 50.0),
+        lat_p99_s: percentile(&lat, 99.0),
+        upload_mean_s: mean(done.iter().map(|r| s(r.upload_ns))),
+        wait_mean_s: mean(done.iter().map(|r| s(r.wait_ns))),
+        prefill_mean_s: mean(done.iter().map(|r| s(r.prefill_ns))),
+        decode_mean_s: mean(done.iter().map(|r| s(r.decode_ns))),
+        lb_dev: mean(rows.iter().map(|r| r.y)),
+        high_kv: mean(
+            rows.iter()
+                .map(|r| if r.report.high_kv { 1.0 } else { 0.0 }),
+        ),
+        z_mean: mean(rows.iter().map(|r| r.z)),
+        eta_mean: mean(rows.iter().map(|r| r.report.eta)),
+        decisions,
+    }
+}
+
+/// Header of `requests.csv` after the caller's key columns (`key_cols`,
+/// comma-separated, may be empty).
+pub fn requests_csv_header(key_cols: &str) -> String {
+    let sep = if key_cols.is_empty() { "" } else { "," };
+    format!(
+        "{key_cols}{sep}id,user,slot,server,input_len,output_len,upload_s,wait_s,prefill_s,decode_s,e2e_s,rejected\n"
+    )
+}
+
+/// `requests.csv` rows, one per request (times in seconds), each starting
+/// with `key` (the caller's key values, e.g. policy and seed).
+pub fn requests_csv_rows(key: &str, records: &[RequestRecord], out: &mut String) {
+    let key = if key.is_empty() {
+        String::new()
+    } else {
+        format!("{key},")
+    };
+    let s = |ns: u64| ns as f64 / NS_PER_S as f64;
+    for r in records {
+        out.push_str(&format!(
+            "{key}{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            r.id,
+            r.user,
+            r.slot,
+            r.server,
+            r.input_len,
+            r.output_len,
+            s(r.upload_ns),
+            s(r.wait_ns),
+            s(r.prefill_ns),
+            s(r.decode_ns),
+            s(r.e2e_ns),
+            r.rejected as u8
+        ));
+    }
+}
+
+/// Header of `server_slots.csv` after the caller's key columns.
+pub fn server_slots_csv_header(key_cols: &str) -> String {
+    let sep = if key_cols.is_empty() { "" } else { "," };
+    format!(
+        "{key_cols}{sep}slot,server,class,assigned,eta,y,z,peak_bytes,peak_frac,high_kv,occupancy_bytes,reserved_bytes,backlog,iterations,busy_s\n"
+    )
+}
+
+/// `server_slots.csv` rows, one per server and slot, each starting with `key`.
+pub fn server_slots_csv_rows(key: &str, rows: &[ServerSlotRow], out: &mut String) {
+    let key = if key.is_empty() {
+        String::new()
+    } else {
+        format!("{key},")
+    };
+    for row in rows {
+        let r = &row.report;
+        out.push_str(&format!(
+            "{key}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            r.slot,
+            r.server,
+            row.class,
+            row.assigned,
+            r.eta,
+            row.y,
+            row.z,
+            r.peak_bytes,
+            r.peak_bytes as f64 / row.capacity_bytes.max(1) as f64,
+            r.high_kv as u8,
+            r.occupancy_bytes,
+            r.reserved_bytes,
+            r.backlog,
+            r.iterations,
+            r.busy_ns as f64 / NS_PER_S as f64
+        ));
+    }
+}
+
+/// Both tables of one episode as strings (header included), for tests and
+/// single-episode callers.
+pub fn episode_csvs(o: &EpisodeOutcome) -> (String, String) {
+    let key = format!("{},{}", o.summary.policy, o.summary.seed);
+    let mut a = requests_csv_header("policy,seed");
+    requests_csv_rows(&key, &o.requests, &mut a);
+    let mut b = server_slots_csv_header("policy,seed");
+    server_slots_csv_rows(&key, &o.server_slots, &mut b);
+    (a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(seed: u64) -> Scenario {
+        let mut s = Scenario::paper_default(seed);
+        s.users = 12;
+        s.servers = 4;
+        s.slots = 30;
+        s
+    }
+
+    #[test]
+    fn same_seed_same_bytes() {
+        for name in ["least-loaded", "random", "static"] {
+            let spec = PolicySpec::parse(name).unwrap();
+            let a = episode_csvs(&run_episode(&small(5), &spec).unwrap());
+            let b = episode_csvs(&run_episode(&small(5), &spec).unwrap());
+            assert_eq!(a, b, "{name}: byte-identical by seed");
+            let c = episode_csvs(&run_episode(&small(6), &spec).unwrap());
+            assert_ne!(a.0, c.0);
+        }
+    }
+
+    #[test]
+    fn every_request_is_accounted_for() {
+        let spec = PolicySpec::parse("random").unwrap();
+        let o = run_episode(&small(1), &spec).unwrap();
+        assert_eq!(o.requests.len(), 12 * 30);
+        assert_eq!(o.summary.completed + o.summary.rejected, 12 * 30);
+        for r in o.requests.iter().filter(|r| !r.rejected) {
+            assert_eq!(
+                r.e2e_ns,
+                r.upload_ns + r.wait_ns + r.prefill_ns + r.decode_ns
+            );
+        }
+        assert_eq!(o.server_slots.len(), 4 * 30);
+        assert!(o.summary.lat_p99_s >= o.summary.lat_mean_s);
+    }
+
+    #[test]
+    fn mixes_and_percentile() {
+        assert_eq!(
+            GpuMix::Mod.classes(8),
+            [
+                "rtx3080", "rtx3080", "rtx3080", "rtx3090", "rtx3090", "rtx3090", "rtx4090",
+                "rtx4090"
+            ]
+        );
+        assert_eq!(
+            GpuMix::Het.classes(4),
+            ["rtx3080", "rtx3080", "rtx3090", "rtx4090"]
+        );
+        assert!(GpuMix::parse("mixed").is_err());
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 50.0), 50.0);
+    }
+}
