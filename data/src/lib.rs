@@ -11,11 +11,13 @@
 //!   model's chat template, split by seed into a profiling and an evaluation set.
 
 pub mod builtin;
+pub mod contexts;
 
 pub mod error;
 pub mod locate;
 pub mod sharegpt;
 
+pub use contexts::{Context, ContextConfig, ContextSets};
 pub use error::DataError;
 pub use locate::locate;
 pub use sharegpt::{Conversation, Role, Turn};
