@@ -7,6 +7,7 @@ pub mod backend;
 pub mod bench;
 pub mod engine;
 pub mod error;
+pub mod handoff_quality;
 pub mod kv_transfer;
 pub mod ledger;
 pub mod model;
