@@ -9,6 +9,7 @@ pub mod engine;
 pub mod error;
 pub mod handoff_quality;
 pub mod kv_transfer;
+pub mod kv_utility;
 pub mod ledger;
 pub mod model;
 pub mod profile;
