@@ -6,5 +6,6 @@ pub mod bench;
 pub mod control;
 pub mod host;
 pub mod mesh;
+pub mod profile_kv;
 pub mod results;
 pub mod run;
