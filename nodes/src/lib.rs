@@ -7,5 +7,6 @@ pub mod control;
 pub mod experiment;
 pub mod host;
 pub mod mesh;
+pub mod profile_kv;
 pub mod results;
 pub mod run;

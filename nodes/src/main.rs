@@ -2,7 +2,7 @@
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
-use edgemu_nodes::{bench, control::client, experiment, run};
+use edgemu_nodes::{bench, control::client, experiment, profile_kv, run};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,6 +42,8 @@ enum Command {
     /// Measure the real LLM backend over a grid of batch sizes and KV occupancies and write a
     /// profile for the modeled backend.
     Profile(bench::decode::ProfileArgs),
+    /// Measure the KV-utility profile (layer groups × position bins) on ShareGPT contexts.
+    ProfileKv(profile_kv::ProfileKvArgs),
     /// The papers' experiment grids, written as a results folder.
     #[command(subcommand)]
     Experiment(ExperimentCmd),
@@ -249,6 +251,7 @@ fn real_main() -> Result<()> {
         },
         Command::Experiment(ExperimentCmd::Lyreo(a)) => experiment::lyreo::run(&a),
         Command::Profile(a) => bench::decode::profile(&a),
+        Command::ProfileKv(a) => profile_kv::run(&a),
     }
 }
 

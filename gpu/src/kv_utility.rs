@@ -1,0 +1,449 @@
+//! Offline KV-utility profile (PriorityFEC §III): how much each layer group and
+//! each relative-position bin of a context's KV cache matters to the model.
+//!
+//! **Measure.** For a context of `n` tokens the last `w` (= 64) are the query
+//! window. The first `n − w` tokens are prefilled once into a base cache. Then,
+//! for the full cache and for every variant — the K and V of one layer group
+//! zeroed over the whole prefix, or the K and V of every layer zeroed over one
+//! relative-position bin of the prefix — the `w` window tokens are fed one at a
+//! time (teacher forcing) and the next-token distribution at each of the `w`
+//! positions is kept. The distance of a variant is the mean over the `w`
+//! positions of the **total variation** distance ½·Σ|p − q| between its
+//! distribution and the full cache's (bounded in [0, 1], symmetric, defined even
+//! where one distribution has zeros, unlike KL). All variants of a context run
+//! together as one batch per window position, so each context costs one
+//! prefill of `n − w` tokens and `w` batched decode steps.
+//!
+//! **Profile.** The layer-group marginal `u_L[g]` and the position-bin marginal
+//! `u_P[b]` are the mean distances over the profiling contexts, each normalized
+//! to sum to 1 (per model, so profiles of different models are comparable).
+//! The utility of cell (g, b) is the product `u_L[g] · u_P[b]` (the two
+//! ablations are measured separately, so their product is the separable
+//! estimate of a cell's importance), rescaled so the largest cell is 1.
+//!
+//! Layer groups are contiguous equal splits of the layers (the last group takes
+//! the remainder); position bins are equal splits of relative position
+//! `t / (n − w)` over the prefix.
+//!
+//! The profile file is JSON carrying the model's identity ([`ModelIdentity`]);
+//! [`KvUtilityProfile::load`] refuses a file whose identity differs from the
+//! model it is used with.
+
+use std::path::Path;
+
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CandleContext, GpuError, Result};
+use crate::kv_transfer::{export, import, MissingRows, PresenceMask};
+use crate::model::config::{KvDtype, LlamaConfig};
+use crate::model::kv::SeqKv;
+use crate::model::llama::{Llama, Phase, SeqInput};
+
+/// What a profile was measured on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelIdentity {
+    /// A name for people (e.g. the GGUF file name).
+    pub name: String,
+    pub n_layers: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+}
+
+impl ModelIdentity {
+    /// The identity of a model config under `name`.
+    pub fn of(name: &str, c: &LlamaConfig) -> Self {
+        ModelIdentity {
+            name: name.to_string(),
+            n_layers: c.n_layers,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            vocab_size: c.vocab_size,
+        }
+    }
+}
+
+/// Profiler settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileSettings {
+    pub layer_groups: usize,
+    pub position_bins: usize,
+    /// Query window `w` (the last `w` tokens of each context).
+    pub window: usize,
+}
+
+impl Default for ProfileSettings {
+    fn default() -> Self {
+        ProfileSettings {
+            layer_groups: 6,
+            position_bins: 8,
+            window: 64,
+        }
+    }
+}
+
+/// A measured profile (module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvUtilityProfile {
+    pub format: String,
+    pub model: ModelIdentity,
+    pub settings: ProfileSettings,
+    pub contexts: usize,
+    pub context_tokens: usize,
+    /// Mean total-variation distance per layer group (before normalizing).
+    pub layer_distance: Vec<f64>,
+    /// Mean total-variation distance per position bin (before normalizing).
+    pub position_distance: Vec<f64>,
+    /// `u_L`, sums to 1.
+    pub layer_utility: Vec<f64>,
+    /// `u_P`, sums to 1.
+    pub position_utility: Vec<f64>,
+    /// `cells[g][b]`, largest 1.
+    pub cells: Vec<Vec<f64>>,
+}
+
+/// The `format` tag of profile files.
+pub const PROFILE_FORMAT: &str = "edgemu-kv-utility/1";
+
+/// Layer range of group `g` of `groups` over `n_layers`.
+pub fn layer_group(g: usize, groups: usize, n_layers: usize) -> std::ops::Range<usize> {
+    let size = n_layers / groups;
+    let end = if g + 1 == groups {
+        n_layers
+    } else {
+        (g + 1) * size
+    };
+    g * size..end
+}
+
+/// Token range of bin `b` of `bins` over a prefix of `n` tokens.
+pub fn position_bin(b: usize, bins: usize, n: usize) -> std::ops::Range<usize> {
+    (b * n / bins)..((b + 1) * n / bins)
+}
+
+/// A deep copy of `kv` (its first `n` tokens) with the rows `zero(layer, token)`
+/// set to zero.
+fn zeroed_copy(
+    kv: &SeqKv,
+    config: &LlamaConfig,
+    device: &Device,
+    zero: impl Fn(usize, usize) -> bool,
+) -> Result<SeqKv> {
+    let n = kv.len();
+    let blocks = export(kv, 0..config.n_layers, 0..n, KvDtype::F32)?;
+    let mut presence = PresenceMask::all(config.n_layers, config.n_kv_heads, n);
+    for l in 0..config.n_layers {
+        for t in 0..n {
+            if zero(l, t) {
+                for h in 0..config.n_kv_heads {
+                    presence.set(l, h, t, false);
+                }
+            }
+        }
+    }
+    import(
+        config,
+        device,
+        n,
+        &blocks,
+        Some(&presence),
+        MissingRows::ZeroFill,
+    )
+}
+
+fn softmax(row: &[f32]) -> Vec<f64> {
+    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let e: Vec<f64> = row.iter().map(|&x| (x as f64 - m).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
+}
+
+fn total_variation(p: &[f64], q: &[f64]) -> f64 {
+    0.5 * p.iter().zip(q).map(|(a, b)| (a - b).abs()).sum::<f64>()
+}
+
+/// Distances of one context: `(per layer group, per position bin)`.
+pub fn context_distances(
+    model: &Llama,
+    context: &[u32],
+    settings: &ProfileSettings,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let c = model.config().clone();
+    let w = settings.window;
+    if settings.layer_groups == 0
+        || settings.layer_groups > c.n_layers
+        || settings.position_bins == 0
+        || w == 0
+        || context.len() < w + settings.position_bins
+    {
+        return Err(GpuError::Engine(format!(
+            "kv profile: {} layer groups over {} layers, {} bins, window {w}, context of {} tokens do not fit",
+            settings.layer_groups,
+            c.n_layers,
+            settings.position_bins,
+            context.len()
+        )));
+    }
+    let prefix = context.len() - w;
+    let mut base = model.new_kv(context.len())?;
+    model.forward(
+        &mut [SeqInput {
+            tokens: &context[..prefix],
+            kv: &mut base,
+        }],
+        Phase::Prefill,
+    )?;
+    // Variant 0 is the full cache; then layer groups; then position bins.
+    let mut kvs = vec![zeroed_copy(&base, &c, model.device(), |_, _| false)?];
+    for g in 0..settings.layer_groups {
+        let r = layer_group(g, settings.layer_groups, c.n_layers);
+        kvs.push(zeroed_copy(&base, &c, model.device(), |l, _| {
+            r.contains(&l)
+        })?);
+    }
+    for b in 0..settings.position_bins {
+        let r = position_bin(b, settings.position_bins, prefix);
+        kvs.push(zeroed_copy(&base, &c, model.device(), |_, t| {
+            r.contains(&t)
+        })?);
+    }
+    drop(base);
+    let mut dist = vec![0f64; kvs.len()];
+    for step in 0..w {
+        let tok = &context[prefix + step..prefix + step + 1];
+        let mut batch: Vec<SeqInput<'_>> = kvs
+            .iter_mut()
+            .map(|kv| SeqInput { tokens: tok, kv })
+            .collect();
+        let logits = model
+            .forward(&mut batch, Phase::Decode)?
+            .to_dtype(candle_core::DType::F32)
+            .and_then(|t| t.to_vec2::<f32>())
+            .ctx("kv profile logits")?;
+        let full = softmax(&logits[0]);
+        for (i, row) in logits.iter().enumerate().skip(1) {
+            dist[i] += total_variation(&full, &softmax(row)) / w as f64;
+        }
+    }
+    let g = settings.layer_groups;
+    Ok((dist[1..1 + g].to_vec(), dist[1 + g..].to_vec()))
+}
+
+fn normalized(v: &[f64]) -> Vec<f64> {
+    let s: f64 = v.iter().sum();
+    if s > 0.0 {
+        v.iter().map(|x| x / s).collect()
+    } else {
+        vec![1.0 / v.len() as f64; v.len()]
+    }
+}
+
+/// Profiles `model` (identified as `name`) on `contexts` (all of one length).
+/// `progress(i)` is called after context `i`.
+pub fn profile(
+    model: &Llama,
+    name: &str,
+    contexts: &[Vec<u32>],
+    settings: &ProfileSettings,
+    mut progress: impl FnMut(usize),
+) -> Result<KvUtilityProfile> {
+    let Some(first) = contexts.first() else {
+        return Err(GpuError::Engine("kv profile: no contexts".into()));
+    };
+    let mut layer = vec![0f64; settings.layer_groups];
+    let mut pos = vec![0f64; settings.position_bins];
+    for (i, ctx) in contexts.iter().enumerate() {
+        let (l, p) = context_distances(model, ctx, settings)?;
+        layer
+            .iter_mut()
+            .zip(&l)
+            .for_each(|(a, b)| *a += b / contexts.len() as f64);
+        pos.iter_mut()
+            .zip(&p)
+            .for_each(|(a, b)| *a += b / contexts.len() as f64);
+        progress(i);
+    }
+    let (ul, up) = (normalized(&layer), normalized(&pos));
+    let mut cells: Vec<Vec<f64>> = ul
+        .iter()
+        .map(|a| up.iter().map(|b| a * b).collect())
+        .collect();
+    let max = cells.iter().flatten().copied().fold(0.0, f64::max);
+    if max > 0.0 {
+        cells.iter_mut().flatten().for_each(|x| *x /= max);
+    }
+    Ok(KvUtilityProfile {
+        format: PROFILE_FORMAT.into(),
+        model: ModelIdentity::of(name, model.config()),
+        settings: *settings,
+        contexts: contexts.len(),
+        context_tokens: first.len(),
+        layer_distance: layer,
+        position_distance: pos,
+        layer_utility: ul,
+        position_utility: up,
+        cells,
+    })
+}
+
+impl KvUtilityProfile {
+    /// Utility of the KV row of `layer` at `token` of a context of `n_tokens`
+    /// (the cell it falls in).
+    pub fn utility(&self, layer: usize, token: usize, n_tokens: usize) -> f64 {
+        let g = (0..self.settings.layer_groups)
+            .find(|&g| {
+                layer_group(g, self.settings.layer_groups, self.model.n_layers).contains(&layer)
+            })
+            .unwrap_or(self.settings.layer_groups - 1);
+        let b = (token * self.settings.position_bins / n_tokens.max(1))
+            .min(self.settings.position_bins - 1);
+        self.cells[g][b]
+    }
+
+    /// Writes the profile as pretty JSON.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let err = |msg: String| GpuError::Profile {
+            path: path.display().to_string(),
+            msg,
+        };
+        let text = serde_json::to_string_pretty(self).map_err(|e| err(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| err(e.to_string()))
+    }
+
+    /// Reads a profile and checks it belongs to a model with `expected` identity
+    /// (the name is informative and not compared) and is well formed.
+    pub fn load(path: &Path, expected: &ModelIdentity) -> Result<Self> {
+        let err = |msg: String| GpuError::Profile {
+            path: path.display().to_string(),
+            msg,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let p: KvUtilityProfile = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+        if p.format != PROFILE_FORMAT {
+            return Err(err(format!(
+                "format `{}`, expected `{PROFILE_FORMAT}`",
+                p.format
+            )));
+        }
+        let m = &p.model;
+        if (m.n_layers, m.n_kv_heads, m.head_dim, m.vocab_size)
+            != (
+                expected.n_layers,
+                expected.n_kv_heads,
+                expected.head_dim,
+                expected.vocab_size,
+            )
+        {
+            return Err(err(format!(
+                "profile is for model `{}` ({} layers, {} KV heads, head dim {}, vocab {}), \
+                 not for `{}` ({} layers, {} KV heads, head dim {}, vocab {})",
+                m.name,
+                m.n_layers,
+                m.n_kv_heads,
+                m.head_dim,
+                m.vocab_size,
+                expected.name,
+                expected.n_layers,
+                expected.n_kv_heads,
+                expected.head_dim,
+                expected.vocab_size
+            )));
+        }
+        let s = p.settings;
+        let shape_ok = s.layer_groups >= 1
+            && s.layer_groups <= m.n_layers
+            && s.position_bins >= 1
+            && p.cells.len() == s.layer_groups
+            && p.cells.iter().all(|r| r.len() == s.position_bins)
+            && p.cells.iter().flatten().all(|x| x.is_finite() && *x >= 0.0);
+        if !shape_ok {
+            return Err(err(format!(
+                "cells must be {} × {} finite non-negative values",
+                s.layer_groups, s.position_bins
+            )));
+        }
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{load_tiny, WeightLayout};
+
+    fn tiny() -> Llama {
+        load_tiny(
+            3,
+            &Device::Cpu,
+            Some(WeightLayout::for_device(&Device::Cpu)),
+        )
+        .unwrap()
+        .model
+    }
+
+    fn ctx(seed: u32) -> Vec<u32> {
+        (0..48u32).map(|i| 3 + (seed * 31 + i * 17) % 200).collect()
+    }
+
+    #[test]
+    fn profile_is_normalized_and_round_trips() {
+        let m = tiny();
+        let s = ProfileSettings {
+            layer_groups: 2,
+            position_bins: 4,
+            window: 8,
+        };
+        let p = profile(&m, "tiny", &[ctx(1), ctx(2)], &s, |_| {}).unwrap();
+        assert!((p.layer_utility.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        assert!((p.position_utility.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        assert_eq!(p.cells.iter().flatten().copied().fold(0.0, f64::max), 1.0);
+        // Zeroing something moves the distribution.
+        assert!(
+            p.layer_distance.iter().all(|&d| d > 0.0),
+            "{:?}",
+            p.layer_distance
+        );
+        let dir = std::env::temp_dir().join(format!("edgemu-kvu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.json");
+        p.save(&path).unwrap();
+        let id = ModelIdentity::of("tiny", m.config());
+        let back = KvUtilityProfile::load(&path, &id).unwrap();
+        // serde_json's default float parsing may differ in the last bit.
+        assert_eq!((&back.model, back.settings), (&p.model, p.settings));
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12);
+        assert!(back.cells.iter().zip(&p.cells).all(|(a, b)| close(a, b)));
+        let other = ModelIdentity { n_layers: 30, ..id };
+        let e = KvUtilityProfile::load(&path, &other)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not for") && e.contains("p.json"), "{e}");
+        std::fs::write(&path, "{\"format\": 3").unwrap();
+        assert!(KvUtilityProfile::load(&path, &other).is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn full_cache_copy_has_zero_distance() {
+        // The full-cache variant equals itself: distances come only from zeroing.
+        let m = tiny();
+        let c = ctx(5);
+        let s = ProfileSettings {
+            layer_groups: 1,
+            position_bins: 1,
+            window: 4,
+        };
+        let (l, p) = context_distances(&m, &c, &s).unwrap();
+        // One group = all layers, one bin = all tokens: both zero the whole prefix.
+        assert!((l[0] - p[0]).abs() < 1e-9, "{l:?} {p:?}");
+    }
+
+    #[test]
+    fn groups_and_bins_cover_everything() {
+        let r: Vec<_> = (0..6).flat_map(|g| layer_group(g, 6, 30)).collect();
+        assert_eq!(r, (0..30).collect::<Vec<_>>());
+        let r: Vec<_> = (0..8).flat_map(|b| position_bin(b, 8, 1472)).collect();
+        assert_eq!(r, (0..1472).collect::<Vec<_>>());
+    }
+}

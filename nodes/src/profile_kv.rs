@@ -1,0 +1,118 @@
+//! `edgemu profile-kv`: measure the KV-utility profile of the model on a
+//! profiling set of real ShareGPT contexts (core: `edgemu_gpu::kv_utility`,
+//! contexts: `edgemu_data::contexts`) and write it as JSON.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use edgemu_data::contexts::{build, ContextConfig};
+use edgemu_gpu::kv_utility::{profile, ProfileSettings};
+use edgemu_gpu::model::{load, parse_device, resolve_model_path};
+
+#[derive(Args, Debug, Clone)]
+pub struct ProfileKvArgs {
+    /// Where to write the profile (JSON).
+    #[arg(long, default_value = "results/kv-utility.json")]
+    pub out: PathBuf,
+    /// The GGUF model (default: the fetched SmolLM2-135M).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Number of profiling contexts.
+    #[arg(long, default_value_t = 16)]
+    pub contexts: usize,
+    /// Context length in tokens.
+    #[arg(long, default_value_t = 1536)]
+    pub context_tokens: usize,
+    /// Seed of the profiling/evaluation split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 6)]
+    pub layer_groups: usize,
+    #[arg(long, default_value_t = 8)]
+    pub position_bins: usize,
+    /// A small run for checking by hand: 2 contexts of 512 tokens.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+pub fn run(args: &ProfileKvArgs) -> Result<()> {
+    let started = Instant::now();
+    let path = resolve_model_path(args.model.as_deref()).context("finding the model")?;
+    let device = parse_device("cpu")?;
+    let lm = load(&path, &device, None).context("loading the model")?;
+    let chat = lm
+        .chat
+        .as_ref()
+        .context("the model has no ChatML chat template")?;
+    let data = edgemu_data::locate().context("finding the ShareGPT data")?;
+    let convs = edgemu_data::sharegpt::load(&data).context("reading ShareGPT")?;
+    let (n, tokens) = if args.quick {
+        (2, 512)
+    } else {
+        (args.contexts, args.context_tokens)
+    };
+    let sets = build(
+        &convs,
+        &lm.tokenizer,
+        chat,
+        &ContextConfig {
+            tokens,
+            profiling: n,
+            evaluation: 0,
+            seed: args.seed,
+        },
+    )
+    .context("building contexts")?;
+    let ctxs: Vec<Vec<u32>> = sets.profiling.into_iter().map(|c| c.tokens).collect();
+    let settings = ProfileSettings {
+        layer_groups: args.layer_groups,
+        position_bins: args.position_bins,
+        window: 64,
+    };
+    let name = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let t0 = Instant::now();
+    let p = profile(&lm.model, &name, &ctxs, &settings, |i| {
+        eprintln!(
+            "context {}/{} done after {:.1} s",
+            i + 1,
+            n,
+            t0.elapsed().as_secs_f64()
+        );
+    })
+    .context("profiling")?;
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    p.save(&args.out).context("writing the profile")?;
+    println!(
+        "KV-utility profile of {name}: {n} contexts × {tokens} tokens, window 64, total variation"
+    );
+    println!(
+        "layer groups  (mean TV → u_L): {}",
+        fmt(&p.layer_distance, &p.layer_utility)
+    );
+    println!(
+        "position bins (mean TV → u_P): {}",
+        fmt(&p.position_distance, &p.position_utility)
+    );
+    println!(
+        "wrote {}; profiling {:.1} s, total {:.1} s",
+        args.out.display(),
+        t0.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn fmt(dist: &[f64], util: &[f64]) -> String {
+    dist.iter()
+        .zip(util)
+        .map(|(d, u)| format!("{d:.4}→{u:.3}"))
+        .collect::<Vec<_>>()
+        .join("  ")
+}
