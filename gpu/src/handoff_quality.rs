@@ -296,11 +296,12 @@ impl QualityEvaluator {
             self.engine.submit_with_cache(
                 Request::with_tokens(id, case.prompt.to_vec(), self.decode_len),
                 kv,
+                0,
             )?;
             ids.push(id);
         }
         let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
-        for step in self.engine.run_to_idle(0.0)? {
+        for step in self.engine.run_to_idle(0)? {
             for f in step.finished {
                 out.insert(f.id, f.tokens);
             }
