@@ -267,6 +267,7 @@ mod node;
 pub mod units;
 
 pub use action::{parse_action, COMMANDS};
+pub use load::MIN_EVERY_NS;
 pub use describe::ge_stationary_loss;
 pub use error::{ActionError, ConfigError, Diagnostic, Diagnostics};
 pub use model::*;

@@ -27,6 +27,11 @@ const RUN_KEYS: &[&str] = &[
 const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control"];
 const ACTOR_KINDS: &[&str] = &["constant", "bursty", "pinger", "sink"];
 const CHAOS_KEYS: &[&str] = &["at", "command", "for", "every"];
+
+/// The shortest `every` a `[[chaos]]` entry may repeat with: a repeating
+/// command is a control action, not a traffic generator, and each firing
+/// costs a round of actor messages (and, for remote targets, the mesh).
+pub const MIN_EVERY_NS: u64 = 100_000_000;
 /// Commands whose fault `for` can heal.
 const HEALABLE: &[&str] = &["link.kill", "link.set", "host.partition"];
 
@@ -702,6 +707,17 @@ impl<'a> Loader<'a> {
         }
         let for_ns = errs.ok(opt_duration(obj, "for", true)).flatten();
         let every_ns = errs.ok(opt_duration(obj, "every", true)).flatten();
+        if let Some(ev) = every_ns.filter(|&ev| ev < MIN_EVERY_NS) {
+            errs.push(ActionError::invalid(
+                "every",
+                format!(
+                    "{} is shorter than the minimum repeat period ({}); expected a period of at least {}",
+                    fmt_duration(ev),
+                    fmt_duration(MIN_EVERY_NS),
+                    fmt_duration(MIN_EVERY_NS)
+                ),
+            ));
+        }
         if let (Some(f), Some(ev)) = (for_ns, every_ns) {
             if ev < f {
                 errs.push(ActionError::invalid(

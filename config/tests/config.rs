@@ -811,6 +811,14 @@ fn chaos_at_beyond_the_run() {
 }
 
 #[test]
+fn chaos_every_below_the_minimum_period() {
+    let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nevery = \"1ns\"\n");
+    expect_error(&t, "\"1ns\"", 0, &["`every`: 1ns is shorter than the minimum repeat period (100ms)"]);
+    let ok = with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nevery = \"100ms\"\n");
+    assert!(parse(&ok).is_ok());
+}
+
+#[test]
 fn chaos_every_shorter_than_for() {
     let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nfor = \"3s\"\nevery = \"2s\"\n");
     expect_error(&t, "\"2s\"", 0, &["`every`: 2s is shorter than `for` (3s)"]);

@@ -11,6 +11,7 @@
 //! only when all actors are idle; routers reach each other in-process. No
 //! network I/O happens, so a given file and seed reproduce bit for bit.
 
+pub mod chaos_timeline;
 pub mod commands;
 pub mod spawn;
 pub mod supervisor;

@@ -3,6 +3,7 @@
 //! parts that other hosts own), and ends the run: stop senders, let packets
 //! in flight drain, flush everything, write the host summary.
 
+use super::chaos_timeline::ChaosTimeline;
 use super::commands::{self, Applied};
 use super::spawn::HostActors;
 use crate::results::{HostResults, LinkRow};
@@ -73,6 +74,8 @@ pub struct Supervisor {
     progress: Option<indicatif::ProgressBar>,
     last_sample: BTreeMap<(LinkId, Direction), (u64, u64)>,
     done: Option<oneshot::Sender<HostSummary>>,
+    /// This host's part of the `[[chaos]]` timeline (one timer at a time).
+    chaos: ChaosTimeline,
     stopping: bool,
     /// How long the stop sequence waits for packets in flight: twice the
     /// longest one-way delay plus jitter, plus 0.3 s, at most 3 s.
@@ -99,6 +102,15 @@ impl Supervisor {
             .map(|p| p.delay_ns.saturating_add(p.jitter_ns))
             .max()
             .unwrap_or(0);
+        let chaos = ChaosTimeline::new(
+            cluster
+                .chaos
+                .iter()
+                .filter(|s| commands::concerns_host(&cluster, &s.action, host))
+                .cloned()
+                .collect(),
+            cluster.run.duration_ns,
+        );
         Supervisor {
             host_name: cluster.host(host).name.clone(),
             cluster,
@@ -111,6 +123,7 @@ impl Supervisor {
             progress,
             last_sample: BTreeMap::new(),
             done: Some(done),
+            chaos,
             stopping: false,
             drain_ns: max_delay
                 .saturating_mul(2)
@@ -177,24 +190,20 @@ impl Supervisor {
         self.events.flush();
     }
 
-    fn schedule_chaos(&mut self, ctx: &mut Context<Self>) {
-        let end = self.cluster.run.duration_ns;
-        for spec in self.cluster.chaos.clone() {
-            if !commands::concerns_host(&self.cluster, &spec.action, self.host) {
-                continue;
+    /// Arms the one chaos timer for the timeline's next firing.
+    fn arm_chaos(&mut self, ctx: &mut Context<Self>) {
+        let Some(at) = self.chaos.next_due() else {
+            return;
+        };
+        ctx.run_later(self.clock.until(at), |act, ctx| {
+            let now = act.clock.now_ns();
+            // In virtual time the wake may come a rounding step early.
+            let due = act.chaos.next_due().map_or(now, |at| at.max(now));
+            for spec in act.chaos.take_due(due) {
+                act.fire_chaos(&spec, ctx);
             }
-            let mut at = spec.at_ns;
-            loop {
-                let s = spec.clone();
-                ctx.run_later(self.clock.until(at), move |act, ctx| {
-                    act.fire_chaos(&s, ctx)
-                });
-                match spec.every_ns {
-                    Some(every) if every > 0 && at.saturating_add(every) < end => at += every,
-                    _ => break,
-                }
-            }
-        }
+            act.arm_chaos(ctx);
+        });
     }
 
     fn fire_chaos(&mut self, spec: &ChaosSpec, ctx: &mut Context<Self>) {
@@ -467,7 +476,7 @@ impl Actor for Supervisor {
                 act.sample(ctx);
             }
         });
-        self.schedule_chaos(ctx);
+        self.arm_chaos(ctx);
         let end = self.cluster.run.duration_ns;
         ctx.run_later(self.clock.until(end), |act, ctx| {
             act.finish("duration reached".into(), ctx)
