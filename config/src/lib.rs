@@ -266,7 +266,7 @@ mod model;
 mod node;
 pub mod units;
 
-pub use action::{parse_action, COMMANDS};
+pub use action::{parse_action, COMMANDS, MAX_TRACE_BYTES};
 pub use load::MIN_EVERY_NS;
 pub use describe::ge_stationary_loss;
 pub use error::{ActionError, ConfigError, Diagnostic, Diagnostics};

@@ -873,7 +873,7 @@ fn trace_files_are_relative_to_the_config() {
     let d = &e.diagnostics()[0];
     assert!(
         d.message
-            .contains("`rate_trace`: cannot read /nonexistent/cell.mahimahi"),
+            .contains("`rate_trace`: trace file \"cell.mahimahi\": cannot"),
         "{d}"
     );
     let both = format!("{BASE}rate_trace = \"cell.mahimahi\"\n");
@@ -890,6 +890,56 @@ fn trace_files_are_relative_to_the_config() {
             .contains("`loss.file`: in trace \"full.toml\""),
         "{e}"
     );
+}
+
+/// Control (`link.set`) and `cluster.toml` may name only regular files
+/// inside the config's folder, and no error quotes what a file holds.
+#[test]
+fn trace_files_outside_the_config_folder_are_refused() {
+    let dir = std::env::temp_dir().join(format!("edgemu-trace-access-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    let file = dir.join("run/cluster.toml");
+    std::fs::write(&file, BASE).unwrap();
+    std::fs::write(dir.join("run/secret.txt"), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    std::fs::write(dir.join("outside.trace"), "0\n").unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(dir.join("outside.trace"), dir.join("run/link.trace")).unwrap();
+    let c = Cluster::load(&file).unwrap();
+    let set = |key: &str, name: &str| {
+        let f = if key == "file" {
+            serde_json::json!({ "link": "wan", "loss": { "model": "trace", "file": name } })
+        } else {
+            serde_json::json!({ "link": "wan", key: name })
+        };
+        parse_action(&c, "link.set", f.as_object().unwrap())
+            .unwrap_err()
+            .to_string()
+    };
+    for key in ["rate_trace", "rate_steps", "file"] {
+        for name in ["/etc/passwd", "../../../etc/hostname", "../outside.trace", "/dev/zero", ""] {
+            let e = set(key, name);
+            assert!(e.contains("relative to the config file's folder"), "{key} {name}: {e}");
+        }
+        let e = set(key, "secret.txt");
+        assert!(!e.contains("root"), "{key}: file content echoed: {e}");
+        assert!(e.contains("line 1"), "{e}");
+        #[cfg(unix)]
+        {
+            let e = set(key, "link.trace");
+            assert!(e.contains("leads outside"), "{key}: {e}");
+        }
+        let e = set(key, "nothing-here");
+        assert!(e.contains("cannot open"), "{e}");
+    }
+    // A device or a folder is not a regular file.
+    std::fs::create_dir_all(dir.join("run/sub")).unwrap();
+    assert!(set("rate_trace", "sub").contains("not a regular file"));
+    // Larger than the limit: refused before reading.
+    let big = std::fs::File::create(dir.join("run/big.trace")).unwrap();
+    big.set_len(MAX_TRACE_BYTES + 1).unwrap();
+    assert!(set("rate_trace", "big.trace").contains("more than the limit"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
