@@ -113,12 +113,25 @@ pub fn concerns_host(cluster: &Cluster, action: &ChaosAction, host: HostId) -> b
     matches!(action, ChaosAction::RunStop) || !local_targets(cluster, action, host).is_empty()
 }
 
+/// A control request after parsing: what the supervisor acts on.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// `status` / `metrics`: counters of this host (and, unless forwarded,
+    /// of every peer).
+    Status,
+    /// `run.stop`: every host ends the run.
+    RunStop,
+    /// A command on links or hosts, with its optional self-heal delay.
+    Action {
+        action: ChaosAction,
+        for_ns: Option<u64>,
+    },
+}
+
 /// Turns a control request (`{"cmd": "link.kill", "link": "wan", "for": "3s"}`)
-/// into an action and its optional self-heal delay.
-pub fn parse_request(
-    cluster: &Cluster,
-    request: &serde_json::Value,
-) -> Result<(ChaosAction, Option<u64>), String> {
+/// into a [`Request`]. May read trace files: call it through
+/// [`parse_off_thread`] from an actor's thread.
+pub fn parse_request(cluster: &Cluster, request: &serde_json::Value) -> Result<Request, String> {
     let obj = request
         .as_object()
         .ok_or("a request must be a JSON object")?;
@@ -126,6 +139,11 @@ pub fn parse_request(
         .get("cmd")
         .and_then(|c| c.as_str())
         .ok_or("missing \"cmd\"")?;
+    match cmd {
+        "status" | "metrics" => return Ok(Request::Status),
+        "run.stop" => return Ok(Request::RunStop),
+        _ => {}
+    }
     let mut fields = obj.clone();
     for k in ["cmd", "id", "token", "for"] {
         fields.remove(k);
@@ -137,12 +155,38 @@ pub fn parse_request(
         }
         Some(other) => {
             return Err(format!(
-                "\"for\" must be a duration string like \"3s\", found {other}"
+                "\"for\" must be a duration string like \"3s\", found {}",
+                json_kind(other)
             ))
         }
     };
     let action = edgemu_config::parse_action(cluster, cmd, &fields).map_err(|e| e.to_string())?;
-    Ok((action, for_ns))
+    Ok(Request::Action { action, for_ns })
+}
+
+/// What kind of JSON value `v` is (never its content, which may be large).
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// [`parse_request`] on the blocking pool, so that reading a trace file
+/// never stalls the actors of the host (its data path).
+pub async fn parse_off_thread(
+    cluster: std::sync::Arc<Cluster>,
+    request: serde_json::Value,
+) -> Result<(Request, serde_json::Value), String> {
+    tokio::task::spawn_blocking(move || {
+        parse_request(&cluster, &request).map(|r| (r, request))
+    })
+    .await
+    .map_err(|e| format!("parsing the request failed: {e}"))?
 }
 
 fn target_name(cluster: &Cluster, t: &Target) -> String {

@@ -31,11 +31,15 @@ pub trait ControlForwarder: Send + Sync {
     ) -> BoxFuture<'static, Result<serde_json::Value, String>>;
 }
 
-/// A control request (from the control websocket, a peer, or the chaos timeline).
+/// A control request (from the control websocket or a peer), parsed at the
+/// edge (off the actor thread, see [`commands::parse_off_thread`]).
 #[derive(Message)]
 #[rtype(result = "Result<serde_json::Value, String>")]
 pub struct Control {
-    pub request: serde_json::Value,
+    pub request: commands::Request,
+    /// The request as received (without its token): what is forwarded to
+    /// the hosts that own other targets.
+    pub raw: serde_json::Value,
     /// Came from another host: apply locally only, never forward again.
     pub forwarded: bool,
     pub source: String,
@@ -303,6 +307,7 @@ impl Supervisor {
 
     fn handle_request(
         &mut self,
+        parsed: commands::Request,
         mut request: serde_json::Value,
         forwarded: bool,
         source: String,
@@ -313,13 +318,8 @@ impl Supervisor {
             obj.remove("token");
         }
         let host = self.host_name.clone();
-        let cmd = request
-            .get("cmd")
-            .and_then(|c| c.as_str())
-            .unwrap_or("")
-            .to_string();
-        match cmd.as_str() {
-            "status" | "metrics" => {
+        match parsed {
+            commands::Request::Status => {
                 let stats = self.link_stats();
                 let router = self.actors.router.clone();
                 let host = self.host_name.clone();
@@ -363,7 +363,7 @@ impl Supervisor {
                     .into_actor(self),
                 )
             }
-            "run.stop" => {
+            commands::Request::RunStop => {
                 let t = self.clock.now_ns();
                 self.log(t, &source, "run.stop", serde_json::json!({}));
                 if !forwarded {
@@ -387,12 +387,7 @@ impl Supervisor {
                         .into_actor(self),
                 )
             }
-            _ => {
-                let parsed = commands::parse_request(&self.cluster, &request);
-                let (action, for_ns) = match parsed {
-                    Ok(v) => v,
-                    Err(e) => return Box::pin(async move { Err(e) }.into_actor(self)),
-                };
+            commands::Request::Action { action, for_ns } => {
                 let local = commands::local_targets(&self.cluster, &action, self.host);
                 let remote: BTreeSet<HostId> = if forwarded {
                     BTreeSet::new()
@@ -494,7 +489,7 @@ impl Actor for Supervisor {
 impl Handler<Control> for Supervisor {
     type Result = ResponseActFuture<Self, Result<serde_json::Value, String>>;
     fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) -> Self::Result {
-        self.handle_request(msg.request, msg.forwarded, msg.source, ctx)
+        self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
     }
 }
 

@@ -126,8 +126,9 @@ pub(crate) async fn run_session(
                         let supervisor = ctx.targets.supervisor();
                         let ctrl = peer.ctrl_tx.clone();
                         let name = peer.name.clone();
+                        let cluster = ctx.cluster.clone();
                         actix_rt::spawn(async move {
-                            let reply = answer_forward(supervisor, &json, &name).await;
+                            let reply = answer_forward(supervisor, cluster, json, &name).await;
                             let _ = ctrl.send(Frame::ControlReply { id, json: reply });
                         });
                     }
@@ -184,22 +185,33 @@ pub(crate) async fn run_session(
 
 async fn answer_forward(
     supervisor: Option<actix::Recipient<Control>>,
-    json: &str,
+    cluster: std::sync::Arc<edgemu_config::Cluster>,
+    json: String,
     from: &str,
 ) -> String {
-    let request: serde_json::Value = match serde_json::from_str(json) {
-        Ok(v) => v,
-        Err(e) => {
-            return serde_json::json!({ "error": format!("malformed forwarded request: {e}") })
-                .to_string()
-        }
-    };
     let Some(sup) = supervisor else {
         return serde_json::json!({ "error": "run has not started on this host" }).to_string();
+    };
+    // Parsed off the actor thread: it may read a trace file.
+    let parsed = tokio::task::spawn_blocking(move || {
+        serde_json::from_str::<serde_json::Value>(&json)
+            .map_err(|e| format!("malformed forwarded request: {e}"))
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let raw = match parsed {
+        Ok(v) => v,
+        Err(e) => return serde_json::json!({ "error": e }).to_string(),
+    };
+    let (request, raw) = match crate::host::commands::parse_off_thread(cluster, raw).await {
+        Ok(v) => v,
+        Err(e) => return serde_json::json!({ "error": e }).to_string(),
     };
     match sup
         .send(Control {
             request,
+            raw,
             forwarded: true,
             source: format!("control (via {from})"),
         })
