@@ -267,7 +267,7 @@ mod node;
 pub mod units;
 
 pub use action::{parse_action, COMMANDS, MAX_TRACE_BYTES};
-pub use load::MIN_EVERY_NS;
+pub use load::{default_queue_bytes, MIN_EVERY_NS};
 pub use describe::ge_stationary_loss;
 pub use error::{ActionError, ConfigError, Diagnostic, Diagnostics};
 pub use model::*;

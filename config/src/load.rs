@@ -28,6 +28,17 @@ const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control"];
 const ACTOR_KINDS: &[&str] = &["constant", "bursty", "pinger", "sink"];
 const CHAOS_KEYS: &[&str] = &["at", "command", "for", "every"];
 
+/// The drop-tail queue of a link direction that does not set `queue`: like
+/// a router's buffer, 100 ms of the link's rate (a bandwidth-delay product
+/// for a 100 ms round trip), at least 64 KiB and at most 64 MiB; 1 MiB for
+/// a rate trace or an unlimited rate. `queue = "unlimited"` asks for none.
+pub fn default_queue_bytes(rate: &edgemu_links::RateSpec) -> u64 {
+    match rate {
+        edgemu_links::RateSpec::Fixed { bps } => (bps / 80).clamp(64 << 10, 64 << 20),
+        _ => 1 << 20,
+    }
+}
+
 /// The shortest `every` a `[[chaos]]` entry may repeat with: a repeating
 /// command is a control action, not a traffic generator, and each firing
 /// costs a round of actor messages (and, for remote targets, the mesh).
@@ -669,14 +680,18 @@ impl<'a> Loader<'a> {
         let mut dirs = [LinkParams::default(), LinkParams::default()];
         for (slot, key) in ["ab", "ba"].into_iter().enumerate() {
             both.apply(&mut dirs[slot]);
-            let Some(t) = errs.ok(opt_table(obj, key)).flatten() else {
-                continue;
-            };
-            let mut sub = Errs::default();
-            check_keys(t, PARAM_KEYS, &format!("[links.{key}]"), &mut sub);
-            let layer = parse_layer(t, &self.base_dir, &mut sub);
-            layer.apply(&mut dirs[slot]);
-            errs.0.extend(sub.0.into_iter().map(|e| e.nested(key)));
+            let mut queue_given = both.queue_bytes.is_some();
+            if let Some(t) = errs.ok(opt_table(obj, key)).flatten() {
+                let mut sub = Errs::default();
+                check_keys(t, PARAM_KEYS, &format!("[links.{key}]"), &mut sub);
+                let layer = parse_layer(t, &self.base_dir, &mut sub);
+                layer.apply(&mut dirs[slot]);
+                queue_given |= layer.queue_bytes.is_some();
+                errs.0.extend(sub.0.into_iter().map(|e| e.nested(key)));
+            }
+            if !queue_given {
+                dirs[slot].queue_bytes = Some(default_queue_bytes(&dirs[slot].rate));
+            }
         }
         self.report_all(e.node, errs);
         let [ab, ba] = dirs;

@@ -113,9 +113,22 @@ fn base_is_valid() {
     };
     assert_eq!((*size, *start_ns, *stop_ns), (1400, 0, None));
     assert_eq!(c.links[0].ab, c.links[0].ba);
-    assert_eq!(c.links[0].ab.queue_bytes, None);
+    // Default queue: 100 ms of 50 Mb/s, like a router's buffer.
+    assert_eq!(c.links[0].ab.queue_bytes, Some(625_000));
     assert_eq!(c.links[0].ab.loss, LossSpec::None);
     assert!(!c.requires_token());
+}
+
+#[test]
+fn default_queue_is_bounded_unless_asked_otherwise() {
+    assert_eq!(default_queue_bytes(&RateSpec::Fixed { bps: 1_000 }), 64 << 10);
+    assert_eq!(default_queue_bytes(&RateSpec::Fixed { bps: 100_000_000_000 }), 64 << 20);
+    assert_eq!(default_queue_bytes(&RateSpec::Unlimited), 1 << 20);
+    let c = parse(&with("queue = \"unlimited\"\n")).unwrap();
+    assert_eq!(c.links[0].ab.queue_bytes, None);
+    let c = parse(&BASE.replace("rate = \"50Mbps\"\n", "rate = \"50Mbps\"\n[links.ba]\nqueue = \"unlimited\"\n")).unwrap();
+    assert_eq!(c.links[0].ab.queue_bytes, Some(625_000));
+    assert_eq!(c.links[0].ba.queue_bytes, None);
 }
 
 #[test]
