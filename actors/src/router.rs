@@ -44,6 +44,60 @@ pub struct RouterCounters {
     pub dropped_peer_down: u64,
     pub dropped_partition: u64,
     pub dropped_bad_route: u64,
+    /// Envelopes from peers dropped because the router was this far behind
+    /// (see [`InboundGate`]).
+    pub dropped_inbound_full: u64,
+}
+
+/// Bounds the envelopes from peers waiting in the router's mailbox: the mesh
+/// [`InboundGate::admit`]s each one before sending it and the router lets it
+/// go when handled, so a flood from a peer is dropped and counted, never
+/// queued without limit.
+#[derive(Debug)]
+pub struct InboundGate {
+    pending: std::sync::atomic::AtomicUsize,
+    limit: usize,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+/// Envelopes from peers that may wait in a router's mailbox.
+pub const INBOUND_LIMIT: usize = 65_536;
+
+impl InboundGate {
+    pub fn new(limit: usize) -> Self {
+        InboundGate {
+            pending: std::sync::atomic::AtomicUsize::new(0),
+            limit,
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// True if one more envelope may be queued (and counts it); false drops it.
+    pub fn admit(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let ok = self
+            .pending
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .is_ok();
+        if !ok {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// One admitted envelope was handled.
+    pub fn done(&self) {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .pending
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// An envelope from a peer host.
@@ -92,6 +146,7 @@ pub struct Router {
     peer_listeners: Vec<Recipient<PeerStatus>>,
     events: EventLog,
     counters: RouterCounters,
+    inbound: Arc<InboundGate>,
 }
 
 impl Router {
@@ -121,7 +176,13 @@ impl Router {
             peer_listeners: Vec::new(),
             events,
             counters: RouterCounters::default(),
+            inbound: Arc::new(InboundGate::new(INBOUND_LIMIT)),
         }
+    }
+
+    /// The gate the mesh must pass each inbound envelope through.
+    pub fn inbound_gate(&self) -> Arc<InboundGate> {
+        self.inbound.clone()
     }
 
     /// Subscribe to peer up/down notices (e.g. the host supervisor).
@@ -218,6 +279,7 @@ impl Handler<Route> for Router {
 impl Handler<Inbound> for Router {
     type Result = ();
     fn handle(&mut self, msg: Inbound, _: &mut Context<Self>) {
+        self.inbound.done();
         self.counters.received_remote += 1;
         let env = msg.0;
         // A partition drops in both directions, on both hosts.
@@ -314,6 +376,8 @@ impl Handler<PeerControl> for Router {
 impl Handler<GetRouterCounters> for Router {
     type Result = MessageResult<GetRouterCounters>;
     fn handle(&mut self, _: GetRouterCounters, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.counters.clone())
+        let mut c = self.counters.clone();
+        c.dropped_inbound_full = self.inbound.dropped();
+        MessageResult(c)
     }
 }

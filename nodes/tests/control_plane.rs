@@ -214,6 +214,11 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
             .filter_map(|h| h["host"].as_str())
             .collect();
         assert_eq!(hosts, vec!["alpha", "beta"]);
+        // Drop counters of the bounded paths are exported.
+        let alpha_st = &st["hosts"][0];
+        assert_eq!(alpha_st["router"]["dropped_inbound_full"], 0, "{alpha_st}");
+        assert_eq!(alpha_st["mesh"]["beta"]["malformed_frames"], 0, "{alpha_st}");
+        assert_eq!(alpha_st["mesh"]["beta"]["control_dropped"], 0, "{alpha_st}");
 
         tokio::time::sleep(Duration::from_secs(2)).await;
         // wan a→b is owned by beta (the sender's host): alpha forwards it.

@@ -148,7 +148,10 @@ pub async fn run_host_real(
     )
     .start();
     targets.set(
-        actors.router.clone().recipient::<Inbound>(),
+        (
+            actors.router.clone().recipient::<Inbound>(),
+            actors.inbound.clone(),
+        ),
         sup.clone().recipient(),
         vec![
             actors.router.clone().recipient::<PeerStatus>(),

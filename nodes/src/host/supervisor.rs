@@ -24,6 +24,9 @@ use tokio::sync::oneshot;
 
 /// Sends a control request to another host and waits for its JSON reply.
 pub trait ControlForwarder: Send + Sync {
+    /// Per-peer mesh counters (malformed frames, dropped control frames,
+    /// write timeouts, silences) for `status`.
+    fn counters(&self) -> serde_json::Value;
     fn forward(
         &self,
         host: HostId,
@@ -337,12 +340,18 @@ impl Supervisor {
                     self.forwarder.clone()
                 };
                 let req = request.clone();
+                let mesh = self
+                    .forwarder
+                    .as_ref()
+                    .map(|f| f.counters())
+                    .unwrap_or(serde_json::Value::Null);
                 Box::pin(
                     async move {
                         let links = stats.await;
                         let counters = router.send(GetRouterCounters).await.unwrap_or_default();
                         let mut hosts = vec![serde_json::json!({
                             "host": host, "t_ns": now, "links": links, "router": counters,
+                            "mesh": mesh,
                         })];
                         if let Some(f) = fwd {
                             for p in peers {
