@@ -100,10 +100,11 @@ impl InboundGate {
     }
 }
 
-/// An envelope from a peer host.
+/// An envelope from a peer host, with the host it came from (the mesh
+/// session it arrived on, authenticated by the handshake).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct Inbound(pub Envelope);
+pub struct Inbound(pub Envelope, pub HostId);
 
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -281,13 +282,20 @@ impl Handler<Inbound> for Router {
     fn handle(&mut self, msg: Inbound, _: &mut Context<Self>) {
         self.inbound.done();
         self.counters.received_remote += 1;
-        let env = msg.0;
+        let Inbound(env, from) = msg;
+        // A peer only forwards what already crossed its link (links live on
+        // the sending host), and only from actors on that peer: an envelope
+        // with `via` set, or whose source lives elsewhere, would use this
+        // host as a relay with a spoofed source.
+        let src_host = self.cluster.actors.get(env.src.0 as usize).map(|a| a.host);
+        if env.via.is_some() || src_host != Some(from) {
+            self.counters.dropped_bad_route += 1;
+            return;
+        }
         // A partition drops in both directions, on both hosts.
-        if let Some(src) = self.cluster.actors.get(env.src.0 as usize) {
-            if self.partitioned.contains_key(&src.host) {
-                self.counters.dropped_partition += 1;
-                return;
-            }
+        if self.partitioned.contains_key(&from) {
+            self.counters.dropped_partition += 1;
+            return;
         }
         self.route(env, true);
     }

@@ -32,7 +32,6 @@ use anyhow::Result;
 use edgemu_codec::ids::HostId;
 use edgemu_config::Cluster;
 use futures_util::{SinkExt, StreamExt};
-use hmac::Mac;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,21 +40,10 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Constant-time token comparison (via HMAC verification of a fixed message).
-fn token_ok(expected: &[u8], given: &str) -> bool {
-    if expected.is_empty() {
-        return true;
-    }
-    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"edgemu-control-token") else {
-        return false;
-    };
-    mac.update(expected);
-    let want = mac.finalize().into_bytes();
-    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"edgemu-control-token") else {
-        return false;
-    };
-    mac.update(given.as_bytes());
-    mac.verify_slice(&want).is_ok()
+/// Constant-time check of a client's token against the control key
+/// derived from the cluster token.
+fn token_ok(control_key: &[u8], given: &str) -> bool {
+    crate::host::keys::control_token_ok(control_key, given)
 }
 
 fn reply(id: &serde_json::Value, result: Result<serde_json::Value, String>) -> String {

@@ -99,7 +99,7 @@ async fn read_loop(
                     for e in envs {
                         // Drops (counted by the gate) when the router is far behind.
                         if gate.admit() {
-                            router.do_send(Inbound(e));
+                            router.do_send(Inbound(e, peer.id));
                         }
                     }
                 }
