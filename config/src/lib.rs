@@ -258,6 +258,7 @@
 //! `config/tests/fixtures/full.toml` uses every key.
 
 mod action;
+pub mod command;
 mod describe;
 mod error;
 mod fields;

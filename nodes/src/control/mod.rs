@@ -47,10 +47,8 @@ fn token_ok(control_key: &[u8], given: &str) -> bool {
 }
 
 fn reply(id: &serde_json::Value, result: Result<serde_json::Value, String>) -> String {
-    match result {
-        Ok(v) => serde_json::json!({ "id": id, "ok": true, "result": v }).to_string(),
-        Err(e) => serde_json::json!({ "id": id, "ok": false, "error": e }).to_string(),
-    }
+    let r = edgemu_config::command::Reply::new(id.clone(), result);
+    serde_json::to_string(&r).unwrap_or_else(|e| format!("{{\"ok\":false,\"error\":\"{e}\"}}"))
 }
 
 /// Bounds on what control clients may hold.

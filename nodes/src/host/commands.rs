@@ -26,6 +26,16 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// As an element of the typed reply.
+    pub fn typed(&self) -> edgemu_config::command::AppliedTarget {
+        edgemu_config::command::AppliedTarget {
+            host: self.host.clone(),
+            target: self.target.clone(),
+            effective_ns: self.at_ns,
+            error: self.error.clone(),
+        }
+    }
+
     pub fn detail(&self) -> serde_json::Value {
         let mut v = serde_json::json!({ "host": self.host, "target": self.target, "effective_ns": self.at_ns });
         if let Some(e) = &self.error {
@@ -113,67 +123,16 @@ pub fn concerns_host(cluster: &Cluster, action: &ChaosAction, host: HostId) -> b
     matches!(action, ChaosAction::RunStop) || !local_targets(cluster, action, host).is_empty()
 }
 
-/// A control request after parsing: what the supervisor acts on.
-#[derive(Debug, Clone)]
-pub enum Request {
-    /// `status` / `metrics`: counters of this host (and, unless forwarded,
-    /// of every peer).
-    Status,
-    /// `run.stop`: every host ends the run.
-    RunStop,
-    /// A command on links or hosts, with its optional self-heal delay.
-    Action {
-        action: ChaosAction,
-        for_ns: Option<u64>,
-    },
-}
+/// A control request after parsing and resolving: what the supervisor acts on.
+pub use edgemu_config::command::Resolved as Request;
 
 /// Turns a control request (`{"cmd": "link.kill", "link": "wan", "for": "3s"}`)
-/// into a [`Request`]. May read trace files: call it through
-/// [`parse_off_thread`] from an actor's thread.
+/// into a [`Request`] through the typed [`edgemu_config::command::Command`].
+/// May read trace files: call it through [`parse_off_thread`] from an
+/// actor's thread.
 pub fn parse_request(cluster: &Cluster, request: &serde_json::Value) -> Result<Request, String> {
-    let obj = request
-        .as_object()
-        .ok_or("a request must be a JSON object")?;
-    let cmd = obj
-        .get("cmd")
-        .and_then(|c| c.as_str())
-        .ok_or("missing \"cmd\"")?;
-    match cmd {
-        "status" | "metrics" => return Ok(Request::Status),
-        "run.stop" => return Ok(Request::RunStop),
-        _ => {}
-    }
-    let mut fields = obj.clone();
-    for k in ["cmd", "id", "token", "for"] {
-        fields.remove(k);
-    }
-    let for_ns = match obj.get("for") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s)) => {
-            Some(edgemu_config::parse_duration_ns(s).map_err(|e| format!("\"for\": {e}"))?)
-        }
-        Some(other) => {
-            return Err(format!(
-                "\"for\" must be a duration string like \"3s\", found {}",
-                json_kind(other)
-            ))
-        }
-    };
-    let action = edgemu_config::parse_action(cluster, cmd, &fields).map_err(|e| e.to_string())?;
-    Ok(Request::Action { action, for_ns })
-}
-
-/// What kind of JSON value `v` is (never its content, which may be large).
-fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
+    let command = edgemu_config::command::Command::from_request(request)?;
+    command.resolve(cluster).map_err(|e| e.to_string())
 }
 
 /// [`parse_request`] on the blocking pool, so that reading a trace file

@@ -14,6 +14,7 @@
 pub mod chaos_timeline;
 pub mod commands;
 pub mod keys;
+pub mod route;
 pub mod spawn;
 pub mod supervisor;
 

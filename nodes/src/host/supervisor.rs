@@ -4,7 +4,9 @@
 //! in flight drain, flush everything, write the host summary.
 
 use super::chaos_timeline::ChaosTimeline;
-use super::commands::{self, Applied};
+use super::commands;
+use super::route::{self, Plan};
+use edgemu_config::command::{Applied, AppliedTarget};
 use super::spawn::HostActors;
 use crate::results::{HostResults, LinkRow};
 use actix::prelude::*;
@@ -17,7 +19,7 @@ use edgemu_codec::ids::{Direction, HostId, LinkId};
 use edgemu_config::{ChaosSpec, Cluster};
 use futures_util::future::BoxFuture;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -308,6 +310,7 @@ impl Supervisor {
         });
     }
 
+    /// Executes the [`route::plan`] of one request: the decisions are there.
     fn handle_request(
         &mut self,
         parsed: commands::Request,
@@ -321,25 +324,20 @@ impl Supervisor {
             obj.remove("token");
         }
         let host = self.host_name.clone();
-        match parsed {
-            commands::Request::Status => {
+        let plan = route::plan(
+            &self.cluster,
+            self.host,
+            &parsed,
+            forwarded,
+            self.forwarder.is_some(),
+        );
+        match plan {
+            Plan::Refuse(e) => Box::pin(async move { Err(e) }.into_actor(self)),
+            Plan::Status { peers } => {
                 let stats = self.link_stats();
                 let router = self.actors.router.clone();
-                let host = self.host_name.clone();
                 let now = self.clock.now_ns();
-                let peers: Vec<HostId> = self
-                    .cluster
-                    .hosts
-                    .iter()
-                    .map(|h| h.id)
-                    .filter(|h| *h != self.host)
-                    .collect();
-                let fwd = if forwarded {
-                    None
-                } else {
-                    self.forwarder.clone()
-                };
-                let req = request.clone();
+                let fwd = self.forwarder.clone();
                 let mesh = self
                     .forwarder
                     .as_ref()
@@ -355,7 +353,7 @@ impl Supervisor {
                         })];
                         if let Some(f) = fwd {
                             for p in peers {
-                                match f.forward(p, req.clone()).await {
+                                match f.forward(p, request.clone()).await {
                                     Ok(v) => {
                                         if let Some(arr) = v.get("hosts").and_then(|h| h.as_array())
                                         {
@@ -372,49 +370,36 @@ impl Supervisor {
                     .into_actor(self),
                 )
             }
-            commands::Request::RunStop => {
+            Plan::Stop { peers } => {
                 let t = self.clock.now_ns();
                 self.log(t, &source, "run.stop", serde_json::json!({}));
-                if !forwarded {
-                    if let Some(f) = self.forwarder.clone() {
-                        for h in self.cluster.hosts.iter().filter(|h| h.id != self.host) {
-                            let fut = f.forward(h.id, request.clone());
-                            ctx.spawn(
-                                async move {
-                                    let _ = fut.await;
-                                }
-                                .into_actor(self),
-                            );
-                        }
+                if let Some(f) = self.forwarder.clone() {
+                    for h in peers {
+                        let fut = f.forward(h, request.clone());
+                        ctx.spawn(
+                            async move {
+                                let _ = fut.await;
+                            }
+                            .into_actor(self),
+                        );
                     }
                 }
                 self.finish(format!("{source}: run.stop"), ctx);
-                Box::pin(
-                    async move {
-                        Ok(serde_json::json!({ "applied": [{ "host": host, "target": "run", "effective_ns": t }] }))
-                    }
-                        .into_actor(self),
-                )
-            }
-            commands::Request::Action { action, for_ns } => {
-                let local = commands::local_targets(&self.cluster, &action, self.host);
-                let remote: BTreeSet<HostId> = if forwarded {
-                    BTreeSet::new()
-                } else {
-                    commands::owner_hosts(&self.cluster, &action)
-                        .into_iter()
-                        .filter(|h| *h != self.host)
-                        .collect()
+                let applied = Applied {
+                    applied: vec![AppliedTarget {
+                        host,
+                        target: "run".into(),
+                        effective_ns: t,
+                        error: None,
+                    }],
+                    errors: Vec::new(),
                 };
-                if !remote.is_empty() && self.forwarder.is_none() {
-                    return Box::pin(
-                        async move {
-                            Err("target is owned by another host and this host has no mesh"
-                                .to_string())
-                        }
-                        .into_actor(self),
-                    );
-                }
+                Box::pin(async move { to_json(&applied) }.into_actor(self))
+            }
+            Plan::Apply { local, remote } => {
+                let commands::Request::Action { action, for_ns } = parsed else {
+                    return Box::pin(async { Err("not an action".to_string()) }.into_actor(self));
+                };
                 let fut = commands::apply(
                     self.actors.clone(),
                     self.cluster.clone(),
@@ -427,47 +412,45 @@ impl Supervisor {
                 let kind = action.command();
                 Box::pin(
                     async move {
-                        let mut applied: Vec<serde_json::Value> = Vec::new();
-                        let mut errors: Vec<String> = Vec::new();
-                        let local_applied: Vec<Applied> = fut.await;
-                        let mut local_json = Vec::new();
-                        for a in &local_applied {
-                            local_json.push(a.detail());
-                        }
+                        let local_applied: Vec<commands::Applied> = fut.await;
+                        let mut reply = Applied::default();
+                        reply.applied = local_applied.iter().map(|a| a.typed()).collect();
                         if let Some(f) = fwd {
                             for h in remote {
                                 match f.forward(h, request.clone()).await {
-                                    Ok(v) => {
-                                        if let Some(arr) =
-                                            v.get("applied").and_then(|a| a.as_array())
-                                        {
-                                            applied.extend(arr.iter().cloned());
+                                    Ok(v) => match serde_json::from_value::<Applied>(v) {
+                                        Ok(mut theirs) => {
+                                            reply.applied.append(&mut theirs.applied);
+                                            reply.errors.append(&mut theirs.errors);
                                         }
-                                    }
-                                    Err(e) => errors.push(format!("host#{}: {e}", h.0)),
+                                        Err(e) => reply
+                                            .errors
+                                            .push(format!("host#{}: bad reply: {e}", h.0)),
+                                    },
+                                    Err(e) => reply.errors.push(format!("host#{}: {e}", h.0)),
                                 }
                             }
                         }
-                        (local_applied, local_json, applied, errors)
+                        (local_applied, reply)
                     }
                     .into_actor(self)
-                    .map(
-                        move |(local_applied, local_json, mut applied, errors), act, _| {
-                            for a in &local_applied {
-                                act.log(a.at_ns, &source, kind, a.detail());
-                            }
-                            let mut all = local_json;
-                            all.append(&mut applied);
-                            if all.is_empty() && !errors.is_empty() {
-                                return Err(errors.join("; "));
-                            }
-                            Ok(serde_json::json!({ "applied": all, "errors": errors }))
-                        },
-                    ),
+                    .map(move |(local_applied, reply), act, _| {
+                        for a in &local_applied {
+                            act.log(a.at_ns, &source, kind, a.detail());
+                        }
+                        if reply.applied.is_empty() && !reply.errors.is_empty() {
+                            return Err(reply.errors.join("; "));
+                        }
+                        to_json(&reply)
+                    }),
                 )
             }
         }
     }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, String> {
+    serde_json::to_value(v).map_err(|e| e.to_string())
 }
 
 impl Actor for Supervisor {
