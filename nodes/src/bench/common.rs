@@ -42,6 +42,8 @@ pub struct LinkCase {
     pub packet_bytes: u32,
     /// Drop-tail queue of the link, bytes.
     pub queue_bytes: u64,
+    /// Serve host `a`'s control websocket on this loopback port.
+    pub control_port: Option<u16>,
 }
 
 impl LinkCase {
@@ -58,6 +60,7 @@ impl LinkCase {
             offer_factor: 1.05,
             packet_bytes,
             queue_bytes: (rate_bps / 8 / 20).max(8 * u64::from(packet_bytes)),
+            control_port: None,
         }
     }
 
@@ -85,6 +88,7 @@ sample = "1s"
 [[hosts]]
 name = "a"
 listen = "127.0.0.1:{pa}"
+{control}
 
 [[hosts]]
 name = "b"
@@ -121,6 +125,10 @@ loss = {loss}
             rate = self.rate_bps,
             delay = self.delay_ns,
             queue = self.queue_bytes,
+            control = self
+                .control_port
+                .map(|p| format!("control = \"127.0.0.1:{p}\""))
+                .unwrap_or_default(),
         )
     }
 }
