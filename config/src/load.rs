@@ -49,7 +49,7 @@ const HEALABLE: &[&str] = &["link.kill", "link.set", "host.partition"];
 fn actor_keys(kind: &str) -> &'static [&'static str] {
     match kind {
         "constant" => &[
-            "name", "host", "kind", "to", "via", "rate", "size", "start", "stop",
+            "name", "host", "kind", "to", "via", "rate", "size", "payload", "start", "stop",
         ],
         "bursty" => &[
             "name", "host", "kind", "to", "via", "burst", "interval", "size", "start", "stop",
@@ -599,6 +599,10 @@ impl<'a> Loader<'a> {
                     }))
                     .unwrap_or(1),
                 size: size(&mut errs, 1400),
+                real_bytes: errs
+                    .ok(opt_enum(obj, "payload", &["declared", "bytes"]))
+                    .flatten()
+                    == Some("bytes"),
                 route,
                 start_ns,
                 stop_ns,

@@ -95,6 +95,7 @@ pub fn spawn_host_actors(
                 route: r,
                 rate_bps,
                 size,
+                real_bytes,
                 start_ns,
                 stop_ns,
             } => {
@@ -111,6 +112,7 @@ pub fn spawn_host_actors(
                     clock,
                     route.clone(),
                 )
+                .with_real_bytes(*real_bytes)
                 .start();
                 senders.push(addr.recipient());
                 None

@@ -33,6 +33,7 @@ const BATCH_BYTES: usize = MAX_FRAME_BYTES / 4;
 fn encoded_estimate(e: &Envelope) -> usize {
     32 + match &e.payload {
         edgemu_codec::wire::Msg::Bytes(b) => b.len(),
+        edgemu_codec::wire::Msg::Probe(p) => p.pad.len(),
         _ => 0,
     }
 }
@@ -88,7 +89,11 @@ async fn read_loop(
         let frame = match decode_frame(&msg.into_data()) {
             Ok(f) => f,
             Err(e) => {
-                let n = peer.counters.malformed_frames.fetch_add(1, Ordering::Relaxed) + 1;
+                let n = peer
+                    .counters
+                    .malformed_frames
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
                 tracing::warn!(peer = %peer.name, malformed_frames = n, "malformed frame dropped: {e}");
                 continue;
             }
@@ -133,7 +138,9 @@ async fn read_loop(
             Frame::ControlReply { id, json } => peer.complete_request(id, json),
             Frame::Bye { reason } => return format!("bye: {reason}"),
             Frame::Hello(_) | Frame::Auth(_) => {
-                peer.counters.malformed_frames.fetch_add(1, Ordering::Relaxed);
+                peer.counters
+                    .malformed_frames
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(peer = %peer.name, "handshake frame after handshake; ignored");
             }
         }
@@ -298,7 +305,9 @@ mod tests {
     }
 
     async fn socket_pair() -> (Ws, Ws) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let client = TcpStream::connect(addr).await.expect("connect");
         let (server, _) = listener.accept().await.expect("accept");
@@ -345,7 +354,12 @@ mod tests {
                 let mut seq = 0;
                 loop {
                     seq += 1;
-                    let hb = Frame::Heartbeat(Heartbeat { seq, sent_ns: 0, echo_ns: None, echo_hold_ns: 0 });
+                    let hb = Frame::Heartbeat(Heartbeat {
+                        seq,
+                        sent_ns: 0,
+                        echo_ns: None,
+                        echo_hold_ns: 0,
+                    });
                     let bytes = encode_frame(&hb).expect("encode");
                     if b_tx.send(Message::binary(bytes)).await.is_err() {
                         return;
