@@ -11,11 +11,11 @@
 
 use crate::clock::{Clock, Timer, Wake};
 use crate::events::{Event, EventLog};
+use crate::link_overrides::{LayerId, LinkOverrides};
 use crate::messages::{GetLinkStats, LinkControl, LinkStats, Route, SetLead};
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
 use edgemu_codec::wire::Envelope;
-use crate::link_overrides::{LayerId, LinkOverrides};
 use edgemu_links::{LinkModel, LinkParams, LossSpec, Offer, RateSpec};
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -135,7 +135,13 @@ impl LinkActor {
     }
 
     /// A timed override's `for` is over: remove its layer only.
-    fn heal_later(&mut self, ctx: &mut Context<Self>, after_ns: u64, id: LayerId, kind: &'static str) {
+    fn heal_later(
+        &mut self,
+        ctx: &mut Context<Self>,
+        after_ns: u64,
+        id: LayerId,
+        kind: &'static str,
+    ) {
         ctx.run_later(Duration::from_nanos(after_ns), move |act, ctx| {
             let t = act.clock.now_ns();
             act.overrides.expire(id);

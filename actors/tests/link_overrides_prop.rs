@@ -12,10 +12,18 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Kill { for_ms: Option<u64> },
-    Set { field: u8, value: u64, for_ms: Option<u64> },
+    Kill {
+        for_ms: Option<u64>,
+    },
+    Set {
+        field: u8,
+        value: u64,
+        for_ms: Option<u64>,
+    },
     Restore,
-    Wait { ms: u64 },
+    Wait {
+        ms: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {

@@ -151,7 +151,9 @@ fn read_file(base_dir: &Path, key: &str, name: &str) -> Result<String, ActionErr
         .read_to_end(&mut bytes)
         .map_err(|e| bad(format!("cannot read: {e}")))?;
     if bytes.len() as u64 > MAX_TRACE_BYTES {
-        return Err(bad(format!("more than the limit of {MAX_TRACE_BYTES} bytes")));
+        return Err(bad(format!(
+            "more than the limit of {MAX_TRACE_BYTES} bytes"
+        )));
     }
     String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))
 }

@@ -151,7 +151,9 @@ pub enum Command {
 #[derive(Debug, Clone)]
 pub enum Resolved {
     Status,
-    Subscribe { interval_ns: u64 },
+    Subscribe {
+        interval_ns: u64,
+    },
     RunStop,
     /// A command on links or hosts, with its optional self-heal delay.
     Action {
@@ -324,8 +326,10 @@ mod tests {
                 for_: Some("3s".into())
             })
         );
-        let e = Command::from_request(&serde_json::json!({"cmd": "link.kill", "link": "wan", "rate": "1Mbps"}))
-            .unwrap_err();
+        let e = Command::from_request(
+            &serde_json::json!({"cmd": "link.kill", "link": "wan", "rate": "1Mbps"}),
+        )
+        .unwrap_err();
         assert!(e.contains("rate"), "{e}");
         let e = Command::from_request(&serde_json::json!({"cmd": "link.zap"})).unwrap_err();
         assert!(e.contains("link.zap"), "{e}");
@@ -339,7 +343,8 @@ mod tests {
 
     #[test]
     fn the_schema_in_docs_is_current() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/control-schema.json");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/control-schema.json");
         let fresh = json_schema();
         if std::env::var_os("EDGEMU_WRITE_SCHEMA").is_some() {
             std::fs::write(&path, &fresh).unwrap();

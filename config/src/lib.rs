@@ -268,9 +268,9 @@ mod node;
 pub mod units;
 
 pub use action::{parse_action, COMMANDS, MAX_TRACE_BYTES};
-pub use load::{default_queue_bytes, MIN_EVERY_NS};
 pub use describe::ge_stationary_loss;
 pub use error::{ActionError, ConfigError, Diagnostic, Diagnostics};
+pub use load::{default_queue_bytes, MIN_EVERY_NS};
 pub use model::*;
 pub use units::{
     fmt_bytes, fmt_duration, fmt_rate, parse_bytes, parse_duration_ns, parse_rate, UnitError,

@@ -120,13 +120,46 @@ fn base_is_valid() {
 }
 
 #[test]
+fn a_constant_sender_may_carry_real_bytes() {
+    let c = parse(&BASE.replace(
+        "rate = \"20Mbps\"\n",
+        "rate = \"20Mbps\"\npayload = \"bytes\"\n",
+    ))
+    .unwrap();
+    assert!(matches!(
+        c.actors[0].kind,
+        ActorKind::ConstantSender {
+            real_bytes: true,
+            ..
+        }
+    ));
+    assert!(parse(&BASE.replace(
+        "rate = \"20Mbps\"\n",
+        "rate = \"20Mbps\"\npayload = \"lots\"\n"
+    ))
+    .is_err());
+}
+
+#[test]
 fn default_queue_is_bounded_unless_asked_otherwise() {
-    assert_eq!(default_queue_bytes(&RateSpec::Fixed { bps: 1_000 }), 64 << 10);
-    assert_eq!(default_queue_bytes(&RateSpec::Fixed { bps: 100_000_000_000 }), 64 << 20);
+    assert_eq!(
+        default_queue_bytes(&RateSpec::Fixed { bps: 1_000 }),
+        64 << 10
+    );
+    assert_eq!(
+        default_queue_bytes(&RateSpec::Fixed {
+            bps: 100_000_000_000
+        }),
+        64 << 20
+    );
     assert_eq!(default_queue_bytes(&RateSpec::Unlimited), 1 << 20);
     let c = parse(&with("queue = \"unlimited\"\n")).unwrap();
     assert_eq!(c.links[0].ab.queue_bytes, None);
-    let c = parse(&BASE.replace("rate = \"50Mbps\"\n", "rate = \"50Mbps\"\n[links.ba]\nqueue = \"unlimited\"\n")).unwrap();
+    let c = parse(&BASE.replace(
+        "rate = \"50Mbps\"\n",
+        "rate = \"50Mbps\"\n[links.ba]\nqueue = \"unlimited\"\n",
+    ))
+    .unwrap();
     assert_eq!(c.links[0].ab.queue_bytes, Some(625_000));
     assert_eq!(c.links[0].ba.queue_bytes, None);
 }
@@ -165,6 +198,7 @@ fn full_fixture_resolves() {
             },
             rate_bps: 20_000_000,
             size: 1200,
+            real_bytes: false,
             start_ns: 1_000_000_000,
             stop_ns: Some(15_000_000_000),
         }
@@ -533,7 +567,7 @@ fn key_of_another_actor_kind() {
         &t,
         "burst",
         0,
-        &["key `burst` is not valid for kind \"constant\"; valid keys: name, host, kind, to, via, rate, size, start, stop"],
+        &["key `burst` is not valid for kind \"constant\"; valid keys: name, host, kind, to, via, rate, size, payload, start, stop"],
     );
     let t = BASE.replace("kind = \"sink\"", "kind = \"sink\"\nto = \"cbr\"");
     expect_error(
@@ -825,9 +859,17 @@ fn chaos_at_beyond_the_run() {
 
 #[test]
 fn chaos_every_below_the_minimum_period() {
-    let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nevery = \"1ns\"\n");
-    expect_error(&t, "\"1ns\"", 0, &["`every`: 1ns is shorter than the minimum repeat period (100ms)"]);
-    let ok = with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nevery = \"100ms\"\n");
+    let t =
+        with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nevery = \"1ns\"\n");
+    expect_error(
+        &t,
+        "\"1ns\"",
+        0,
+        &["`every`: 1ns is shorter than the minimum repeat period (100ms)"],
+    );
+    let ok = with(
+        "[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nevery = \"100ms\"\n",
+    );
     assert!(parse(&ok).is_ok());
 }
 
@@ -914,7 +956,11 @@ fn trace_files_outside_the_config_folder_are_refused() {
     std::fs::create_dir_all(dir.join("run")).unwrap();
     let file = dir.join("run/cluster.toml");
     std::fs::write(&file, BASE).unwrap();
-    std::fs::write(dir.join("run/secret.txt"), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    std::fs::write(
+        dir.join("run/secret.txt"),
+        "root:x:0:0:root:/root:/bin/bash\n",
+    )
+    .unwrap();
     std::fs::write(dir.join("outside.trace"), "0\n").unwrap();
     #[cfg(unix)]
     std::os::unix::fs::symlink(dir.join("outside.trace"), dir.join("run/link.trace")).unwrap();
@@ -930,9 +976,18 @@ fn trace_files_outside_the_config_folder_are_refused() {
             .to_string()
     };
     for key in ["rate_trace", "rate_steps", "file"] {
-        for name in ["/etc/passwd", "../../../etc/hostname", "../outside.trace", "/dev/zero", ""] {
+        for name in [
+            "/etc/passwd",
+            "../../../etc/hostname",
+            "../outside.trace",
+            "/dev/zero",
+            "",
+        ] {
             let e = set(key, name);
-            assert!(e.contains("relative to the config file's folder"), "{key} {name}: {e}");
+            assert!(
+                e.contains("relative to the config file's folder"),
+                "{key} {name}: {e}"
+            );
         }
         let e = set(key, "secret.txt");
         assert!(!e.contains("root"), "{key}: file content echoed: {e}");

@@ -177,7 +177,9 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
                 "authorization",
                 format!("Bearer {token}").parse().expect("header"),
             );
-            let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("connect");
+            let (mut ws, _) = tokio_tungstenite::connect_async(req)
+                .await
+                .expect("connect");
             ws.send(Message::text(r#"{"id": 3, "cmd": "status"}"#))
                 .await
                 .expect("send");
@@ -217,7 +219,10 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
         // Drop counters of the bounded paths are exported.
         let alpha_st = &st["hosts"][0];
         assert_eq!(alpha_st["router"]["dropped_inbound_full"], 0, "{alpha_st}");
-        assert_eq!(alpha_st["mesh"]["beta"]["malformed_frames"], 0, "{alpha_st}");
+        assert_eq!(
+            alpha_st["mesh"]["beta"]["malformed_frames"], 0,
+            "{alpha_st}"
+        );
         assert_eq!(alpha_st["mesh"]["beta"]["control_dropped"], 0, "{alpha_st}");
 
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -21,8 +21,8 @@ fn a_host_without_its_coordinator_times_out_with_a_clear_error() {
     );
     let cluster = load(&cfg).expect("load");
     // beta is not the coordinator (alpha sorts first), and alpha never starts.
-    let e = run_node(cluster, "beta", None, Duration::from_secs(1), false)
-        .expect_err("must time out");
+    let e =
+        run_node(cluster, "beta", None, Duration::from_secs(1), false).expect_err("must time out");
     let e = format!("{e:#}");
     assert!(e.contains("no start from the coordinator \"alpha\""), "{e}");
 }

@@ -217,7 +217,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     print!(
         "{}",
         table(
-            &["run", "jitter p50 ms", "jitter p99 ms", "goodput Mb/s", "packets"],
+            &[
+                "run",
+                "jitter p50 ms",
+                "jitter p99 ms",
+                "goodput Mb/s",
+                "packets"
+            ],
             &[row("quiet", &f.quiet), row("hostile", &f.hostile)]
         )
     );

@@ -158,8 +158,14 @@ pub async fn serve_with(
 }
 
 /// The token given in the upgrade request, if any.
-fn upgrade_token(req: &tokio_tungstenite::tungstenite::handshake::server::Request) -> Option<String> {
-    if let Some(v) = req.headers().get("authorization").and_then(|v| v.to_str().ok()) {
+fn upgrade_token(
+    req: &tokio_tungstenite::tungstenite::handshake::server::Request,
+) -> Option<String> {
+    if let Some(v) = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+    {
         if let Some(t) = v.strip_prefix("Bearer ") {
             return Some(t.to_string());
         }
@@ -176,6 +182,8 @@ async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<(
         .max_message_size(Some(limits.max_message_bytes))
         .max_frame_size(Some(limits.max_message_bytes));
     let mut given = None;
+    // The callback's error type is tungstenite's (a whole HTTP response).
+    #[allow(clippy::result_large_err)]
     let accept = tokio_tungstenite::accept_hdr_async_with_config(
         tcp,
         |req: &tokio_tungstenite::tungstenite::handshake::server::Request, resp| {
@@ -186,8 +194,14 @@ async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<(
     );
     let ws = tokio::time::timeout(limits.upgrade_timeout, accept)
         .await
-        .map_err(|_| anyhow::anyhow!("websocket upgrade not finished within {:?}", limits.upgrade_timeout))??;
-    let authenticated = given.is_some_and(|t| token_ok(&shared.token, &t)) || shared.token.is_empty();
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "websocket upgrade not finished within {:?}",
+                limits.upgrade_timeout
+            )
+        })??;
+    let authenticated =
+        given.is_some_and(|t| token_ok(&shared.token, &t)) || shared.token.is_empty();
     let (mut tx, mut rx) = ws.split();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(256);
     let writer = actix_rt::spawn(async move {
@@ -207,7 +221,10 @@ async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<(
             match tokio::time::timeout(limits.idle_timeout, rx.next()).await {
                 Ok(m) => m,
                 Err(_) => {
-                    tracing::debug!("control connection idle for {:?}; closed", limits.idle_timeout);
+                    tracing::debug!(
+                        "control connection idle for {:?}; closed",
+                        limits.idle_timeout
+                    );
                     break;
                 }
             }
@@ -267,24 +284,33 @@ async fn handle_text(
 ) {
     let null = serde_json::Value::Null;
     // JSON parsing happens on the blocking pool, never on the actors' thread.
-    let parsed = tokio::task::spawn_blocking(move || serde_json::from_str::<serde_json::Value>(&text))
-        .await;
+    let parsed =
+        tokio::task::spawn_blocking(move || serde_json::from_str::<serde_json::Value>(&text)).await;
     let request = match parsed {
         Ok(Ok(v @ serde_json::Value::Object(_))) => v,
         Ok(Ok(_)) => {
-            let _ = out.send(reply(&null, Err("a request must be a JSON object".into()))).await;
+            let _ = out
+                .send(reply(&null, Err("a request must be a JSON object".into())))
+                .await;
             return;
         }
         Ok(Err(e)) => {
-            let _ = out.send(reply(&null, Err(format!("malformed JSON: {e}")))).await;
+            let _ = out
+                .send(reply(&null, Err(format!("malformed JSON: {e}"))))
+                .await;
             return;
         }
         Err(e) => {
-            let _ = out.send(reply(&null, Err(format!("request not parsed: {e}")))).await;
+            let _ = out
+                .send(reply(&null, Err(format!("request not parsed: {e}"))))
+                .await;
             return;
         }
     };
-    let id = request.get("id").cloned().unwrap_or(serde_json::Value::Null);
+    let id = request
+        .get("id")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
     if !authenticated {
         let given = request.get("token").and_then(|t| t.as_str()).unwrap_or("");
         if !token_ok(&shared.token, given) {
@@ -294,7 +320,9 @@ async fn handle_text(
                 "wrong token"
             };
             tracing::warn!("control request refused: {why}");
-            let _ = out.send(reply(&id, Err(format!("unauthorized: {why}")))).await;
+            let _ = out
+                .send(reply(&id, Err(format!("unauthorized: {why}"))))
+                .await;
             return;
         }
     }
@@ -344,7 +372,9 @@ async fn subscribe(
     let interval = match interval {
         Ok(i) => Duration::from_nanos(i.unwrap_or(1_000_000_000).max(10_000_000)),
         Err(e) => {
-            let _ = out.send(reply(&id, Err(format!("\"interval\": {e}")))).await;
+            let _ = out
+                .send(reply(&id, Err(format!("\"interval\": {e}"))))
+                .await;
             return;
         }
     };

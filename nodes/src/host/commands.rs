@@ -141,11 +141,9 @@ pub async fn parse_off_thread(
     cluster: std::sync::Arc<Cluster>,
     request: serde_json::Value,
 ) -> Result<(Request, serde_json::Value), String> {
-    tokio::task::spawn_blocking(move || {
-        parse_request(&cluster, &request).map(|r| (r, request))
-    })
-    .await
-    .map_err(|e| format!("parsing the request failed: {e}"))?
+    tokio::task::spawn_blocking(move || parse_request(&cluster, &request).map(|r| (r, request)))
+        .await
+        .map_err(|e| format!("parsing the request failed: {e}"))?
 }
 
 fn target_name(cluster: &Cluster, t: &Target) -> String {

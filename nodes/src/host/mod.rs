@@ -187,9 +187,15 @@ pub async fn run_host_real(
         }
     }
     if let Some(addr) = cluster.host(host).control {
-        control::serve(addr, sup.clone(), keys.control.clone(), cluster.clone(), host)
-            .await
-            .with_context(|| format!("starting the control websocket on {addr}"))?;
+        control::serve(
+            addr,
+            sup.clone(),
+            keys.control.clone(),
+            cluster.clone(),
+            host,
+        )
+        .await
+        .with_context(|| format!("starting the control websocket on {addr}"))?;
     }
     let stop = sup.clone();
     actix_rt::spawn(async move {

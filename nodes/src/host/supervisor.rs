@@ -6,7 +6,6 @@
 use super::chaos_timeline::ChaosTimeline;
 use super::commands;
 use super::route::{self, Plan};
-use edgemu_config::command::{Applied, AppliedTarget};
 use super::spawn::HostActors;
 use crate::results::{HostResults, LinkRow};
 use actix::prelude::*;
@@ -16,6 +15,7 @@ use edgemu_actors::messages::{GetLinkStats, LinkStats, PeerStatus, StopSending};
 use edgemu_actors::probes::FlowSummary;
 use edgemu_actors::router::{GetRouterCounters, RouterCounters};
 use edgemu_codec::ids::{Direction, HostId, LinkId};
+use edgemu_config::command::{Applied, AppliedTarget};
 use edgemu_config::{ChaosSpec, Cluster};
 use futures_util::future::BoxFuture;
 use serde::Serialize;
@@ -413,8 +413,10 @@ impl Supervisor {
                 Box::pin(
                     async move {
                         let local_applied: Vec<commands::Applied> = fut.await;
-                        let mut reply = Applied::default();
-                        reply.applied = local_applied.iter().map(|a| a.typed()).collect();
+                        let mut reply = Applied {
+                            applied: local_applied.iter().map(|a| a.typed()).collect(),
+                            errors: Vec::new(),
+                        };
                         if let Some(f) = fwd {
                             for h in remote {
                                 match f.forward(h, request.clone()).await {

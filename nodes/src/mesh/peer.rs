@@ -169,7 +169,9 @@ impl PeerShared {
     pub fn send_control(&self, frame: Frame) -> Result<(), String> {
         self.ctrl_tx.try_send(frame).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
-                self.counters.control_dropped.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .control_dropped
+                    .fetch_add(1, Ordering::Relaxed);
                 format!("control queue to host {} is full", self.name)
             }
             mpsc::error::TrySendError::Closed(_) => {

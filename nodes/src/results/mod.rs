@@ -88,7 +88,11 @@ pub fn create_run_dir(
     if dir.exists() {
         return join_existing(&dir, &facts);
     }
-    let tmp = root.join(format!(".{run_id}.tmp-{}-{}", std::process::id(), next_seq()));
+    let tmp = root.join(format!(
+        ".{run_id}.tmp-{}-{}",
+        std::process::id(),
+        next_seq()
+    ));
     std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let text = std::fs::read_to_string(&cluster.source)
         .with_context(|| format!("reading {}", cluster.source.display()))?;
@@ -201,7 +205,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("already exists"), "{err}");
-        assert_eq!(std::fs::read_to_string(dir.join("marker")).unwrap(), "first");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("marker")).unwrap(),
+            "first"
+        );
         // Another host of the same run joins it.
         assert_eq!(create_run_dir(&c, "same", first).unwrap(), dir);
         let _ = std::fs::remove_dir_all(&tmp);
