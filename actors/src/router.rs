@@ -60,6 +60,21 @@ pub struct InboundGate {
     dropped: std::sync::atomic::AtomicU64,
 }
 
+/// One partition from a peer: `[from_ns, until_ns)`, open while `until_ns`
+/// is None.
+#[derive(Debug, Clone, Copy)]
+struct PartitionWindow {
+    from_ns: u64,
+    until_ns: Option<u64>,
+    generation: u64,
+}
+
+impl PartitionWindow {
+    fn contains(&self, t_ns: u64) -> bool {
+        t_ns >= self.from_ns && self.until_ns.is_none_or(|u| t_ns < u)
+    }
+}
+
 /// Envelopes from peers that may wait in a router's mailbox.
 pub const INBOUND_LIMIT: usize = 65_536;
 
@@ -142,7 +157,9 @@ pub struct Router {
     actors: HashMap<ActorId, Recipient<Deliver>>,
     links: HashMap<(LinkId, Direction), Addr<LinkActor>>,
     peers: HashMap<HostId, Box<dyn PeerSender>>,
-    partitioned: HashMap<HostId, u64>,
+    /// Partition windows per peer, `[from, until)` in run time; a newer
+    /// partition of a peer ends the older one where it starts.
+    partitions: HashMap<HostId, Vec<PartitionWindow>>,
     partition_generation: u64,
     peer_listeners: Vec<Recipient<PeerStatus>>,
     events: EventLog,
@@ -172,7 +189,7 @@ impl Router {
             actors: HashMap::new(),
             links: HashMap::new(),
             peers: HashMap::new(),
-            partitioned: HashMap::new(),
+            partitions: HashMap::new(),
             partition_generation: 0,
             peer_listeners: Vec::new(),
             events,
@@ -243,7 +260,7 @@ impl Router {
             self.counters.dropped_bad_route += 1;
             return;
         }
-        if self.partitioned.contains_key(&dst.host) {
+        if self.partitioned(dst.host, self.packet_time(&env)) {
             self.counters.dropped_partition += 1;
             return;
         }
@@ -254,6 +271,40 @@ impl Router {
                 Err(PeerSendError::Down) => self.counters.dropped_peer_down += 1,
             },
             None => self.counters.dropped_peer_down += 1,
+        }
+    }
+
+    /// The time a partition is judged at: in virtual time the packet's
+    /// exact model time (the paused clock wakes in whole milliseconds, so
+    /// judging by `now` let a packet through at each edge of a window);
+    /// in real time, now.
+    fn packet_time(&self, env: &Envelope) -> u64 {
+        if self.virtual_time {
+            env.due_ns.unwrap_or(env.sent_at_ns)
+        } else {
+            self.clock.now_ns()
+        }
+    }
+
+    fn partitioned(&self, peer: HostId, t_ns: u64) -> bool {
+        self.partitions
+            .get(&peer)
+            .is_some_and(|ws| ws.iter().any(|w| w.contains(t_ns)))
+    }
+
+    /// Ends every open window of `peer` at `now`, and forgets windows that
+    /// ended long ago (no packet is that late).
+    fn close_partitions(&mut self, peer: HostId, now: u64) {
+        if let Some(ws) = self.partitions.get_mut(&peer) {
+            for w in ws.iter_mut() {
+                if w.until_ns.is_none_or(|u| u > now) {
+                    w.until_ns = Some(now.max(w.from_ns));
+                }
+            }
+            ws.retain(|w| {
+                w.until_ns
+                    .is_none_or(|u| u.saturating_add(60_000_000_000) > now)
+            });
         }
     }
 
@@ -293,7 +344,7 @@ impl Handler<Inbound> for Router {
             return;
         }
         // A partition drops in both directions, on both hosts.
-        if self.partitioned.contains_key(&from) {
+        if self.partitioned(from, self.packet_time(&env)) {
             self.counters.dropped_partition += 1;
             return;
         }
@@ -357,11 +408,24 @@ impl Handler<PeerControl> for Router {
             } => {
                 self.partition_generation += 1;
                 let generation = self.partition_generation;
-                self.partitioned.insert(peer, generation);
+                self.close_partitions(peer, now);
+                self.partitions
+                    .entry(peer)
+                    .or_default()
+                    .push(PartitionWindow {
+                        from_ns: now,
+                        until_ns: heal_after_ns.map(|a| now.saturating_add(a)),
+                        generation,
+                    });
                 if let Some(after) = heal_after_ns {
+                    // The window's end is exact; this only logs the heal.
                     ctx.run_later(std::time::Duration::from_nanos(after), move |act, _| {
-                        if act.partitioned.get(&peer) == Some(&generation) {
-                            act.partitioned.remove(&peer);
+                        let latest = act
+                            .partitions
+                            .get(&peer)
+                            .and_then(|ws| ws.last())
+                            .is_some_and(|w| w.generation == generation);
+                        if latest {
                             act.events.record(Event {
                                 t_ns: act.clock.now_ns(),
                                 host: act.host_name.clone(),
@@ -373,9 +437,7 @@ impl Handler<PeerControl> for Router {
                     });
                 }
             }
-            PeerControl::Heal { peer } => {
-                self.partitioned.remove(&peer);
-            }
+            PeerControl::Heal { peer } => self.close_partitions(peer, now),
         }
         now
     }
