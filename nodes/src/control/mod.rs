@@ -13,7 +13,9 @@
 //! an unknown command or link gets an error reply; the connection and the run
 //! go on.
 //!
-//! Hostile clients cannot stall the host ([`Limits`]): a message or frame
+//! The socket runs on a thread of its own ([`serve_on_own_thread`]), so
+//! nothing a client sends is read, framed or parsed on the thread of the
+//! host's actors. Hostile clients cannot stall the host ([`Limits`]): a message or frame
 //! over 1 MiB closes the connection; the token may be given once in the
 //! websocket upgrade (`Authorization: Bearer …` or `?token=…`), and a
 //! connection that did not gets each request's JSON parsed on the blocking
@@ -97,6 +99,55 @@ struct Shared {
     connections: Arc<Semaphore>,
     in_flight: Arc<Semaphore>,
     subscriptions: Arc<Semaphore>,
+}
+
+/// The control socket served on its own thread (its own actix system), so
+/// that a hostile client's frames, handshakes and parsing never run on the
+/// thread of the host's actors (its data path). Dropping it stops serving.
+pub struct ControlThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for ControlThread {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Binds `addr` on a thread of its own and serves control connections there
+/// until the returned handle is dropped. Commands still go to `sup` (an
+/// actix address works across threads).
+pub async fn serve_on_own_thread(
+    addr: SocketAddr,
+    sup: Addr<Supervisor>,
+    control_key: Vec<u8>,
+    cluster: Arc<Cluster>,
+    host: HostId,
+) -> Result<ControlThread> {
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<Result<()>>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let name = format!("control-{}", cluster.host(host).name);
+    std::thread::Builder::new().name(name).spawn(move || {
+        actix::System::new().block_on(async move {
+            match serve(addr, sup, control_key, cluster, host).await {
+                Ok(()) => {
+                    let _ = bound_tx.send(Ok(()));
+                    let _ = stop_rx.await;
+                }
+                Err(e) => {
+                    let _ = bound_tx.send(Err(e));
+                }
+            }
+        });
+    })?;
+    bound_rx
+        .await
+        .map_err(|_| anyhow::anyhow!("the control thread ended before binding"))??;
+    Ok(ControlThread {
+        stop: Some(stop_tx),
+    })
 }
 
 /// Binds `addr` and serves control connections for the life of the host.

@@ -186,17 +186,21 @@ pub async fn run_host_real(
             actors.router.do_send(PeerStatus { peer: h, up: true });
         }
     }
-    if let Some(addr) = cluster.host(host).control {
-        control::serve(
-            addr,
-            sup.clone(),
-            keys.control.clone(),
-            cluster.clone(),
-            host,
-        )
-        .await
-        .with_context(|| format!("starting the control websocket on {addr}"))?;
-    }
+    // Served until this function returns (the handle stops it on drop).
+    let _control = match cluster.host(host).control {
+        Some(addr) => Some(
+            control::serve_on_own_thread(
+                addr,
+                sup.clone(),
+                keys.control.clone(),
+                cluster.clone(),
+                host,
+            )
+            .await
+            .with_context(|| format!("starting the control websocket on {addr}"))?,
+        ),
+        None => None,
+    };
     let stop = sup.clone();
     actix_rt::spawn(async move {
         wait_for_signal().await;
