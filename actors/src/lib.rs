@@ -10,6 +10,7 @@
 pub mod clock;
 pub mod events;
 pub mod link_actor;
+pub mod link_overrides;
 pub mod messages;
 pub mod probes;
 pub mod router;

@@ -11,6 +11,7 @@
 
 use crate::clock::{Clock, Timer, Wake};
 use crate::events::{Event, EventLog};
+use crate::link_overrides::{LayerId, LinkOverrides};
 use crate::messages::{GetLinkStats, LinkControl, LinkStats, Route, SetLead};
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
@@ -33,9 +34,9 @@ pub struct LinkActor {
     /// Generation of the wake-up we are waiting for, and its time.
     wake_generation: u64,
     wake_at: Option<u64>,
-    /// Bumped by every kill/restore/set so a pending heal of an older fault
-    /// does not undo a newer command.
-    fault_generation: u64,
+    /// Control and chaos overrides over the configured parameters; the
+    /// model is kept in step with it by [`LinkActor::sync`].
+    overrides: LinkOverrides,
 }
 
 impl LinkActor {
@@ -57,6 +58,7 @@ impl LinkActor {
             name,
             dir,
             host_name,
+            overrides: LinkOverrides::new(params.clone()),
             model: LinkModel::new(params, seed),
             clock,
             timer,
@@ -65,7 +67,6 @@ impl LinkActor {
             lead_ns: 0,
             wake_generation: 0,
             wake_at: None,
-            fault_generation: 0,
         }
     }
 
@@ -113,6 +114,43 @@ impl LinkActor {
         serde_json::json!({ "link": self.name, "dir": self.dir.to_string() })
     }
 
+    /// Brings the model in line with the overrides: down or up, and the
+    /// effective parameters. Returns the packets a kill dropped in flight.
+    fn sync(&mut self, now: u64) -> Option<usize> {
+        let mut dropped = None;
+        let down = self.overrides.is_down();
+        if down && self.model.is_up() {
+            dropped = Some(self.model.kill(now));
+            // Pending wake-ups find nothing due; drop them.
+            self.wake_at = None;
+            self.wake_generation += 1;
+        } else if !down && !self.model.is_up() {
+            self.model.restore(now);
+        }
+        let params = self.overrides.params();
+        if &params != self.model.params() {
+            self.model.set_params(now, params);
+        }
+        dropped
+    }
+
+    /// A timed override's `for` is over: remove its layer only.
+    fn heal_later(
+        &mut self,
+        ctx: &mut Context<Self>,
+        after_ns: u64,
+        id: LayerId,
+        kind: &'static str,
+    ) {
+        ctx.run_later(Duration::from_nanos(after_ns), move |act, ctx| {
+            let t = act.clock.now_ns();
+            act.overrides.expire(id);
+            act.sync(t);
+            act.log("heal", kind, t, act.ident());
+            act.schedule(ctx);
+        });
+    }
+
     fn schedule_flap(
         &mut self,
         ctx: &mut Context<Self>,
@@ -120,9 +158,9 @@ impl LinkActor {
         mtbf_ns: u64,
         mttr_ns: u64,
         until_ns: Option<u64>,
-        generation: u64,
+        epoch: u64,
     ) {
-        let up = self.model.is_up();
+        let up = !self.overrides.flap_down();
         let mean = if up { mtbf_ns } else { mttr_ns } as f64;
         // Exponential holding time with the given mean.
         let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
@@ -132,9 +170,10 @@ impl LinkActor {
             if at >= until {
                 if !up {
                     ctx.run_later(self.clock.until(until), move |act, ctx| {
-                        if act.fault_generation == generation {
+                        if act.overrides.flap_epoch() == epoch {
                             let now = act.clock.now_ns();
-                            act.model.restore(now);
+                            act.overrides.set_flap_down(false);
+                            act.sync(now);
                             act.log("flap", "link.restore", now, act.ident());
                             act.schedule(ctx);
                         }
@@ -144,20 +183,23 @@ impl LinkActor {
             }
         }
         ctx.run_later(Duration::from_nanos(hold.max(1)), move |act, ctx| {
-            if act.fault_generation != generation {
+            if act.overrides.flap_epoch() != epoch {
                 return;
             }
             let now = act.clock.now_ns();
-            if act.model.is_up() {
-                let n = act.model.kill(now);
+            if act.overrides.flap_down() {
+                act.overrides.set_flap_down(false);
+                act.sync(now);
+                act.log("flap", "link.restore", now, act.ident());
+            } else {
+                act.overrides.set_flap_down(true);
+                let n = act.sync(now).unwrap_or(0);
                 let mut d = act.ident();
                 d["dropped_in_flight"] = n.into();
                 act.log("flap", "link.kill", now, d);
-            } else {
-                act.model.restore(now);
-                act.log("flap", "link.restore", now, act.ident());
             }
-            act.schedule_flap(ctx, rng, mtbf_ns, mttr_ns, until_ns, generation);
+            act.schedule(ctx);
+            act.schedule_flap(ctx, rng, mtbf_ns, mttr_ns, until_ns, epoch);
         });
     }
 }
@@ -200,45 +242,27 @@ impl Handler<LinkControl> for LinkActor {
     type Result = Result<u64, String>;
     fn handle(&mut self, msg: LinkControl, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ns();
-        self.fault_generation += 1;
-        let generation = self.fault_generation;
         match msg {
             LinkControl::Kill { heal_after_ns } => {
-                self.model.kill(now);
-                // Pending wake-ups find nothing due; drop them.
-                self.wake_at = None;
-                self.wake_generation += 1;
+                let id = self
+                    .overrides
+                    .kill(heal_after_ns.is_some())
+                    .map_err(|e| e.to_string())?;
                 if let Some(after) = heal_after_ns {
-                    ctx.run_later(Duration::from_nanos(after), move |act, ctx| {
-                        if act.fault_generation == generation {
-                            let t = act.clock.now_ns();
-                            act.model.restore(t);
-                            act.log("heal", "link.restore", t, act.ident());
-                            act.schedule(ctx);
-                        }
-                    });
+                    self.heal_later(ctx, after, id, "link.restore");
                 }
             }
-            LinkControl::Restore => {
-                self.model.restore(now);
-            }
+            LinkControl::Restore => self.overrides.restore(),
             LinkControl::Set {
                 patch,
                 heal_after_ns,
             } => {
-                let old = self.model.params().clone();
-                let mut new = old.clone();
-                patch.apply(&mut new);
-                self.model.set_params(now, new);
+                let id = self
+                    .overrides
+                    .set(patch, heal_after_ns.is_some())
+                    .map_err(|e| e.to_string())?;
                 if let Some(after) = heal_after_ns {
-                    ctx.run_later(Duration::from_nanos(after), move |act, ctx| {
-                        if act.fault_generation == generation {
-                            let t = act.clock.now_ns();
-                            act.model.set_params(t, old);
-                            act.log("heal", "link.set", t, act.ident());
-                            act.schedule(ctx);
-                        }
-                    });
+                    self.heal_later(ctx, after, id, "link.set");
                 }
             }
             LinkControl::Flap {
@@ -247,10 +271,12 @@ impl Handler<LinkControl> for LinkActor {
                 seed,
                 until_ns,
             } => {
+                let epoch = self.overrides.start_flap();
                 let rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-                self.schedule_flap(ctx, rng, mtbf_ns, mttr_ns, until_ns, generation);
+                self.schedule_flap(ctx, rng, mtbf_ns, mttr_ns, until_ns, epoch);
             }
         }
+        self.sync(now);
         self.schedule(ctx);
         Ok(now)
     }

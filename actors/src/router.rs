@@ -44,12 +44,82 @@ pub struct RouterCounters {
     pub dropped_peer_down: u64,
     pub dropped_partition: u64,
     pub dropped_bad_route: u64,
+    /// Envelopes from peers dropped because the router was this far behind
+    /// (see [`InboundGate`]).
+    pub dropped_inbound_full: u64,
 }
 
-/// An envelope from a peer host.
+/// Bounds the envelopes from peers waiting in the router's mailbox: the mesh
+/// [`InboundGate::admit`]s each one before sending it and the router lets it
+/// go when handled, so a flood from a peer is dropped and counted, never
+/// queued without limit.
+#[derive(Debug)]
+pub struct InboundGate {
+    pending: std::sync::atomic::AtomicUsize,
+    limit: usize,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+/// One partition from a peer: `[from_ns, until_ns)`, open while `until_ns`
+/// is None.
+#[derive(Debug, Clone, Copy)]
+struct PartitionWindow {
+    from_ns: u64,
+    until_ns: Option<u64>,
+    generation: u64,
+}
+
+impl PartitionWindow {
+    fn contains(&self, t_ns: u64) -> bool {
+        t_ns >= self.from_ns && self.until_ns.is_none_or(|u| t_ns < u)
+    }
+}
+
+/// Envelopes from peers that may wait in a router's mailbox.
+pub const INBOUND_LIMIT: usize = 65_536;
+
+impl InboundGate {
+    pub fn new(limit: usize) -> Self {
+        InboundGate {
+            pending: std::sync::atomic::AtomicUsize::new(0),
+            limit,
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// True if one more envelope may be queued (and counts it); false drops it.
+    pub fn admit(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let ok = self
+            .pending
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .is_ok();
+        if !ok {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// One admitted envelope was handled.
+    pub fn done(&self) {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .pending
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// An envelope from a peer host, with the host it came from (the mesh
+/// session it arrived on, authenticated by the handshake).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct Inbound(pub Envelope);
+pub struct Inbound(pub Envelope, pub HostId);
 
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -87,11 +157,14 @@ pub struct Router {
     actors: HashMap<ActorId, Recipient<Deliver>>,
     links: HashMap<(LinkId, Direction), Addr<LinkActor>>,
     peers: HashMap<HostId, Box<dyn PeerSender>>,
-    partitioned: HashMap<HostId, u64>,
+    /// Partition windows per peer, `[from, until)` in run time; a newer
+    /// partition of a peer ends the older one where it starts.
+    partitions: HashMap<HostId, Vec<PartitionWindow>>,
     partition_generation: u64,
     peer_listeners: Vec<Recipient<PeerStatus>>,
     events: EventLog,
     counters: RouterCounters,
+    inbound: Arc<InboundGate>,
 }
 
 impl Router {
@@ -116,12 +189,18 @@ impl Router {
             actors: HashMap::new(),
             links: HashMap::new(),
             peers: HashMap::new(),
-            partitioned: HashMap::new(),
+            partitions: HashMap::new(),
             partition_generation: 0,
             peer_listeners: Vec::new(),
             events,
             counters: RouterCounters::default(),
+            inbound: Arc::new(InboundGate::new(INBOUND_LIMIT)),
         }
+    }
+
+    /// The gate the mesh must pass each inbound envelope through.
+    pub fn inbound_gate(&self) -> Arc<InboundGate> {
+        self.inbound.clone()
     }
 
     /// Subscribe to peer up/down notices (e.g. the host supervisor).
@@ -181,7 +260,7 @@ impl Router {
             self.counters.dropped_bad_route += 1;
             return;
         }
-        if self.partitioned.contains_key(&dst.host) {
+        if self.partitioned(dst.host, self.packet_time(&env)) {
             self.counters.dropped_partition += 1;
             return;
         }
@@ -192,6 +271,40 @@ impl Router {
                 Err(PeerSendError::Down) => self.counters.dropped_peer_down += 1,
             },
             None => self.counters.dropped_peer_down += 1,
+        }
+    }
+
+    /// The time a partition is judged at: in virtual time the packet's
+    /// exact model time (the paused clock wakes in whole milliseconds, so
+    /// judging by `now` let a packet through at each edge of a window);
+    /// in real time, now.
+    fn packet_time(&self, env: &Envelope) -> u64 {
+        if self.virtual_time {
+            env.due_ns.unwrap_or(env.sent_at_ns)
+        } else {
+            self.clock.now_ns()
+        }
+    }
+
+    fn partitioned(&self, peer: HostId, t_ns: u64) -> bool {
+        self.partitions
+            .get(&peer)
+            .is_some_and(|ws| ws.iter().any(|w| w.contains(t_ns)))
+    }
+
+    /// Ends every open window of `peer` at `now`, and forgets windows that
+    /// ended long ago (no packet is that late).
+    fn close_partitions(&mut self, peer: HostId, now: u64) {
+        if let Some(ws) = self.partitions.get_mut(&peer) {
+            for w in ws.iter_mut() {
+                if w.until_ns.is_none_or(|u| u > now) {
+                    w.until_ns = Some(now.max(w.from_ns));
+                }
+            }
+            ws.retain(|w| {
+                w.until_ns
+                    .is_none_or(|u| u.saturating_add(60_000_000_000) > now)
+            });
         }
     }
 
@@ -218,14 +331,22 @@ impl Handler<Route> for Router {
 impl Handler<Inbound> for Router {
     type Result = ();
     fn handle(&mut self, msg: Inbound, _: &mut Context<Self>) {
+        self.inbound.done();
         self.counters.received_remote += 1;
-        let env = msg.0;
+        let Inbound(env, from) = msg;
+        // A peer only forwards what already crossed its link (links live on
+        // the sending host), and only from actors on that peer: an envelope
+        // with `via` set, or whose source lives elsewhere, would use this
+        // host as a relay with a spoofed source.
+        let src_host = self.cluster.actors.get(env.src.0 as usize).map(|a| a.host);
+        if env.via.is_some() || src_host != Some(from) {
+            self.counters.dropped_bad_route += 1;
+            return;
+        }
         // A partition drops in both directions, on both hosts.
-        if let Some(src) = self.cluster.actors.get(env.src.0 as usize) {
-            if self.partitioned.contains_key(&src.host) {
-                self.counters.dropped_partition += 1;
-                return;
-            }
+        if self.partitioned(from, self.packet_time(&env)) {
+            self.counters.dropped_partition += 1;
+            return;
         }
         self.route(env, true);
     }
@@ -287,11 +408,24 @@ impl Handler<PeerControl> for Router {
             } => {
                 self.partition_generation += 1;
                 let generation = self.partition_generation;
-                self.partitioned.insert(peer, generation);
+                self.close_partitions(peer, now);
+                self.partitions
+                    .entry(peer)
+                    .or_default()
+                    .push(PartitionWindow {
+                        from_ns: now,
+                        until_ns: heal_after_ns.map(|a| now.saturating_add(a)),
+                        generation,
+                    });
                 if let Some(after) = heal_after_ns {
+                    // The window's end is exact; this only logs the heal.
                     ctx.run_later(std::time::Duration::from_nanos(after), move |act, _| {
-                        if act.partitioned.get(&peer) == Some(&generation) {
-                            act.partitioned.remove(&peer);
+                        let latest = act
+                            .partitions
+                            .get(&peer)
+                            .and_then(|ws| ws.last())
+                            .is_some_and(|w| w.generation == generation);
+                        if latest {
                             act.events.record(Event {
                                 t_ns: act.clock.now_ns(),
                                 host: act.host_name.clone(),
@@ -303,9 +437,7 @@ impl Handler<PeerControl> for Router {
                     });
                 }
             }
-            PeerControl::Heal { peer } => {
-                self.partitioned.remove(&peer);
-            }
+            PeerControl::Heal { peer } => self.close_partitions(peer, now),
         }
         now
     }
@@ -314,6 +446,8 @@ impl Handler<PeerControl> for Router {
 impl Handler<GetRouterCounters> for Router {
     type Result = MessageResult<GetRouterCounters>;
     fn handle(&mut self, _: GetRouterCounters, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.counters.clone())
+        let mut c = self.counters.clone();
+        c.dropped_inbound_full = self.inbound.dropped();
+        MessageResult(c)
     }
 }

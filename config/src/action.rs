@@ -98,10 +98,81 @@ impl ParamLayer {
     }
 }
 
+/// Largest trace file `cluster.toml` or `link.set` may name.
+pub const MAX_TRACE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads a trace file named in a config or a control command.
+///
+/// Only a regular file inside the config file's folder may be read: the
+/// name must be relative, without `..`, and must not lead outside the
+/// folder through a symbolic link; the file may hold at most
+/// [`MAX_TRACE_BYTES`]. No error quotes what the file holds.
 fn read_file(base_dir: &Path, key: &str, name: &str) -> Result<String, ActionError> {
-    let path = base_dir.join(name);
-    std::fs::read_to_string(&path)
-        .map_err(|e| ActionError::invalid(key, format!("cannot read {}: {e}", path.display())))
+    use std::io::Read as _;
+    use std::path::Component;
+    let bad = |why: String| ActionError::invalid(key, format!("trace file {name:?}: {why}"));
+    let rel = Path::new(name);
+    let plain = rel
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if name.is_empty() || rel.is_absolute() || !plain {
+        return Err(bad(
+            "expected a path relative to the config file's folder, without `..`".into(),
+        ));
+    }
+    let base = if base_dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        base_dir
+    };
+    let base = base
+        .canonicalize()
+        .map_err(|e| bad(format!("cannot resolve the config file's folder: {e}")))?;
+    let path = base
+        .join(rel)
+        .canonicalize()
+        .map_err(|e| bad(format!("cannot open: {e}")))?;
+    if !path.starts_with(&base) {
+        return Err(bad("leads outside the config file's folder".into()));
+    }
+    let meta = std::fs::metadata(&path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if meta.len() > MAX_TRACE_BYTES {
+        return Err(bad(format!(
+            "{} bytes, more than the limit of {MAX_TRACE_BYTES}",
+            meta.len()
+        )));
+    }
+    let file = std::fs::File::open(&path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TRACE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_TRACE_BYTES {
+        return Err(bad(format!(
+            "more than the limit of {MAX_TRACE_BYTES} bytes"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))
+}
+
+/// A trace parse error that names the line and what was expected, never
+/// the text found there (the file could be anything).
+fn trace_error(key: &str, name: &str, e: edgemu_links::LinkError) -> ActionError {
+    use edgemu_links::LinkError;
+    let what = match e {
+        LinkError::Parse { line, expected, .. } => format!("line {line}: expected {expected}"),
+        LinkError::TimeOrder { line, order, .. } => {
+            format!("line {line}: a timestamp must be {order} the previous one")
+        }
+        LinkError::FirstNotZero { line, .. } => {
+            format!("line {line}: the first entry must be at 0 ms")
+        }
+        other => other.to_string(),
+    };
+    ActionError::invalid(key, format!("in trace {name:?}: {what}"))
 }
 
 /// Reads the link-direction keys of `obj` (the caller has checked which
@@ -137,7 +208,7 @@ pub(crate) fn parse_layer(obj: &Obj, base_dir: &Path, errs: &mut Errs) -> ParamL
             } else {
                 RateTrace::parse_mahimahi(&text)
             };
-            r.map_err(|e| ActionError::invalid(key, format!("in trace {name:?}: {e}")))
+            r.map_err(|e| trace_error(key, name, e))
         });
         if let Some(t) = errs.ok(parsed) {
             layer.rate = Some(RateSpec::Trace(Arc::new(t)));
@@ -224,9 +295,7 @@ pub(crate) fn parse_loss(obj: &Obj, base_dir: &Path) -> Result<LossSpec, Vec<Act
             let file = errs.ok(req_str(obj, "file", "a loss trace file name"));
             file.and_then(|name| {
                 let parsed = read_file(base_dir, "file", name).and_then(|text| {
-                    LossTrace::parse(&text).map_err(|e| {
-                        ActionError::invalid("file", format!("in trace {name:?}: {e}"))
-                    })
+                    LossTrace::parse(&text).map_err(|e| trace_error("file", name, e))
                 });
                 errs.ok(parsed)
             })

@@ -188,13 +188,15 @@ impl Cluster {
                 route,
                 rate_bps,
                 size,
+                real_bytes,
                 start_ns,
                 stop_ns,
             } => format!(
-                "constant {}: {} in {} packets, {}",
+                "constant {}: {} in {} packets{}, {}",
                 self.describe_route(route),
                 fmt_rate(*rate_bps),
                 fmt_bytes(u64::from(*size)),
+                if *real_bytes { " of real bytes" } else { "" },
                 window(*start_ns, *stop_ns)
             ),
             ActorKind::BurstySender {

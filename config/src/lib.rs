@@ -258,6 +258,7 @@
 //! `config/tests/fixtures/full.toml` uses every key.
 
 mod action;
+pub mod command;
 mod describe;
 mod error;
 mod fields;
@@ -266,9 +267,10 @@ mod model;
 mod node;
 pub mod units;
 
-pub use action::{parse_action, COMMANDS};
+pub use action::{parse_action, COMMANDS, MAX_TRACE_BYTES};
 pub use describe::ge_stationary_loss;
 pub use error::{ActionError, ConfigError, Diagnostic, Diagnostics};
+pub use load::{default_queue_bytes, MIN_EVERY_NS};
 pub use model::*;
 pub use units::{
     fmt_bytes, fmt_duration, fmt_rate, parse_bytes, parse_duration_ns, parse_rate, UnitError,

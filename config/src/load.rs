@@ -27,13 +27,29 @@ const RUN_KEYS: &[&str] = &[
 const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control"];
 const ACTOR_KINDS: &[&str] = &["constant", "bursty", "pinger", "sink"];
 const CHAOS_KEYS: &[&str] = &["at", "command", "for", "every"];
+
+/// The drop-tail queue of a link direction that does not set `queue`: like
+/// a router's buffer, 100 ms of the link's rate (a bandwidth-delay product
+/// for a 100 ms round trip), at least 64 KiB and at most 64 MiB; 1 MiB for
+/// a rate trace or an unlimited rate. `queue = "unlimited"` asks for none.
+pub fn default_queue_bytes(rate: &edgemu_links::RateSpec) -> u64 {
+    match rate {
+        edgemu_links::RateSpec::Fixed { bps } => (bps / 80).clamp(64 << 10, 64 << 20),
+        _ => 1 << 20,
+    }
+}
+
+/// The shortest `every` a `[[chaos]]` entry may repeat with: a repeating
+/// command is a control action, not a traffic generator, and each firing
+/// costs a round of actor messages (and, for remote targets, the mesh).
+pub const MIN_EVERY_NS: u64 = 100_000_000;
 /// Commands whose fault `for` can heal.
 const HEALABLE: &[&str] = &["link.kill", "link.set", "host.partition"];
 
 fn actor_keys(kind: &str) -> &'static [&'static str] {
     match kind {
         "constant" => &[
-            "name", "host", "kind", "to", "via", "rate", "size", "start", "stop",
+            "name", "host", "kind", "to", "via", "rate", "size", "payload", "start", "stop",
         ],
         "bursty" => &[
             "name", "host", "kind", "to", "via", "burst", "interval", "size", "start", "stop",
@@ -583,6 +599,10 @@ impl<'a> Loader<'a> {
                     }))
                     .unwrap_or(1),
                 size: size(&mut errs, 1400),
+                real_bytes: errs
+                    .ok(opt_enum(obj, "payload", &["declared", "bytes"]))
+                    .flatten()
+                    == Some("bytes"),
                 route,
                 start_ns,
                 stop_ns,
@@ -664,14 +684,18 @@ impl<'a> Loader<'a> {
         let mut dirs = [LinkParams::default(), LinkParams::default()];
         for (slot, key) in ["ab", "ba"].into_iter().enumerate() {
             both.apply(&mut dirs[slot]);
-            let Some(t) = errs.ok(opt_table(obj, key)).flatten() else {
-                continue;
-            };
-            let mut sub = Errs::default();
-            check_keys(t, PARAM_KEYS, &format!("[links.{key}]"), &mut sub);
-            let layer = parse_layer(t, &self.base_dir, &mut sub);
-            layer.apply(&mut dirs[slot]);
-            errs.0.extend(sub.0.into_iter().map(|e| e.nested(key)));
+            let mut queue_given = both.queue_bytes.is_some();
+            if let Some(t) = errs.ok(opt_table(obj, key)).flatten() {
+                let mut sub = Errs::default();
+                check_keys(t, PARAM_KEYS, &format!("[links.{key}]"), &mut sub);
+                let layer = parse_layer(t, &self.base_dir, &mut sub);
+                layer.apply(&mut dirs[slot]);
+                queue_given |= layer.queue_bytes.is_some();
+                errs.0.extend(sub.0.into_iter().map(|e| e.nested(key)));
+            }
+            if !queue_given {
+                dirs[slot].queue_bytes = Some(default_queue_bytes(&dirs[slot].rate));
+            }
         }
         self.report_all(e.node, errs);
         let [ab, ba] = dirs;
@@ -702,6 +726,17 @@ impl<'a> Loader<'a> {
         }
         let for_ns = errs.ok(opt_duration(obj, "for", true)).flatten();
         let every_ns = errs.ok(opt_duration(obj, "every", true)).flatten();
+        if let Some(ev) = every_ns.filter(|&ev| ev < MIN_EVERY_NS) {
+            errs.push(ActionError::invalid(
+                "every",
+                format!(
+                    "{} is shorter than the minimum repeat period ({}); expected a period of at least {}",
+                    fmt_duration(ev),
+                    fmt_duration(MIN_EVERY_NS),
+                    fmt_duration(MIN_EVERY_NS)
+                ),
+            ));
+        }
         if let (Some(f), Some(ev)) = (for_ns, every_ns) {
             if ev < f {
                 errs.push(ActionError::invalid(

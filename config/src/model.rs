@@ -74,6 +74,9 @@ pub enum ActorKind {
         route: Route,
         rate_bps: u64,
         size: u32,
+        /// `payload = "bytes"`: each packet carries `size` real bytes
+        /// (default `"declared"`: only the size).
+        real_bytes: bool,
         start_ns: u64,
         stop_ns: Option<u64>,
     },

@@ -113,9 +113,55 @@ fn base_is_valid() {
     };
     assert_eq!((*size, *start_ns, *stop_ns), (1400, 0, None));
     assert_eq!(c.links[0].ab, c.links[0].ba);
-    assert_eq!(c.links[0].ab.queue_bytes, None);
+    // Default queue: 100 ms of 50 Mb/s, like a router's buffer.
+    assert_eq!(c.links[0].ab.queue_bytes, Some(625_000));
     assert_eq!(c.links[0].ab.loss, LossSpec::None);
     assert!(!c.requires_token());
+}
+
+#[test]
+fn a_constant_sender_may_carry_real_bytes() {
+    let c = parse(&BASE.replace(
+        "rate = \"20Mbps\"\n",
+        "rate = \"20Mbps\"\npayload = \"bytes\"\n",
+    ))
+    .unwrap();
+    assert!(matches!(
+        c.actors[0].kind,
+        ActorKind::ConstantSender {
+            real_bytes: true,
+            ..
+        }
+    ));
+    assert!(parse(&BASE.replace(
+        "rate = \"20Mbps\"\n",
+        "rate = \"20Mbps\"\npayload = \"lots\"\n"
+    ))
+    .is_err());
+}
+
+#[test]
+fn default_queue_is_bounded_unless_asked_otherwise() {
+    assert_eq!(
+        default_queue_bytes(&RateSpec::Fixed { bps: 1_000 }),
+        64 << 10
+    );
+    assert_eq!(
+        default_queue_bytes(&RateSpec::Fixed {
+            bps: 100_000_000_000
+        }),
+        64 << 20
+    );
+    assert_eq!(default_queue_bytes(&RateSpec::Unlimited), 1 << 20);
+    let c = parse(&with("queue = \"unlimited\"\n")).unwrap();
+    assert_eq!(c.links[0].ab.queue_bytes, None);
+    let c = parse(&BASE.replace(
+        "rate = \"50Mbps\"\n",
+        "rate = \"50Mbps\"\n[links.ba]\nqueue = \"unlimited\"\n",
+    ))
+    .unwrap();
+    assert_eq!(c.links[0].ab.queue_bytes, Some(625_000));
+    assert_eq!(c.links[0].ba.queue_bytes, None);
 }
 
 #[test]
@@ -152,6 +198,7 @@ fn full_fixture_resolves() {
             },
             rate_bps: 20_000_000,
             size: 1200,
+            real_bytes: false,
             start_ns: 1_000_000_000,
             stop_ns: Some(15_000_000_000),
         }
@@ -520,7 +567,7 @@ fn key_of_another_actor_kind() {
         &t,
         "burst",
         0,
-        &["key `burst` is not valid for kind \"constant\"; valid keys: name, host, kind, to, via, rate, size, start, stop"],
+        &["key `burst` is not valid for kind \"constant\"; valid keys: name, host, kind, to, via, rate, size, payload, start, stop"],
     );
     let t = BASE.replace("kind = \"sink\"", "kind = \"sink\"\nto = \"cbr\"");
     expect_error(
@@ -811,6 +858,22 @@ fn chaos_at_beyond_the_run() {
 }
 
 #[test]
+fn chaos_every_below_the_minimum_period() {
+    let t =
+        with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nevery = \"1ns\"\n");
+    expect_error(
+        &t,
+        "\"1ns\"",
+        0,
+        &["`every`: 1ns is shorter than the minimum repeat period (100ms)"],
+    );
+    let ok = with(
+        "[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nevery = \"100ms\"\n",
+    );
+    assert!(parse(&ok).is_ok());
+}
+
+#[test]
 fn chaos_every_shorter_than_for() {
     let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\nfor = \"3s\"\nevery = \"2s\"\n");
     expect_error(&t, "\"2s\"", 0, &["`every`: 2s is shorter than `for` (3s)"]);
@@ -865,7 +928,7 @@ fn trace_files_are_relative_to_the_config() {
     let d = &e.diagnostics()[0];
     assert!(
         d.message
-            .contains("`rate_trace`: cannot read /nonexistent/cell.mahimahi"),
+            .contains("`rate_trace`: trace file \"cell.mahimahi\": cannot"),
         "{d}"
     );
     let both = format!("{BASE}rate_trace = \"cell.mahimahi\"\n");
@@ -882,6 +945,69 @@ fn trace_files_are_relative_to_the_config() {
             .contains("`loss.file`: in trace \"full.toml\""),
         "{e}"
     );
+}
+
+/// Control (`link.set`) and `cluster.toml` may name only regular files
+/// inside the config's folder, and no error quotes what a file holds.
+#[test]
+fn trace_files_outside_the_config_folder_are_refused() {
+    let dir = std::env::temp_dir().join(format!("edgemu-trace-access-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    let file = dir.join("run/cluster.toml");
+    std::fs::write(&file, BASE).unwrap();
+    std::fs::write(
+        dir.join("run/secret.txt"),
+        "root:x:0:0:root:/root:/bin/bash\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("outside.trace"), "0\n").unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(dir.join("outside.trace"), dir.join("run/link.trace")).unwrap();
+    let c = Cluster::load(&file).unwrap();
+    let set = |key: &str, name: &str| {
+        let f = if key == "file" {
+            serde_json::json!({ "link": "wan", "loss": { "model": "trace", "file": name } })
+        } else {
+            serde_json::json!({ "link": "wan", key: name })
+        };
+        parse_action(&c, "link.set", f.as_object().unwrap())
+            .unwrap_err()
+            .to_string()
+    };
+    for key in ["rate_trace", "rate_steps", "file"] {
+        for name in [
+            "/etc/passwd",
+            "../../../etc/hostname",
+            "../outside.trace",
+            "/dev/zero",
+            "",
+        ] {
+            let e = set(key, name);
+            assert!(
+                e.contains("relative to the config file's folder"),
+                "{key} {name}: {e}"
+            );
+        }
+        let e = set(key, "secret.txt");
+        assert!(!e.contains("root"), "{key}: file content echoed: {e}");
+        assert!(e.contains("line 1"), "{e}");
+        #[cfg(unix)]
+        {
+            let e = set(key, "link.trace");
+            assert!(e.contains("leads outside"), "{key}: {e}");
+        }
+        let e = set(key, "nothing-here");
+        assert!(e.contains("cannot open"), "{e}");
+    }
+    // A device or a folder is not a regular file.
+    std::fs::create_dir_all(dir.join("run/sub")).unwrap();
+    assert!(set("rate_trace", "sub").contains("not a regular file"));
+    // Larger than the limit: refused before reading.
+    let big = std::fs::File::create(dir.join("run/big.trace")).unwrap();
+    big.set_len(MAX_TRACE_BYTES + 1).unwrap();
+    assert!(set("rate_trace", "big.trace").contains("more than the limit"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

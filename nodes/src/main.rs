@@ -179,6 +179,8 @@ enum BenchCmd {
     Link(bench::BenchArgs),
     /// Envelopes/s and bytes/s through one websocket vs raw TCP.
     Mesh(bench::BenchArgs),
+    /// Data-path release jitter with and without a hostile control client.
+    Hostile(bench::BenchArgs),
     /// Simulated seconds per wall second for a saturated 100 Mb/s link in virtual time.
     Virtual(bench::BenchArgs),
     /// GF(2^8) region kernels vs memcpy, and streaming RLC encode/decode per 1000 packets.
@@ -244,6 +246,7 @@ fn real_main() -> Result<()> {
         Command::Bench(b) => match b {
             BenchCmd::Link(a) => bench::link::run(&a),
             BenchCmd::Mesh(a) => bench::mesh::run(&a),
+            BenchCmd::Hostile(a) => bench::hostile::run(&a),
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
             BenchCmd::Fec(a) => bench::fec(&a),
             BenchCmd::Decode(a) => bench::decode::run(&a),

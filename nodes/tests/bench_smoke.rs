@@ -8,6 +8,7 @@ fn bench_virtual_quick_reports_sane_figures() {
     let v = virtual_time::report(&BenchArgs {
         json: true,
         quick: true,
+        in_process_only: true,
     })
     .expect("bench virtual runs");
     let num = |k: &str| -> f64 {

@@ -149,6 +149,62 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
             assert_eq!(v["ok"], true);
         }
 
+        // A message over the 1 MiB limit closes that connection without a
+        // reply; the host goes on answering.
+        {
+            use futures_util::{SinkExt, StreamExt};
+            use tokio_tungstenite::tungstenite::Message;
+            let (mut ws, _) = tokio_tungstenite::connect_async(&alpha)
+                .await
+                .expect("connect");
+            let huge = format!("{{\"cmd\":\"status\",\"pad\":\"{}\"}}", "x".repeat(2 << 20));
+            let _ = ws.send(Message::text(huge)).await;
+            let next = tokio::time::timeout(Duration::from_secs(5), ws.next())
+                .await
+                .expect("closed in time");
+            assert!(
+                !matches!(next, Some(Ok(Message::Text(_)))),
+                "an oversized request was answered: {next:?}"
+            );
+        }
+        // The token in the upgrade request authenticates the connection.
+        {
+            use futures_util::{SinkExt, StreamExt};
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            use tokio_tungstenite::tungstenite::Message;
+            let mut req = alpha.as_str().into_client_request().expect("request");
+            req.headers_mut().insert(
+                "authorization",
+                format!("Bearer {token}").parse().expect("header"),
+            );
+            let (mut ws, _) = tokio_tungstenite::connect_async(req)
+                .await
+                .expect("connect");
+            ws.send(Message::text(r#"{"id": 3, "cmd": "status"}"#))
+                .await
+                .expect("send");
+            let reply = ws.next().await.expect("reply").expect("frame");
+            let v: serde_json::Value =
+                serde_json::from_str(reply.to_text().expect("text")).expect("json");
+            assert_eq!(v["ok"], true, "{v}");
+        }
+        // Files outside the run's folder are refused without echoing them,
+        // also through a host that forwards the command.
+        for path in ["/etc/passwd", "../../../../etc/hostname", "/dev/zero"] {
+            for key in ["rate_trace", "rate_steps"] {
+                let e = client::request(
+                    &alpha,
+                    serde_json::json!({"cmd": "link.set", "link": "wan", "dir": "ab", key: path}),
+                    Some(token),
+                )
+                .await
+                .expect_err("refused");
+                let e = e.to_string();
+                assert!(e.contains("relative to the config file's folder"), "{e}");
+                assert!(!e.contains("root:"), "{e}");
+            }
+        }
+
         // Status from one host covers both.
         let st = client::request(&alpha, serde_json::json!({"cmd": "status"}), Some(token))
             .await
@@ -160,6 +216,14 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
             .filter_map(|h| h["host"].as_str())
             .collect();
         assert_eq!(hosts, vec!["alpha", "beta"]);
+        // Drop counters of the bounded paths are exported.
+        let alpha_st = &st["hosts"][0];
+        assert_eq!(alpha_st["router"]["dropped_inbound_full"], 0, "{alpha_st}");
+        assert_eq!(
+            alpha_st["mesh"]["beta"]["malformed_frames"], 0,
+            "{alpha_st}"
+        );
+        assert_eq!(alpha_st["mesh"]["beta"]["control_dropped"], 0, "{alpha_st}");
 
         tokio::time::sleep(Duration::from_secs(2)).await;
         // wan a→b is owned by beta (the sender's host): alpha forwards it.

@@ -28,6 +28,7 @@ pub struct Sender {
     next_ns: u64,
     seq: u64,
     stopped: bool,
+    real_bytes: bool,
 }
 
 /// Senders wake at most this often; everything due since the last wake-up
@@ -60,7 +61,14 @@ impl Sender {
             next_ns: start_ns,
             seq: 0,
             stopped: false,
+            real_bytes: false,
         }
+    }
+
+    /// Each packet carries `size` real bytes instead of a declared size.
+    pub fn with_real_bytes(mut self, real_bytes: bool) -> Self {
+        self.real_bytes = real_bytes;
+        self
     }
 
     pub fn sent(&self) -> u64 {
@@ -77,6 +85,11 @@ impl Sender {
             payload: Msg::Probe(Probe {
                 seq: self.seq,
                 size: self.size,
+                pad: if self.real_bytes {
+                    vec![0x5a; self.size as usize]
+                } else {
+                    Vec::new()
+                },
             }),
         };
         self.seq += 1;

@@ -31,12 +31,15 @@ pub enum Msg {
     Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
-/// One packet of a probe flow. It carries only a declared size: links charge
-/// `size` bytes but nothing that large crosses the wire.
+/// One packet of a probe flow. Links charge `size` bytes. By default it
+/// carries only that declared size (nothing that large crosses the wire);
+/// a sender with `payload = "bytes"` fills `pad` with `size` real bytes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Probe {
     pub seq: u64,
     pub size: u32,
+    #[serde(with = "serde_bytes")]
+    pub pad: Vec<u8>,
 }
 
 /// A request of a pinger; the receiver answers with a [`Pong`] over `reply_via`.

@@ -42,6 +42,10 @@ pub struct LinkCase {
     pub packet_bytes: u32,
     /// Drop-tail queue of the link, bytes.
     pub queue_bytes: u64,
+    /// Serve host `a`'s control websocket on this loopback port.
+    pub control_port: Option<u16>,
+    /// Packets carry `packet_bytes` real bytes (`payload = "bytes"`).
+    pub real_bytes: bool,
 }
 
 impl LinkCase {
@@ -58,6 +62,8 @@ impl LinkCase {
             offer_factor: 1.05,
             packet_bytes,
             queue_bytes: (rate_bps / 8 / 20).max(8 * u64::from(packet_bytes)),
+            control_port: None,
+            real_bytes: false,
         }
     }
 
@@ -85,6 +91,7 @@ sample = "1s"
 [[hosts]]
 name = "a"
 listen = "127.0.0.1:{pa}"
+{control}
 
 [[hosts]]
 name = "b"
@@ -98,6 +105,7 @@ to = "sink"
 via = "bench"
 rate = "{offered}bps"
 size = "{size}B"
+payload = "{payload}"
 
 [[actors]]
 name = "sink"
@@ -121,6 +129,11 @@ loss = {loss}
             rate = self.rate_bps,
             delay = self.delay_ns,
             queue = self.queue_bytes,
+            payload = if self.real_bytes { "bytes" } else { "declared" },
+            control = self
+                .control_port
+                .map(|p| format!("control = \"127.0.0.1:{p}\""))
+                .unwrap_or_default(),
         )
     }
 }
@@ -258,4 +271,80 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 pub fn print_json(value: &serde_json::Value) -> Result<()> {
     println!("{}", serde_json::to_string(value)?);
     Ok(())
+}
+
+/// The figures of one run of a [`LinkCase`] read back from its results
+/// folder (for runs in other processes).
+#[derive(Debug, Clone)]
+pub struct ProcessOutcome {
+    pub throughput_bps: f64,
+    pub delay_err_p50_ns: u64,
+    pub delay_err_p99_ns: u64,
+    pub packets: u64,
+    pub loss_measured: f64,
+    pub loss_expected: f64,
+}
+
+/// Runs `case` as two real `edgemu node` processes (this executable), one
+/// per host, over loopback, and reads their `summary.json` files.
+pub fn run_case_processes(name: &str, case: &LinkCase) -> Result<ProcessOutcome> {
+    let dir = ScratchDir::new(name)?;
+    let text = case.cluster_toml(name, free_ports()?);
+    let path = dir.path().join("cluster.toml");
+    std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    let exe = std::env::current_exe().context("finding the edgemu executable")?;
+    let spawn = |host: &str| {
+        std::process::Command::new(&exe)
+            .arg("node")
+            .arg("--config")
+            .arg(&path)
+            .args([
+                "--host",
+                host,
+                "--run-id",
+                "bench",
+                "--quiet",
+                "--wait-peers",
+                "10s",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting `edgemu node --host {host}`"))
+    };
+    let mut a = spawn("a")?;
+    let mut b = spawn("b")?;
+    let (sa, sb) = (a.wait()?, b.wait()?);
+    anyhow::ensure!(
+        sa.success() && sb.success(),
+        "edgemu node exited with {sa} (host a) and {sb} (host b)"
+    );
+    let read = |host: &str| -> Result<serde_json::Value> {
+        let p = dir
+            .path()
+            .join("results/bench")
+            .join(host)
+            .join("summary.json");
+        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))
+    };
+    let (ja, jb) = (read("a")?, read("b")?);
+    let link = ja["links"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["link"] == "bench" && l["dir"] == "ab"))
+        .cloned()
+        .context("host a reported no bench link a→b")?;
+    let flow = jb["flows"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["flow"] == "sender"))
+        .cloned()
+        .context("host b's sink reported no flow")?;
+    Ok(ProcessOutcome {
+        throughput_bps: flow["throughput_bps"].as_f64().unwrap_or(0.0),
+        delay_err_p50_ns: flow["delay_err_p50_ns"].as_u64().unwrap_or(0),
+        delay_err_p99_ns: flow["delay_err_p99_ns"].as_u64().unwrap_or(0),
+        packets: flow["packets"].as_u64().unwrap_or(0),
+        loss_measured: link["loss_measured"].as_f64().unwrap_or(f64::NAN),
+        loss_expected: link["loss_expected"].as_f64().unwrap_or(f64::NAN),
+    })
 }

@@ -16,20 +16,30 @@
 //! - `loss_measured` (lost / (delivered + lost) on the link) next to
 //!   `loss_expected` (the chain's stationary loss).
 //!
+//! Rows `declared` carry only a declared size (~30 bytes cross the mesh per
+//! "1400-byte" packet, so the 1 Gb/s row measures envelope rate); rows
+//! `bytes` at 100 Mb/s and 1 Gb/s carry 1400 real bytes per packet
+//! (`payload = "bytes"`); rows `bytes, 2 proc` run the two hosts as two
+//! real `edgemu node` processes instead of two threads of this one.
+//!
 //! Aims: goodput ratio within 1 % of 1 and delay error p99 ≤ 0.5 ms. The
 //! figures are printed, never judged.
 
-use super::common::{print_json, run_case, table, LinkCase};
+use super::common::{print_json, run_case, run_case_processes, table, LinkCase};
 use super::BenchArgs;
 use anyhow::Result;
 use serde::Serialize;
 
 pub const RATES_MBPS: [u64; 4] = [1, 10, 100, 1000];
+/// Rates also run with 1400 real bytes per packet.
+pub const REAL_BYTES_MBPS: [u64; 2] = [100, 1000];
 const AIM_DELAY_ERR_P99_MS: f64 = 0.5;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LinkFigures {
     pub rate_mbps: u64,
+    /// `declared`, `bytes`, or `bytes, 2 proc`.
+    pub payload: String,
     pub goodput_ratio: f64,
     pub delay_err_p50_ms: f64,
     pub delay_err_p99_ms: f64,
@@ -69,7 +79,58 @@ pub fn measure(args: &BenchArgs) -> Result<Vec<LinkFigures>> {
             throughput_mbps: o.flow.throughput_bps / 1e6,
             router_dropped: o.router_dropped(),
             duration_s: secs as f64,
+            payload: "declared".into(),
         });
+    }
+    for mbps in REAL_BYTES_MBPS {
+        let mut case = LinkCase::saturated(mbps * 1_000_000, secs * 1_000_000_000, false);
+        case.real_bytes = true;
+        tracing::info!(rate_mbps = mbps, secs, "bench link: real bytes");
+        let o = run_case(&format!("link-bytes-{mbps}"), &case)?;
+        let net = case.rate_bps as f64 * (1.0 - o.link.loss_measured);
+        out.push(LinkFigures {
+            rate_mbps: mbps,
+            payload: "bytes".into(),
+            goodput_ratio: if net > 0.0 {
+                o.flow.throughput_bps / net
+            } else {
+                0.0
+            },
+            delay_err_p50_ms: o.flow.delay_err_p50_ns.unwrap_or(0) as f64 / 1e6,
+            delay_err_p99_ms: o.flow.delay_err_p99_ns.unwrap_or(0) as f64 / 1e6,
+            loss_measured: o.link.loss_measured,
+            loss_expected: o.link.loss_expected.unwrap_or(f64::NAN),
+            packets: o.flow.packets,
+            throughput_mbps: o.flow.throughput_bps / 1e6,
+            router_dropped: o.router_dropped(),
+            duration_s: secs as f64,
+        });
+        if !args.in_process_only {
+            tracing::info!(
+                rate_mbps = mbps,
+                secs,
+                "bench link: real bytes, two processes"
+            );
+            let p = run_case_processes(&format!("link-proc-{mbps}"), &case)?;
+            let net = case.rate_bps as f64 * (1.0 - p.loss_measured);
+            out.push(LinkFigures {
+                rate_mbps: mbps,
+                payload: "bytes, 2 proc".into(),
+                goodput_ratio: if net > 0.0 {
+                    p.throughput_bps / net
+                } else {
+                    0.0
+                },
+                delay_err_p50_ms: p.delay_err_p50_ns as f64 / 1e6,
+                delay_err_p99_ms: p.delay_err_p99_ns as f64 / 1e6,
+                loss_measured: p.loss_measured,
+                loss_expected: p.loss_expected,
+                packets: p.packets,
+                throughput_mbps: p.throughput_bps / 1e6,
+                router_dropped: 0,
+                duration_s: secs as f64,
+            });
+        }
     }
     Ok(out)
 }
@@ -89,6 +150,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .map(|l| {
             vec![
                 format!("{}", l.rate_mbps),
+                l.payload.clone(),
                 format!("{:.2}", l.throughput_mbps),
                 format!("{:.4}", l.goodput_ratio),
                 format!("{:+.2} %", (l.goodput_ratio - 1.0) * 100.0),
@@ -118,6 +180,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         table(
             &[
                 "rate Mb/s",
+                "payload",
                 "goodput Mb/s",
                 "goodput ratio",
                 "vs aim",

@@ -24,7 +24,7 @@ use crate::mesh::{BaseRtt, Mesh, MeshTargets};
 use actix::prelude::*;
 use anyhow::{Context as _, Result};
 use edgemu_actors::messages::PeerStatus;
-use edgemu_actors::router::{Inbound, PeerSendError, PeerSender};
+use edgemu_actors::router::{Inbound, InboundGate, PeerSendError, PeerSender, INBOUND_LIMIT};
 use edgemu_codec::ids::{ActorId, HostId};
 use edgemu_codec::wire::{Envelope, Msg};
 use edgemu_config::Cluster;
@@ -51,7 +51,7 @@ impl Counts {
 }
 
 /// Stands in for host `b`'s router and supervisor: counts what arrives.
-struct CountingRouter(Arc<Counts>);
+struct CountingRouter(Arc<Counts>, Arc<InboundGate>);
 
 impl Actor for CountingRouter {
     type Context = Context<Self>;
@@ -60,6 +60,7 @@ impl Actor for CountingRouter {
 impl Handler<Inbound> for CountingRouter {
     type Result = ();
     fn handle(&mut self, msg: Inbound, _: &mut Context<Self>) {
+        self.1.done();
         let n = match &msg.0.payload {
             Msg::Bytes(b) => b.len() as u64,
             _ => 0,
@@ -203,9 +204,10 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
                 actix::System::new().block_on(async move {
                     let targets = MeshTargets::default();
                     let mesh = Mesh::start(cluster, HostId(1), Vec::new(), targets.clone()).await?;
-                    let r = CountingRouter(counts).start();
+                    let gate = Arc::new(InboundGate::new(INBOUND_LIMIT));
+                    let r = CountingRouter(counts, gate.clone()).start();
                     targets.set(
-                        r.clone().recipient(),
+                        (r.clone().recipient(), gate),
                         r.clone().recipient(),
                         vec![r.clone().recipient()],
                         r.recipient(),

@@ -5,6 +5,7 @@
 
 pub mod common;
 pub mod decode;
+pub mod hostile;
 pub mod link;
 pub mod mesh;
 pub mod virtual_time;
@@ -19,6 +20,10 @@ pub struct BenchArgs {
     /// Shorter runs (for smoke tests; figures are noisier).
     #[arg(long)]
     pub quick: bool,
+    /// Skip cases that start other `edgemu` processes (for callers that
+    /// are not the `edgemu` binary, like tests).
+    #[arg(skip)]
+    pub in_process_only: bool,
 }
 
 /// `edgemu bench fec`: the codec crate's benchmark, printed.

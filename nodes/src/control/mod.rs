@@ -11,46 +11,143 @@
 //! `host.heal`, `run.stop`. A command whose target another host owns is
 //! forwarded to it over the mesh. A missing or wrong token, malformed JSON or
 //! an unknown command or link gets an error reply; the connection and the run
-//! go on. Commands run on their own tasks and never block the data path.
+//! go on.
+//!
+//! The socket runs on a thread of its own ([`serve_on_own_thread`]), so
+//! nothing a client sends is read, framed or parsed on the thread of the
+//! host's actors. Hostile clients cannot stall the host ([`Limits`]): a message or frame
+//! over 1 MiB closes the connection; the token may be given once in the
+//! websocket upgrade (`Authorization: Bearer …` or `?token=…`), and a
+//! connection that did not gets each request's JSON parsed on the blocking
+//! pool, never on the actors' thread — as is every command (it may read a
+//! trace file). Connections, requests in flight (per connection and in
+//! total) and subscriptions are bounded; a connection that does not finish
+//! its upgrade within 5 s, or stays idle (no request, no subscription) for
+//! 60 s, is closed.
 
 pub mod client;
 
+use crate::host::commands;
 use crate::host::supervisor::{Control, Supervisor};
 use actix::Addr;
 use anyhow::Result;
 use edgemu_codec::ids::HostId;
 use edgemu_config::Cluster;
 use futures_util::{SinkExt, StreamExt};
-use hmac::Mac;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Constant-time token comparison (via HMAC verification of a fixed message).
-fn token_ok(expected: &[u8], given: &str) -> bool {
-    if expected.is_empty() {
-        return true;
-    }
-    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"edgemu-control-token") else {
-        return false;
-    };
-    mac.update(expected);
-    let want = mac.finalize().into_bytes();
-    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"edgemu-control-token") else {
-        return false;
-    };
-    mac.update(given.as_bytes());
-    mac.verify_slice(&want).is_ok()
+/// Constant-time check of a client's token against the control key
+/// derived from the cluster token.
+fn token_ok(control_key: &[u8], given: &str) -> bool {
+    crate::host::keys::control_token_ok(control_key, given)
 }
 
 fn reply(id: &serde_json::Value, result: Result<serde_json::Value, String>) -> String {
-    match result {
-        Ok(v) => serde_json::json!({ "id": id, "ok": true, "result": v }).to_string(),
-        Err(e) => serde_json::json!({ "id": id, "ok": false, "error": e }).to_string(),
+    let r = edgemu_config::command::Reply::new(id.clone(), result);
+    serde_json::to_string(&r).unwrap_or_else(|e| format!("{{\"ok\":false,\"error\":\"{e}\"}}"))
+}
+
+/// Bounds on what control clients may hold.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Largest websocket message and frame.
+    pub max_message_bytes: usize,
+    /// Open connections.
+    pub max_connections: usize,
+    /// Requests being answered, per connection and over all connections.
+    pub max_in_flight_per_connection: usize,
+    pub max_in_flight: usize,
+    /// Metrics subscriptions per connection and in total.
+    pub max_subscriptions_per_connection: usize,
+    pub max_subscriptions: usize,
+    /// Time to finish the websocket upgrade.
+    pub upgrade_timeout: Duration,
+    /// A connection with no request and no subscription for this long is closed.
+    pub idle_timeout: Duration,
+    /// Longest wait for a command's reply.
+    pub reply_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: 1 << 20,
+            max_connections: 64,
+            max_in_flight_per_connection: 16,
+            max_in_flight: 256,
+            max_subscriptions_per_connection: 4,
+            max_subscriptions: 64,
+            upgrade_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            reply_timeout: Duration::from_secs(15),
+        }
     }
+}
+
+/// What all connections of one control socket share.
+struct Shared {
+    sup: Addr<Supervisor>,
+    token: Vec<u8>,
+    cluster: Arc<Cluster>,
+    limits: Limits,
+    connections: Arc<Semaphore>,
+    in_flight: Arc<Semaphore>,
+    subscriptions: Arc<Semaphore>,
+}
+
+/// The control socket served on its own thread (its own actix system), so
+/// that a hostile client's frames, handshakes and parsing never run on the
+/// thread of the host's actors (its data path). Dropping it stops serving.
+pub struct ControlThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for ControlThread {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Binds `addr` on a thread of its own and serves control connections there
+/// until the returned handle is dropped. Commands still go to `sup` (an
+/// actix address works across threads).
+pub async fn serve_on_own_thread(
+    addr: SocketAddr,
+    sup: Addr<Supervisor>,
+    control_key: Vec<u8>,
+    cluster: Arc<Cluster>,
+    host: HostId,
+) -> Result<ControlThread> {
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<Result<()>>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let name = format!("control-{}", cluster.host(host).name);
+    std::thread::Builder::new().name(name).spawn(move || {
+        actix::System::new().block_on(async move {
+            match serve(addr, sup, control_key, cluster, host).await {
+                Ok(()) => {
+                    let _ = bound_tx.send(Ok(()));
+                    let _ = stop_rx.await;
+                }
+                Err(e) => {
+                    let _ = bound_tx.send(Err(e));
+                }
+            }
+        });
+    })?;
+    bound_rx
+        .await
+        .map_err(|_| anyhow::anyhow!("the control thread ended before binding"))??;
+    Ok(ControlThread {
+        stop: Some(stop_tx),
+    })
 }
 
 /// Binds `addr` and serves control connections for the life of the host.
@@ -61,10 +158,29 @@ pub async fn serve(
     cluster: Arc<Cluster>,
     host: HostId,
 ) -> Result<()> {
+    serve_with(addr, sup, token, cluster, host, Limits::default()).await
+}
+
+pub async fn serve_with(
+    addr: SocketAddr,
+    sup: Addr<Supervisor>,
+    token: Vec<u8>,
+    cluster: Arc<Cluster>,
+    host: HostId,
+    limits: Limits,
+) -> Result<()> {
     let listener = TcpListener::bind(addr).await?;
     let host_name = cluster.host(host).name.clone();
     tracing::info!(host = %host_name, %addr, "control websocket listening");
-    let token = Arc::new(token);
+    let shared = Arc::new(Shared {
+        sup,
+        token,
+        cluster,
+        connections: Arc::new(Semaphore::new(limits.max_connections)),
+        in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+        subscriptions: Arc::new(Semaphore::new(limits.max_subscriptions)),
+        limits,
+    });
     actix_rt::spawn(async move {
         loop {
             let (tcp, peer) = match listener.accept().await {
@@ -75,155 +191,281 @@ pub async fn serve(
                     continue;
                 }
             };
-            let sup = sup.clone();
-            let token = token.clone();
+            let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
+                tracing::warn!(%peer, "control connection refused: too many connections");
+                drop(tcp);
+                continue;
+            };
+            let shared = shared.clone();
             actix_rt::spawn(async move {
-                if let Err(e) = connection(tcp, sup, token).await {
+                if let Err(e) = connection(tcp, shared).await {
                     tracing::debug!(%peer, "control connection ended: {e}");
                 }
+                drop(permit);
             });
         }
     });
     Ok(())
 }
 
-async fn connection(
-    tcp: tokio::net::TcpStream,
-    sup: Addr<Supervisor>,
-    token: Arc<Vec<u8>>,
-) -> Result<()> {
-    let ws = tokio_tungstenite::accept_async(tcp).await?;
+/// The token given in the upgrade request, if any.
+fn upgrade_token(
+    req: &tokio_tungstenite::tungstenite::handshake::server::Request,
+) -> Option<String> {
+    if let Some(v) = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+    {
+        if let Some(t) = v.strip_prefix("Bearer ") {
+            return Some(t.to_string());
+        }
+    }
+    req.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("token=").map(str::to_string))
+    })
+}
+
+async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<()> {
+    let limits = shared.limits;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limits.max_message_bytes))
+        .max_frame_size(Some(limits.max_message_bytes));
+    let mut given = None;
+    // The callback's error type is tungstenite's (a whole HTTP response).
+    #[allow(clippy::result_large_err)]
+    let accept = tokio_tungstenite::accept_hdr_async_with_config(
+        tcp,
+        |req: &tokio_tungstenite::tungstenite::handshake::server::Request, resp| {
+            given = upgrade_token(req);
+            Ok(resp)
+        },
+        Some(config),
+    );
+    let ws = tokio::time::timeout(limits.upgrade_timeout, accept)
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "websocket upgrade not finished within {:?}",
+                limits.upgrade_timeout
+            )
+        })??;
+    let authenticated =
+        given.is_some_and(|t| token_ok(&shared.token, &t)) || shared.token.is_empty();
     let (mut tx, mut rx) = ws.split();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(256);
     let writer = actix_rt::spawn(async move {
         while let Some(text) = out_rx.recv().await {
-            if tx.send(Message::text(text)).await.is_err() {
+            let sent = tokio::time::timeout(Duration::from_secs(10), tx.send(Message::text(text)));
+            if !matches!(sent.await, Ok(Ok(()))) {
                 break;
             }
         }
     });
-    while let Some(msg) = rx.next().await {
-        let msg = msg?;
-        let text = match msg {
-            Message::Text(t) => t.to_string(),
-            Message::Binary(b) => match String::from_utf8(b.to_vec()) {
-                Ok(t) => t,
+    let conn_in_flight = Arc::new(Semaphore::new(limits.max_in_flight_per_connection));
+    let conn_subs = Arc::new(Semaphore::new(limits.max_subscriptions_per_connection));
+    loop {
+        let idle = conn_subs.available_permits() == limits.max_subscriptions_per_connection
+            && conn_in_flight.available_permits() == limits.max_in_flight_per_connection;
+        let next = if idle {
+            match tokio::time::timeout(limits.idle_timeout, rx.next()).await {
+                Ok(m) => m,
                 Err(_) => {
-                    let _ = out_tx
-                        .send(reply(
-                            &serde_json::Value::Null,
-                            Err("binary frames are not accepted; send JSON text".into()),
-                        ))
-                        .await;
-                    continue;
+                    tracing::debug!(
+                        "control connection idle for {:?}; closed",
+                        limits.idle_timeout
+                    );
+                    break;
                 }
-            },
+            }
+        } else {
+            rx.next().await
+        };
+        let Some(msg) = next else { break };
+        let text = match msg? {
+            Message::Text(t) => t.to_string(),
+            Message::Binary(_) => {
+                let _ = out_tx.try_send(reply(
+                    &serde_json::Value::Null,
+                    Err("binary frames are not accepted; send JSON text".into()),
+                ));
+                continue;
+            }
             Message::Close(_) => break,
             _ => continue,
         };
-        let request: serde_json::Value = match serde_json::from_str(&text) {
-            Ok(v @ serde_json::Value::Object(_)) => v,
-            Ok(_) => {
-                let _ = out_tx
-                    .send(reply(
-                        &serde_json::Value::Null,
-                        Err("a request must be a JSON object".into()),
-                    ))
-                    .await;
-                continue;
-            }
-            Err(e) => {
-                let _ = out_tx
-                    .send(reply(
-                        &serde_json::Value::Null,
-                        Err(format!("malformed JSON: {e}")),
-                    ))
-                    .await;
-                continue;
-            }
+        let Ok(conn_permit) = conn_in_flight.clone().try_acquire_owned() else {
+            let _ = out_tx.try_send(reply(
+                &serde_json::Value::Null,
+                Err(format!(
+                    "too many requests in flight on this connection (at most {})",
+                    limits.max_in_flight_per_connection
+                )),
+            ));
+            continue;
         };
-        let id = request
-            .get("id")
-            .cloned()
-            .unwrap_or(serde_json::Value::Null);
+        let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
+            let _ = out_tx.try_send(reply(
+                &serde_json::Value::Null,
+                Err("the host is busy: too many control requests in flight".into()),
+            ));
+            continue;
+        };
+        let shared = shared.clone();
+        let out = out_tx.clone();
+        let subs = conn_subs.clone();
+        actix_rt::spawn(async move {
+            handle_text(text, authenticated, &shared, &out, subs).await;
+            drop((permit, conn_permit));
+        });
+    }
+    drop(out_tx);
+    let _ = writer.await;
+    Ok(())
+}
+
+/// Parses, authenticates and answers one request (or starts a subscription).
+async fn handle_text(
+    text: String,
+    authenticated: bool,
+    shared: &Arc<Shared>,
+    out: &mpsc::Sender<String>,
+    conn_subs: Arc<Semaphore>,
+) {
+    let null = serde_json::Value::Null;
+    // JSON parsing happens on the blocking pool, never on the actors' thread.
+    let parsed =
+        tokio::task::spawn_blocking(move || serde_json::from_str::<serde_json::Value>(&text)).await;
+    let request = match parsed {
+        Ok(Ok(v @ serde_json::Value::Object(_))) => v,
+        Ok(Ok(_)) => {
+            let _ = out
+                .send(reply(&null, Err("a request must be a JSON object".into())))
+                .await;
+            return;
+        }
+        Ok(Err(e)) => {
+            let _ = out
+                .send(reply(&null, Err(format!("malformed JSON: {e}"))))
+                .await;
+            return;
+        }
+        Err(e) => {
+            let _ = out
+                .send(reply(&null, Err(format!("request not parsed: {e}"))))
+                .await;
+            return;
+        }
+    };
+    let id = request
+        .get("id")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    if !authenticated {
         let given = request.get("token").and_then(|t| t.as_str()).unwrap_or("");
-        if !token_ok(&token, given) {
+        if !token_ok(&shared.token, given) {
             let why = if request.get("token").is_none() {
                 "missing token"
             } else {
                 "wrong token"
             };
             tracing::warn!("control request refused: {why}");
-            let _ = out_tx
+            let _ = out
                 .send(reply(&id, Err(format!("unauthorized: {why}"))))
                 .await;
-            continue;
+            return;
         }
-        let cmd = request
-            .get("cmd")
-            .and_then(|c| c.as_str())
-            .unwrap_or("")
-            .to_string();
-        let sup = sup.clone();
-        let out = out_tx.clone();
-        if cmd == "metrics.subscribe" {
-            let interval = request
-                .get("interval")
-                .and_then(|i| i.as_str())
-                .map(edgemu_config::parse_duration_ns)
-                .transpose();
-            let interval = match interval {
-                Ok(i) => Duration::from_nanos(i.unwrap_or(1_000_000_000).max(10_000_000)),
-                Err(e) => {
-                    let _ = out
-                        .send(reply(&id, Err(format!("\"interval\": {e}"))))
-                        .await;
-                    continue;
-                }
-            };
+    }
+    let is_subscribe = request.get("cmd").and_then(|c| c.as_str()) == Some("metrics.subscribe");
+    if is_subscribe {
+        subscribe(request, id, shared, out, conn_subs).await;
+        return;
+    }
+    let limits = shared.limits;
+    let (parsed, raw) = match commands::parse_off_thread(shared.cluster.clone(), request).await {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = out.send(reply(&id, Err(e))).await;
+            return;
+        }
+    };
+    let r = tokio::time::timeout(
+        limits.reply_timeout,
+        shared.sup.send(Control {
+            request: parsed,
+            raw,
+            forwarded: false,
+            source: "control".into(),
+        }),
+    )
+    .await;
+    let result = match r {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(format!("host is shutting down: {e}")),
+        Err(_) => Err(format!("no reply within {:?}", limits.reply_timeout)),
+    };
+    let _ = out.send(reply(&id, result)).await;
+}
+
+async fn subscribe(
+    request: serde_json::Value,
+    id: serde_json::Value,
+    shared: &Arc<Shared>,
+    out: &mpsc::Sender<String>,
+    conn_subs: Arc<Semaphore>,
+) {
+    let interval = request
+        .get("interval")
+        .and_then(|i| i.as_str())
+        .map(edgemu_config::parse_duration_ns)
+        .transpose();
+    let interval = match interval {
+        Ok(i) => Duration::from_nanos(i.unwrap_or(1_000_000_000).max(10_000_000)),
+        Err(e) => {
             let _ = out
-                .send(reply(&id, Ok(serde_json::json!({ "subscribed": true }))))
+                .send(reply(&id, Err(format!("\"interval\": {e}"))))
                 .await;
-            actix_rt::spawn(async move {
-                let mut tick = tokio::time::interval(interval);
-                loop {
-                    tick.tick().await;
-                    let r = sup
-                        .send(Control {
-                            request: serde_json::json!({ "cmd": "metrics" }),
-                            forwarded: false,
-                            source: "control".into(),
-                        })
-                        .await;
-                    let v = match r {
-                        Ok(Ok(v)) => v,
-                        _ => break,
-                    };
-                    let msg = serde_json::json!({ "event": "metrics", "id": id, "result": v })
-                        .to_string();
-                    if out.send(msg).await.is_err() {
-                        break;
-                    }
-                }
-            });
-            continue;
+            return;
         }
-        actix_rt::spawn(async move {
+    };
+    let (Ok(conn_permit), Ok(permit)) = (
+        conn_subs.try_acquire_owned(),
+        shared.subscriptions.clone().try_acquire_owned(),
+    ) else {
+        let _ = out
+            .send(reply(&id, Err("too many metrics subscriptions".into())))
+            .await;
+        return;
+    };
+    let _ = out
+        .send(reply(&id, Ok(serde_json::json!({ "subscribed": true }))))
+        .await;
+    let sup = shared.sup.clone();
+    let out = out.clone();
+    actix_rt::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tick.tick().await;
             let r = sup
                 .send(Control {
-                    request,
+                    request: commands::Request::Status,
+                    raw: serde_json::json!({ "cmd": "metrics" }),
                     forwarded: false,
                     source: "control".into(),
                 })
                 .await;
-            let result = match r {
-                Ok(r) => r,
-                Err(e) => Err(format!("host is shutting down: {e}")),
+            let v = match r {
+                Ok(Ok(v)) => v,
+                _ => break,
             };
-            let _ = out.send(reply(&id, result)).await;
-        });
-    }
-    drop(out_tx);
-    let _ = writer.await;
-    Ok(())
+            let msg = serde_json::json!({ "event": "metrics", "id": id, "result": v }).to_string();
+            // A subscriber that does not read loses updates, never the host's memory.
+            match out.try_send(msg) {
+                Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
+                Err(mpsc::error::TrySendError::Closed(_)) => break,
+            }
+        }
+        drop((permit, conn_permit));
+    });
 }

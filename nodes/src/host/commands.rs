@@ -26,6 +26,16 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// As an element of the typed reply.
+    pub fn typed(&self) -> edgemu_config::command::AppliedTarget {
+        edgemu_config::command::AppliedTarget {
+            host: self.host.clone(),
+            target: self.target.clone(),
+            effective_ns: self.at_ns,
+            error: self.error.clone(),
+        }
+    }
+
     pub fn detail(&self) -> serde_json::Value {
         let mut v = serde_json::json!({ "host": self.host, "target": self.target, "effective_ns": self.at_ns });
         if let Some(e) = &self.error {
@@ -113,36 +123,27 @@ pub fn concerns_host(cluster: &Cluster, action: &ChaosAction, host: HostId) -> b
     matches!(action, ChaosAction::RunStop) || !local_targets(cluster, action, host).is_empty()
 }
 
+/// A control request after parsing and resolving: what the supervisor acts on.
+pub use edgemu_config::command::Resolved as Request;
+
 /// Turns a control request (`{"cmd": "link.kill", "link": "wan", "for": "3s"}`)
-/// into an action and its optional self-heal delay.
-pub fn parse_request(
-    cluster: &Cluster,
-    request: &serde_json::Value,
-) -> Result<(ChaosAction, Option<u64>), String> {
-    let obj = request
-        .as_object()
-        .ok_or("a request must be a JSON object")?;
-    let cmd = obj
-        .get("cmd")
-        .and_then(|c| c.as_str())
-        .ok_or("missing \"cmd\"")?;
-    let mut fields = obj.clone();
-    for k in ["cmd", "id", "token", "for"] {
-        fields.remove(k);
-    }
-    let for_ns = match obj.get("for") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s)) => {
-            Some(edgemu_config::parse_duration_ns(s).map_err(|e| format!("\"for\": {e}"))?)
-        }
-        Some(other) => {
-            return Err(format!(
-                "\"for\" must be a duration string like \"3s\", found {other}"
-            ))
-        }
-    };
-    let action = edgemu_config::parse_action(cluster, cmd, &fields).map_err(|e| e.to_string())?;
-    Ok((action, for_ns))
+/// into a [`Request`] through the typed [`edgemu_config::command::Command`].
+/// May read trace files: call it through [`parse_off_thread`] from an
+/// actor's thread.
+pub fn parse_request(cluster: &Cluster, request: &serde_json::Value) -> Result<Request, String> {
+    let command = edgemu_config::command::Command::from_request(request)?;
+    command.resolve(cluster).map_err(|e| e.to_string())
+}
+
+/// [`parse_request`] on the blocking pool, so that reading a trace file
+/// never stalls the actors of the host (its data path).
+pub async fn parse_off_thread(
+    cluster: std::sync::Arc<Cluster>,
+    request: serde_json::Value,
+) -> Result<(Request, serde_json::Value), String> {
+    tokio::task::spawn_blocking(move || parse_request(&cluster, &request).map(|r| (r, request)))
+        .await
+        .map_err(|e| format!("parsing the request failed: {e}"))?
 }
 
 fn target_name(cluster: &Cluster, t: &Target) -> String {

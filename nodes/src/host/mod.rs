@@ -11,7 +11,10 @@
 //! only when all actors are idle; routers reach each other in-process. No
 //! network I/O happens, so a given file and seed reproduce bit for bit.
 
+pub mod chaos_timeline;
 pub mod commands;
+pub mod keys;
+pub mod route;
 pub mod spawn;
 pub mod supervisor;
 
@@ -52,11 +55,15 @@ pub fn cluster_token(cluster: &Cluster, host: HostId) -> Result<Vec<u8>> {
         Ok(t) if !t.is_empty() => Ok(t.into_bytes()),
         _ => {
             let h = cluster.host(host);
-            let exposed =
-                !h.listen.ip().is_loopback() || h.control.is_some_and(|c| !c.ip().is_loopback());
+            // Advertising a non-loopback address means peers reach this
+            // host over a network, whatever it binds.
+            let exposed = [Some(h.listen), Some(h.advertise), h.control]
+                .into_iter()
+                .flatten()
+                .any(|a| !a.ip().is_loopback());
             if exposed {
                 anyhow::bail!(
-                    "host {} listens on a non-loopback address: set the cluster token in the environment variable {var} (same value on every host)",
+                    "host {} listens on or advertises a non-loopback address: set the cluster token in the environment variable {var} (same value on every host)",
                     h.name
                 );
             }
@@ -89,9 +96,9 @@ pub async fn run_host_real(
     opts: HostOptions,
 ) -> Result<HostSummary> {
     let host_name = cluster.host(host).name.clone();
-    let token = cluster_token(&cluster, host)?;
+    let keys = keys::ClusterKeys::from_token(&cluster_token(&cluster, host)?);
     let targets = MeshTargets::default();
-    let mut mesh = Mesh::start(cluster.clone(), host, token.clone(), targets.clone()).await?;
+    let mut mesh = Mesh::start(cluster.clone(), host, keys.mesh.clone(), targets.clone()).await?;
     if mesh.is_coordinator() {
         let wait = opts.wait_peers.unwrap_or(Duration::from_secs(30));
         let t0 = std::time::Instant::now();
@@ -105,10 +112,25 @@ pub async fn run_host_real(
     } else {
         tracing::info!(host = %host_name, "waiting for the coordinator to start the run");
     }
-    let start_unix = mesh
-        .wait_start()
-        .await
-        .context("mesh stopped before the run started")?;
+    // A coordinator waits `wait` for its peers before it announces; a host
+    // that hears nothing for twice that (plus slack) is told so.
+    let wait = opts.wait_peers.unwrap_or(Duration::from_secs(30));
+    let start_timeout = wait.saturating_mul(2) + Duration::from_secs(5);
+    let start_unix = match tokio::time::timeout(start_timeout, mesh.wait_start()).await {
+        Ok(Some(v)) => v,
+        Ok(None) => anyhow::bail!("mesh stopped before the run started"),
+        Err(_) => {
+            let coordinator = crate::mesh::coordinator(&cluster)
+                .map(|h| cluster.host(h).name.clone())
+                .unwrap_or_default();
+            anyhow::bail!(
+                "host {host_name}: no start from the coordinator {coordinator:?} within {start_timeout:?}; is it running, with the same cluster.toml and token, and reachable at {}?",
+                crate::mesh::coordinator(&cluster)
+                    .map(|h| cluster.host(h).advertise.to_string())
+                    .unwrap_or_default()
+            )
+        }
+    };
     let clock = Clock::from_unix_epoch(start_unix);
     let run_id = opts
         .run_id
@@ -147,7 +169,10 @@ pub async fn run_host_real(
     )
     .start();
     targets.set(
-        actors.router.clone().recipient::<Inbound>(),
+        (
+            actors.router.clone().recipient::<Inbound>(),
+            actors.inbound.clone(),
+        ),
         sup.clone().recipient(),
         vec![
             actors.router.clone().recipient::<PeerStatus>(),
@@ -161,11 +186,21 @@ pub async fn run_host_real(
             actors.router.do_send(PeerStatus { peer: h, up: true });
         }
     }
-    if let Some(addr) = cluster.host(host).control {
-        control::serve(addr, sup.clone(), token.clone(), cluster.clone(), host)
+    // Served until this function returns (the handle stops it on drop).
+    let _control = match cluster.host(host).control {
+        Some(addr) => Some(
+            control::serve_on_own_thread(
+                addr,
+                sup.clone(),
+                keys.control.clone(),
+                cluster.clone(),
+                host,
+            )
             .await
-            .with_context(|| format!("starting the control websocket on {addr}"))?;
-    }
+            .with_context(|| format!("starting the control websocket on {addr}"))?,
+        ),
+        None => None,
+    };
     let stop = sup.clone();
     actix_rt::spawn(async move {
         wait_for_signal().await;
@@ -205,12 +240,13 @@ async fn wait_for_signal() {
     }
 }
 
-/// In-process peer for virtual time: straight to the other host's router.
-struct VirtualPeer(Addr<Router>);
+/// In-process peer for virtual time: straight to the other host's router
+/// (`.1` is the sending host).
+struct VirtualPeer(Addr<Router>, HostId);
 
 impl PeerSender for VirtualPeer {
     fn try_send(&self, envelope: Envelope) -> Result<(), PeerSendError> {
-        self.0.do_send(Inbound(envelope));
+        self.0.do_send(Inbound(envelope, self.1));
         Ok(())
     }
 }
@@ -256,7 +292,7 @@ pub fn run_virtual(
                 if peer != h {
                     actors.router.do_send(SetPeer {
                         host: *peer,
-                        sender: Some(Box::new(VirtualPeer(addr.clone()))),
+                        sender: Some(Box::new(VirtualPeer(addr.clone(), *h))),
                     });
                 }
             }
@@ -290,4 +326,20 @@ pub fn run_virtual(
         anyhow::Ok(summaries)
     })?;
     Ok((run_dir, summaries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_loopback_advertise_address_requires_a_token() {
+        let text = "[run]\nduration = \"1s\"\ntoken_env = \"EDGEMU_TEST_TOKEN_NEVER_SET\"\n[[hosts]]\nname = \"a\"\nlisten = \"127.0.0.1:7101\"\nadvertise = \"10.1.2.3:7101\"\n";
+        let c = Cluster::from_str(text, std::path::Path::new("t.toml")).expect("cluster");
+        let e = cluster_token(&c, HostId(0)).expect_err("token required");
+        assert!(e.to_string().contains("EDGEMU_TEST_TOKEN_NEVER_SET"), "{e}");
+        let local = text.replace("10.1.2.3", "127.0.0.1");
+        let c = Cluster::from_str(&local, std::path::Path::new("t.toml")).expect("cluster");
+        assert!(cluster_token(&c, HostId(0)).is_ok());
+    }
 }

@@ -16,6 +16,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct HostActors {
     pub router: Addr<Router>,
+    /// Bounds what the mesh queues into the router.
+    pub inbound: std::sync::Arc<edgemu_actors::router::InboundGate>,
     pub links: BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
     pub senders: Vec<Recipient<StopSending>>,
     pub flushers: Vec<Recipient<Flush>>,
@@ -42,7 +44,9 @@ pub fn spawn_host_actors(
     probe_log: &dyn Fn() -> Box<dyn ProbeLog>,
 ) -> HostActors {
     let host_name = cluster.host(host).name.clone();
-    let router = Router::new(host, cluster.clone(), clock, virtual_time, events.clone()).start();
+    let router = Router::new(host, cluster.clone(), clock, virtual_time, events.clone());
+    let inbound = router.inbound_gate();
+    let router = router.start();
     let route = router.clone().recipient();
 
     let mut links = BTreeMap::new();
@@ -91,6 +95,7 @@ pub fn spawn_host_actors(
                 route: r,
                 rate_bps,
                 size,
+                real_bytes,
                 start_ns,
                 stop_ns,
             } => {
@@ -107,6 +112,7 @@ pub fn spawn_host_actors(
                     clock,
                     route.clone(),
                 )
+                .with_real_bytes(*real_bytes)
                 .start();
                 senders.push(addr.recipient());
                 None
@@ -187,6 +193,7 @@ pub fn spawn_host_actors(
     }
     HostActors {
         router,
+        inbound,
         links,
         senders,
         flushers,

@@ -3,7 +3,9 @@
 //! parts that other hosts own), and ends the run: stop senders, let packets
 //! in flight drain, flush everything, write the host summary.
 
-use super::commands::{self, Applied};
+use super::chaos_timeline::ChaosTimeline;
+use super::commands;
+use super::route::{self, Plan};
 use super::spawn::HostActors;
 use crate::results::{HostResults, LinkRow};
 use actix::prelude::*;
@@ -13,16 +15,20 @@ use edgemu_actors::messages::{GetLinkStats, LinkStats, PeerStatus, StopSending};
 use edgemu_actors::probes::FlowSummary;
 use edgemu_actors::router::{GetRouterCounters, RouterCounters};
 use edgemu_codec::ids::{Direction, HostId, LinkId};
+use edgemu_config::command::{Applied, AppliedTarget};
 use edgemu_config::{ChaosSpec, Cluster};
 use futures_util::future::BoxFuture;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// Sends a control request to another host and waits for its JSON reply.
 pub trait ControlForwarder: Send + Sync {
+    /// Per-peer mesh counters (malformed frames, dropped control frames,
+    /// write timeouts, silences) for `status`.
+    fn counters(&self) -> serde_json::Value;
     fn forward(
         &self,
         host: HostId,
@@ -30,11 +36,15 @@ pub trait ControlForwarder: Send + Sync {
     ) -> BoxFuture<'static, Result<serde_json::Value, String>>;
 }
 
-/// A control request (from the control websocket, a peer, or the chaos timeline).
+/// A control request (from the control websocket or a peer), parsed at the
+/// edge (off the actor thread, see [`commands::parse_off_thread`]).
 #[derive(Message)]
 #[rtype(result = "Result<serde_json::Value, String>")]
 pub struct Control {
-    pub request: serde_json::Value,
+    pub request: commands::Request,
+    /// The request as received (without its token): what is forwarded to
+    /// the hosts that own other targets.
+    pub raw: serde_json::Value,
     /// Came from another host: apply locally only, never forward again.
     pub forwarded: bool,
     pub source: String,
@@ -73,6 +83,8 @@ pub struct Supervisor {
     progress: Option<indicatif::ProgressBar>,
     last_sample: BTreeMap<(LinkId, Direction), (u64, u64)>,
     done: Option<oneshot::Sender<HostSummary>>,
+    /// This host's part of the `[[chaos]]` timeline (one timer at a time).
+    chaos: ChaosTimeline,
     stopping: bool,
     /// How long the stop sequence waits for packets in flight: twice the
     /// longest one-way delay plus jitter, plus 0.3 s, at most 3 s.
@@ -99,6 +111,15 @@ impl Supervisor {
             .map(|p| p.delay_ns.saturating_add(p.jitter_ns))
             .max()
             .unwrap_or(0);
+        let chaos = ChaosTimeline::new(
+            cluster
+                .chaos
+                .iter()
+                .filter(|s| commands::concerns_host(&cluster, &s.action, host))
+                .cloned()
+                .collect(),
+            cluster.run.duration_ns,
+        );
         Supervisor {
             host_name: cluster.host(host).name.clone(),
             cluster,
@@ -111,6 +132,7 @@ impl Supervisor {
             progress,
             last_sample: BTreeMap::new(),
             done: Some(done),
+            chaos,
             stopping: false,
             drain_ns: max_delay
                 .saturating_mul(2)
@@ -177,24 +199,20 @@ impl Supervisor {
         self.events.flush();
     }
 
-    fn schedule_chaos(&mut self, ctx: &mut Context<Self>) {
-        let end = self.cluster.run.duration_ns;
-        for spec in self.cluster.chaos.clone() {
-            if !commands::concerns_host(&self.cluster, &spec.action, self.host) {
-                continue;
+    /// Arms the one chaos timer for the timeline's next firing.
+    fn arm_chaos(&mut self, ctx: &mut Context<Self>) {
+        let Some(at) = self.chaos.next_due() else {
+            return;
+        };
+        ctx.run_later(self.clock.until(at), |act, ctx| {
+            let now = act.clock.now_ns();
+            // In virtual time the wake may come a rounding step early.
+            let due = act.chaos.next_due().map_or(now, |at| at.max(now));
+            for spec in act.chaos.take_due(due) {
+                act.fire_chaos(&spec, ctx);
             }
-            let mut at = spec.at_ns;
-            loop {
-                let s = spec.clone();
-                ctx.run_later(self.clock.until(at), move |act, ctx| {
-                    act.fire_chaos(&s, ctx)
-                });
-                match spec.every_ns {
-                    Some(every) if every > 0 && at.saturating_add(every) < end => at += every,
-                    _ => break,
-                }
-            }
-        }
+            act.arm_chaos(ctx);
+        });
     }
 
     fn fire_chaos(&mut self, spec: &ChaosSpec, ctx: &mut Context<Self>) {
@@ -292,8 +310,10 @@ impl Supervisor {
         });
     }
 
+    /// Executes the [`route::plan`] of one request: the decisions are there.
     fn handle_request(
         &mut self,
+        parsed: commands::Request,
         mut request: serde_json::Value,
         forwarded: bool,
         source: String,
@@ -304,40 +324,36 @@ impl Supervisor {
             obj.remove("token");
         }
         let host = self.host_name.clone();
-        let cmd = request
-            .get("cmd")
-            .and_then(|c| c.as_str())
-            .unwrap_or("")
-            .to_string();
-        match cmd.as_str() {
-            "status" | "metrics" => {
+        let plan = route::plan(
+            &self.cluster,
+            self.host,
+            &parsed,
+            forwarded,
+            self.forwarder.is_some(),
+        );
+        match plan {
+            Plan::Refuse(e) => Box::pin(async move { Err(e) }.into_actor(self)),
+            Plan::Status { peers } => {
                 let stats = self.link_stats();
                 let router = self.actors.router.clone();
-                let host = self.host_name.clone();
                 let now = self.clock.now_ns();
-                let peers: Vec<HostId> = self
-                    .cluster
-                    .hosts
-                    .iter()
-                    .map(|h| h.id)
-                    .filter(|h| *h != self.host)
-                    .collect();
-                let fwd = if forwarded {
-                    None
-                } else {
-                    self.forwarder.clone()
-                };
-                let req = request.clone();
+                let fwd = self.forwarder.clone();
+                let mesh = self
+                    .forwarder
+                    .as_ref()
+                    .map(|f| f.counters())
+                    .unwrap_or(serde_json::Value::Null);
                 Box::pin(
                     async move {
                         let links = stats.await;
                         let counters = router.send(GetRouterCounters).await.unwrap_or_default();
                         let mut hosts = vec![serde_json::json!({
                             "host": host, "t_ns": now, "links": links, "router": counters,
+                            "mesh": mesh,
                         })];
                         if let Some(f) = fwd {
                             for p in peers {
-                                match f.forward(p, req.clone()).await {
+                                match f.forward(p, request.clone()).await {
                                     Ok(v) => {
                                         if let Some(arr) = v.get("hosts").and_then(|h| h.as_array())
                                         {
@@ -354,54 +370,36 @@ impl Supervisor {
                     .into_actor(self),
                 )
             }
-            "run.stop" => {
+            Plan::Stop { peers } => {
                 let t = self.clock.now_ns();
                 self.log(t, &source, "run.stop", serde_json::json!({}));
-                if !forwarded {
-                    if let Some(f) = self.forwarder.clone() {
-                        for h in self.cluster.hosts.iter().filter(|h| h.id != self.host) {
-                            let fut = f.forward(h.id, request.clone());
-                            ctx.spawn(
-                                async move {
-                                    let _ = fut.await;
-                                }
-                                .into_actor(self),
-                            );
-                        }
+                if let Some(f) = self.forwarder.clone() {
+                    for h in peers {
+                        let fut = f.forward(h, request.clone());
+                        ctx.spawn(
+                            async move {
+                                let _ = fut.await;
+                            }
+                            .into_actor(self),
+                        );
                     }
                 }
                 self.finish(format!("{source}: run.stop"), ctx);
-                Box::pin(
-                    async move {
-                        Ok(serde_json::json!({ "applied": [{ "host": host, "target": "run", "effective_ns": t }] }))
-                    }
-                        .into_actor(self),
-                )
+                let applied = Applied {
+                    applied: vec![AppliedTarget {
+                        host,
+                        target: "run".into(),
+                        effective_ns: t,
+                        error: None,
+                    }],
+                    errors: Vec::new(),
+                };
+                Box::pin(async move { to_json(&applied) }.into_actor(self))
             }
-            _ => {
-                let parsed = commands::parse_request(&self.cluster, &request);
-                let (action, for_ns) = match parsed {
-                    Ok(v) => v,
-                    Err(e) => return Box::pin(async move { Err(e) }.into_actor(self)),
+            Plan::Apply { local, remote } => {
+                let commands::Request::Action { action, for_ns } = parsed else {
+                    return Box::pin(async { Err("not an action".to_string()) }.into_actor(self));
                 };
-                let local = commands::local_targets(&self.cluster, &action, self.host);
-                let remote: BTreeSet<HostId> = if forwarded {
-                    BTreeSet::new()
-                } else {
-                    commands::owner_hosts(&self.cluster, &action)
-                        .into_iter()
-                        .filter(|h| *h != self.host)
-                        .collect()
-                };
-                if !remote.is_empty() && self.forwarder.is_none() {
-                    return Box::pin(
-                        async move {
-                            Err("target is owned by another host and this host has no mesh"
-                                .to_string())
-                        }
-                        .into_actor(self),
-                    );
-                }
                 let fut = commands::apply(
                     self.actors.clone(),
                     self.cluster.clone(),
@@ -414,47 +412,47 @@ impl Supervisor {
                 let kind = action.command();
                 Box::pin(
                     async move {
-                        let mut applied: Vec<serde_json::Value> = Vec::new();
-                        let mut errors: Vec<String> = Vec::new();
-                        let local_applied: Vec<Applied> = fut.await;
-                        let mut local_json = Vec::new();
-                        for a in &local_applied {
-                            local_json.push(a.detail());
-                        }
+                        let local_applied: Vec<commands::Applied> = fut.await;
+                        let mut reply = Applied {
+                            applied: local_applied.iter().map(|a| a.typed()).collect(),
+                            errors: Vec::new(),
+                        };
                         if let Some(f) = fwd {
                             for h in remote {
                                 match f.forward(h, request.clone()).await {
-                                    Ok(v) => {
-                                        if let Some(arr) =
-                                            v.get("applied").and_then(|a| a.as_array())
-                                        {
-                                            applied.extend(arr.iter().cloned());
+                                    Ok(v) => match serde_json::from_value::<Applied>(v) {
+                                        Ok(mut theirs) => {
+                                            reply.applied.append(&mut theirs.applied);
+                                            reply.errors.append(&mut theirs.errors);
                                         }
-                                    }
-                                    Err(e) => errors.push(format!("host#{}: {e}", h.0)),
+                                        Err(e) => reply
+                                            .errors
+                                            .push(format!("host#{}: bad reply: {e}", h.0)),
+                                    },
+                                    Err(e) => reply.errors.push(format!("host#{}: {e}", h.0)),
                                 }
                             }
                         }
-                        (local_applied, local_json, applied, errors)
+                        (local_applied, reply)
                     }
                     .into_actor(self)
-                    .map(
-                        move |(local_applied, local_json, mut applied, errors), act, _| {
-                            for a in &local_applied {
-                                act.log(a.at_ns, &source, kind, a.detail());
-                            }
-                            let mut all = local_json;
-                            all.append(&mut applied);
-                            if all.is_empty() && !errors.is_empty() {
-                                return Err(errors.join("; "));
-                            }
-                            Ok(serde_json::json!({ "applied": all, "errors": errors }))
-                        },
-                    ),
+                    .map(move |(local_applied, reply), act, _| {
+                        for a in &local_applied {
+                            act.log(a.at_ns, &source, kind, a.detail());
+                        }
+                        if reply.applied.is_empty() && !reply.errors.is_empty() {
+                            return Err(reply.errors.join("; "));
+                        }
+                        to_json(&reply)
+                    }),
                 )
             }
         }
     }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, String> {
+    serde_json::to_value(v).map_err(|e| e.to_string())
 }
 
 impl Actor for Supervisor {
@@ -467,7 +465,7 @@ impl Actor for Supervisor {
                 act.sample(ctx);
             }
         });
-        self.schedule_chaos(ctx);
+        self.arm_chaos(ctx);
         let end = self.cluster.run.duration_ns;
         ctx.run_later(self.clock.until(end), |act, ctx| {
             act.finish("duration reached".into(), ctx)
@@ -485,7 +483,7 @@ impl Actor for Supervisor {
 impl Handler<Control> for Supervisor {
     type Result = ResponseActFuture<Self, Result<serde_json::Value, String>>;
     fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) -> Self::Result {
-        self.handle_request(msg.request, msg.forwarded, msg.source, ctx)
+        self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
     }
 }
 

@@ -116,7 +116,7 @@ impl Mesh {
         let mut incoming = BTreeMap::new();
         for h in cluster.hosts.iter().filter(|h| h.id != host) {
             let (env_tx, env_rx) = mpsc::channel::<Envelope>(PEER_QUEUE);
-            let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel::<Frame>();
+            let (ctrl_tx, ctrl_rx) = mpsc::channel::<Frame>(peer::CONTROL_QUEUE);
             let shared = Arc::new(PeerShared::new(h.id, h.name.clone(), env_tx, ctrl_tx));
             let (in_tx, in_rx) = mpsc::channel(4);
             let dial = if spec.name < h.name {
@@ -210,7 +210,7 @@ impl Mesh {
     pub fn say_goodbye(&self, reason: &str) {
         self.ctx.leaving.store(true, Ordering::Release);
         for p in self.peers.values() {
-            let _ = p.ctrl_tx.send(Frame::Bye {
+            let _ = p.send_control(Frame::Bye {
                 reason: reason.to_string(),
             });
         }
@@ -225,6 +225,19 @@ struct MeshForwarder {
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ControlForwarder for MeshForwarder {
+    fn counters(&self) -> serde_json::Value {
+        let peers: serde_json::Map<String, serde_json::Value> = self
+            .peers
+            .values()
+            .map(|p| {
+                let mut v = p.counters.json();
+                v["up"] = p.up.load(Ordering::Acquire).into();
+                (p.name.clone(), v)
+            })
+            .collect();
+        serde_json::Value::Object(peers)
+    }
+
     fn forward(
         &self,
         host: HostId,

@@ -6,7 +6,7 @@ use super::MeshContext;
 use crate::host::supervisor::Control;
 use actix::prelude::*;
 use edgemu_actors::messages::PeerStatus;
-use edgemu_actors::router::{Inbound, PeerSendError, PeerSender};
+use edgemu_actors::router::{Inbound, InboundGate, PeerSendError, PeerSender};
 use edgemu_codec::ids::HostId;
 use edgemu_codec::wire::{
     decode_frame, encode_frame, Envelope, Frame, Handshake, HandshakeOutcome,
@@ -38,7 +38,7 @@ pub struct MeshTargets {
 
 #[derive(Default)]
 struct TargetsInner {
-    router: Option<Recipient<Inbound>>,
+    router: Option<(Recipient<Inbound>, Arc<InboundGate>)>,
     supervisor: Option<Recipient<Control>>,
     status: Vec<Recipient<PeerStatus>>,
     rtt: Option<Recipient<BaseRtt>>,
@@ -51,7 +51,7 @@ struct TargetsInner {
 impl MeshTargets {
     pub fn set(
         &self,
-        router: Recipient<Inbound>,
+        router: (Recipient<Inbound>, Arc<InboundGate>),
         supervisor: Recipient<Control>,
         status: Vec<Recipient<PeerStatus>>,
         rtt: Recipient<BaseRtt>,
@@ -66,7 +66,7 @@ impl MeshTargets {
             t.rtt = Some(rtt);
         }
     }
-    pub(crate) fn router(&self) -> Option<Recipient<Inbound>> {
+    pub(crate) fn router(&self) -> Option<(Recipient<Inbound>, Arc<InboundGate>)> {
         self.inner.lock().ok().and_then(|t| t.router.clone())
     }
     pub(crate) fn supervisor(&self) -> Option<Recipient<Control>> {
@@ -89,12 +89,42 @@ impl MeshTargets {
     }
 }
 
+/// What went wrong on the sessions with one peer, for `status` and metrics.
+#[derive(Default, Debug)]
+pub(crate) struct PeerCounters {
+    /// Frames that could not be decoded (dropped).
+    pub malformed_frames: AtomicU64,
+    /// Control frames (forwarded requests and replies) dropped because the
+    /// control queue to the peer was full.
+    pub control_dropped: AtomicU64,
+    /// Sessions ended because a write did not finish in time (the peer
+    /// stopped reading).
+    pub write_timeouts: AtomicU64,
+    /// Sessions ended because the peer was silent too long.
+    pub silences: AtomicU64,
+}
+
+impl PeerCounters {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "malformed_frames": self.malformed_frames.load(Ordering::Relaxed),
+            "control_dropped": self.control_dropped.load(Ordering::Relaxed),
+            "write_timeouts": self.write_timeouts.load(Ordering::Relaxed),
+            "silences": self.silences.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// Control frames (forwards, replies, goodbyes) queued per peer.
+pub(crate) const CONTROL_QUEUE: usize = 256;
+
 pub(crate) struct PeerShared {
     pub id: HostId,
     pub name: String,
     pub up: AtomicBool,
     pub env_tx: mpsc::Sender<Envelope>,
-    pub ctrl_tx: mpsc::UnboundedSender<Frame>,
+    pub ctrl_tx: mpsc::Sender<Frame>,
+    pub counters: PeerCounters,
     pub rtt_min_ns: AtomicU64,
     next_request: AtomicU64,
     pending: Mutex<HashMap<u64, oneshot::Sender<String>>>,
@@ -105,7 +135,7 @@ impl PeerShared {
         id: HostId,
         name: String,
         env_tx: mpsc::Sender<Envelope>,
-        ctrl_tx: mpsc::UnboundedSender<Frame>,
+        ctrl_tx: mpsc::Sender<Frame>,
     ) -> Self {
         PeerShared {
             id,
@@ -113,6 +143,7 @@ impl PeerShared {
             up: AtomicBool::new(false),
             env_tx,
             ctrl_tx,
+            counters: PeerCounters::default(),
             rtt_min_ns: AtomicU64::new(u64::MAX),
             next_request: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
@@ -126,14 +157,27 @@ impl PeerShared {
     ) -> Result<oneshot::Receiver<String>, String> {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
+        self.send_control(Frame::ControlForward {
+            id,
+            json: request.to_string(),
+        })?;
         self.pending.lock().map_err(|_| "poisoned")?.insert(id, tx);
-        self.ctrl_tx
-            .send(Frame::ControlForward {
-                id,
-                json: request.to_string(),
-            })
-            .map_err(|_| format!("host {} is shutting down", self.name))?;
         Ok(rx)
+    }
+
+    /// Queues a control frame; a full queue drops it and counts it.
+    pub fn send_control(&self, frame: Frame) -> Result<(), String> {
+        self.ctrl_tx.try_send(frame).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                self.counters
+                    .control_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+                format!("control queue to host {} is full", self.name)
+            }
+            mpsc::error::TrySendError::Closed(_) => {
+                format!("host {} is shutting down", self.name)
+            }
+        })
     }
 
     pub fn complete_request(&self, id: u64, json: String) {
@@ -297,7 +341,7 @@ pub(crate) async fn peer_task(
     ctx: Arc<MeshContext>,
     peer: Arc<PeerShared>,
     mut env_rx: mpsc::Receiver<Envelope>,
-    mut ctrl_rx: mpsc::UnboundedReceiver<Frame>,
+    mut ctrl_rx: mpsc::Receiver<Frame>,
     mut incoming: mpsc::Receiver<(Ws, HandshakeOutcome, Duration)>,
     dial_addr: Option<std::net::SocketAddr>,
 ) {

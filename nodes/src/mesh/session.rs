@@ -6,8 +6,10 @@ use crate::host::supervisor::Control;
 use edgemu_actors::router::Inbound;
 use edgemu_codec::wire::{decode_frame, encode_frame, Envelope, Frame, Heartbeat, MAX_FRAME_BYTES};
 use futures_util::{SinkExt, StreamExt};
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
@@ -31,41 +33,150 @@ const BATCH_BYTES: usize = MAX_FRAME_BYTES / 4;
 fn encoded_estimate(e: &Envelope) -> usize {
     32 + match &e.payload {
         edgemu_codec::wire::Msg::Bytes(b) => b.len(),
+        edgemu_codec::wire::Msg::Probe(p) => p.pad.len(),
         _ => 0,
     }
 }
 
+/// Longest a single websocket write may take. A peer that stops reading
+/// fills the socket's buffers; its session ends after this instead of
+/// blocking forever (and with it, everything queued for the peer).
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Runs until the session fails; returns why.
+///
+/// Reading and writing are two futures polled side by side, so a write
+/// waiting on a full socket never stops this side from reading (two hosts
+/// flooding each other used to block both in a write, each waiting for the
+/// other to read, until both declared the other silent). The writer sends
+/// control frames first, then heartbeats, then data, so heartbeats and
+/// control never wait behind more than one data frame; every write has
+/// [`WRITE_TIMEOUT`].
 pub(crate) async fn run_session(
     ctx: &MeshContext,
     peer: &PeerShared,
     ws: Ws,
     env_rx: &mut mpsc::Receiver<Envelope>,
-    ctrl_rx: &mut mpsc::UnboundedReceiver<Frame>,
+    ctrl_rx: &mut mpsc::Receiver<Frame>,
 ) -> String {
-    let (mut tx, mut rx) = ws.split();
+    let (tx, rx) = ws.split();
+    let last_seen = Cell::new(Instant::now());
+    // Peer's last heartbeat stamp, and when we got it.
+    let echo: Cell<Option<(u64, u64)>> = Cell::new(None);
+    tokio::select! {
+        why = read_loop(ctx, peer, rx, &last_seen, &echo) => why,
+        why = write_loop(ctx, peer, tx, env_rx, ctrl_rx, &last_seen, &echo) => why,
+    }
+}
+
+async fn read_loop(
+    ctx: &MeshContext,
+    peer: &PeerShared,
+    mut rx: futures_util::stream::SplitStream<Ws>,
+    last_seen: &Cell<Instant>,
+    echo: &Cell<Option<(u64, u64)>>,
+) -> String {
+    loop {
+        let msg = match rx.next().await {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => return format!("receive failed: {e}"),
+            None => return "closed by peer".into(),
+        };
+        last_seen.set(Instant::now());
+        if !msg.is_binary() {
+            continue;
+        }
+        let frame = match decode_frame(&msg.into_data()) {
+            Ok(f) => f,
+            Err(e) => {
+                let n = peer
+                    .counters
+                    .malformed_frames
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
+                tracing::warn!(peer = %peer.name, malformed_frames = n, "malformed frame dropped: {e}");
+                continue;
+            }
+        };
+        match frame {
+            Frame::Envelopes(envs) => {
+                if let Some((router, gate)) = ctx.targets.router() {
+                    for e in envs {
+                        // Drops (counted by the gate) when the router is far behind.
+                        if gate.admit() {
+                            router.do_send(Inbound(e, peer.id));
+                        }
+                    }
+                }
+            }
+            Frame::Heartbeat(h) => {
+                let now = mono_ns();
+                echo.set(Some((h.sent_ns, now)));
+                if let Some(mine) = h.echo_ns {
+                    let rtt = now.saturating_sub(mine).saturating_sub(h.echo_hold_ns);
+                    if rtt > 0 && peer.note_rtt(rtt) {
+                        ctx.targets.base_rtt(peer.id, rtt);
+                    }
+                }
+            }
+            Frame::Start { unix_ns } => {
+                if !ctx.coordinator {
+                    let _ = ctx.start.send(Some(unix_ns));
+                }
+            }
+            Frame::ControlForward { id, json } => {
+                let supervisor = ctx.targets.supervisor();
+                let ctrl = peer.ctrl_tx.clone();
+                let name = peer.name.clone();
+                let cluster = ctx.cluster.clone();
+                actix_rt::spawn(async move {
+                    let reply = answer_forward(supervisor, cluster, json, &name).await;
+                    // The reply waits for room: the requester times out on its own.
+                    let _ = ctrl.send(Frame::ControlReply { id, json: reply }).await;
+                });
+            }
+            Frame::ControlReply { id, json } => peer.complete_request(id, json),
+            Frame::Bye { reason } => return format!("bye: {reason}"),
+            Frame::Hello(_) | Frame::Auth(_) => {
+                peer.counters
+                    .malformed_frames
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(peer = %peer.name, "handshake frame after handshake; ignored");
+            }
+        }
+    }
+}
+
+async fn write_loop(
+    ctx: &MeshContext,
+    peer: &PeerShared,
+    mut tx: futures_util::stream::SplitSink<Ws, Message>,
+    env_rx: &mut mpsc::Receiver<Envelope>,
+    ctrl_rx: &mut mpsc::Receiver<Frame>,
+    last_seen: &Cell<Instant>,
+    echo: &Cell<Option<(u64, u64)>>,
+) -> String {
     let mut hb = tokio::time::interval(HEARTBEAT);
     hb.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Silence is checked more often than heartbeats are sent, so a peer is
     // declared down within a tenth of a second of its 3 s of silence.
-    let mut silence = tokio::time::interval(std::time::Duration::from_millis(100));
+    let mut silence = tokio::time::interval(Duration::from_millis(100));
     silence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut hb_seq = 0u64;
-    let mut last_seen = Instant::now();
-    // Peer's last heartbeat stamp, and when we got it.
-    let mut echo: Option<(u64, u64)> = None;
     let mut start_rx = ctx.start.subscribe();
     let mut start_sent = false;
-    let mut bad_frames = 0u64;
 
     macro_rules! send {
         ($frame:expr) => {
             match encode_frame(&$frame) {
-                Ok(bytes) => {
-                    if let Err(e) = tx.send(Message::binary(bytes)).await {
-                        return format!("send failed: {e}");
+                Ok(bytes) => match tokio::time::timeout(WRITE_TIMEOUT, tx.send(Message::binary(bytes))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return format!("send failed: {e}"),
+                    Err(_) => {
+                        peer.counters.write_timeouts.fetch_add(1, Ordering::Relaxed);
+                        return format!("a write blocked for {WRITE_TIMEOUT:?}: the peer is not reading");
                     }
-                }
+                },
                 Err(e) => tracing::warn!(peer = %peer.name, "frame not sent: {e}"),
             }
         };
@@ -81,64 +192,6 @@ pub(crate) async fn run_session(
         }
         tokio::select! {
             biased;
-            msg = rx.next() => {
-                let msg = match msg {
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => return format!("receive failed: {e}"),
-                    None => return "closed by peer".into(),
-                };
-                last_seen = Instant::now();
-                if !msg.is_binary() {
-                    continue;
-                }
-                let frame = match decode_frame(&msg.into_data()) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        bad_frames += 1;
-                        tracing::warn!(peer = %peer.name, bad_frames, "malformed frame dropped: {e}");
-                        continue;
-                    }
-                };
-                match frame {
-                    Frame::Envelopes(envs) => {
-                        if let Some(router) = ctx.targets.router() {
-                            for e in envs {
-                                router.do_send(Inbound(e));
-                            }
-                        }
-                    }
-                    Frame::Heartbeat(h) => {
-                        let now = mono_ns();
-                        echo = Some((h.sent_ns, now));
-                        if let Some(mine) = h.echo_ns {
-                            let rtt = now.saturating_sub(mine).saturating_sub(h.echo_hold_ns);
-                            if rtt > 0 && peer.note_rtt(rtt) {
-                                ctx.targets.base_rtt(peer.id, rtt);
-                            }
-                        }
-                    }
-                    Frame::Start { unix_ns } => {
-                        if !ctx.coordinator {
-                            let _ = ctx.start.send(Some(unix_ns));
-                        }
-                    }
-                    Frame::ControlForward { id, json } => {
-                        let supervisor = ctx.targets.supervisor();
-                        let ctrl = peer.ctrl_tx.clone();
-                        let name = peer.name.clone();
-                        actix_rt::spawn(async move {
-                            let reply = answer_forward(supervisor, &json, &name).await;
-                            let _ = ctrl.send(Frame::ControlReply { id, json: reply });
-                        });
-                    }
-                    Frame::ControlReply { id, json } => peer.complete_request(id, json),
-                    Frame::Bye { reason } => return format!("bye: {reason}"),
-                    Frame::Hello(_) | Frame::Auth(_) => {
-                        bad_frames += 1;
-                        tracing::warn!(peer = %peer.name, "handshake frame after handshake; ignored");
-                    }
-                }
-            }
             Some(frame) = ctrl_rx.recv() => {
                 let bye = matches!(frame, Frame::Bye { .. });
                 send!(frame);
@@ -146,6 +199,25 @@ pub(crate) async fn run_session(
                     let _ = tx.close().await;
                     return "bye sent".into();
                 }
+            }
+            _ = silence.tick() => {
+                let quiet = last_seen.get().elapsed();
+                if quiet > PEER_TIMEOUT {
+                    peer.counters.silences.fetch_add(1, Ordering::Relaxed);
+                    return format!("silent for {quiet:?}");
+                }
+            }
+            _ = hb.tick() => {
+                hb_seq += 1;
+                let now = mono_ns();
+                let (echo_ns, echo_hold_ns) = match echo.get() {
+                    Some((sent, got)) => (Some(sent), now.saturating_sub(got)),
+                    None => (None, 0),
+                };
+                send!(Frame::Heartbeat(Heartbeat { seq: hb_seq, sent_ns: now, echo_ns, echo_hold_ns }));
+            }
+            r = start_rx.changed(), if ctx.coordinator && !start_sent => {
+                if r.is_err() { return "mesh stopped".into(); }
             }
             Some(first) = env_rx.recv() => {
                 let mut bytes = encoded_estimate(&first);
@@ -161,45 +233,39 @@ pub(crate) async fn run_session(
                 }
                 send!(Frame::Envelopes(batch));
             }
-            _ = silence.tick() => {
-                if last_seen.elapsed() > PEER_TIMEOUT {
-                    return format!("silent for {:?}", last_seen.elapsed());
-                }
-            }
-            _ = hb.tick() => {
-                hb_seq += 1;
-                let now = mono_ns();
-                let (echo_ns, echo_hold_ns) = match echo {
-                    Some((sent, got)) => (Some(sent), now.saturating_sub(got)),
-                    None => (None, 0),
-                };
-                send!(Frame::Heartbeat(Heartbeat { seq: hb_seq, sent_ns: now, echo_ns, echo_hold_ns }));
-            }
-            r = start_rx.changed(), if ctx.coordinator && !start_sent => {
-                if r.is_err() { return "mesh stopped".into(); }
-            }
         }
     }
 }
 
 async fn answer_forward(
     supervisor: Option<actix::Recipient<Control>>,
-    json: &str,
+    cluster: std::sync::Arc<edgemu_config::Cluster>,
+    json: String,
     from: &str,
 ) -> String {
-    let request: serde_json::Value = match serde_json::from_str(json) {
-        Ok(v) => v,
-        Err(e) => {
-            return serde_json::json!({ "error": format!("malformed forwarded request: {e}") })
-                .to_string()
-        }
-    };
     let Some(sup) = supervisor else {
         return serde_json::json!({ "error": "run has not started on this host" }).to_string();
+    };
+    // Parsed off the actor thread: it may read a trace file.
+    let parsed = tokio::task::spawn_blocking(move || {
+        serde_json::from_str::<serde_json::Value>(&json)
+            .map_err(|e| format!("malformed forwarded request: {e}"))
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let raw = match parsed {
+        Ok(v) => v,
+        Err(e) => return serde_json::json!({ "error": e }).to_string(),
+    };
+    let (request, raw) = match crate::host::commands::parse_off_thread(cluster, raw).await {
+        Ok(v) => v,
+        Err(e) => return serde_json::json!({ "error": e }).to_string(),
     };
     match sup
         .send(Control {
             request,
+            raw,
             forwarded: true,
             source: format!("control (via {from})"),
         })
@@ -208,5 +274,138 @@ async fn answer_forward(
         Ok(Ok(v)) => serde_json::json!({ "result": v }).to_string(),
         Ok(Err(e)) => serde_json::json!({ "error": e }).to_string(),
         Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Sessions under saturating load, on real loopback sockets.
+    use super::*;
+    use crate::mesh::MeshTargets;
+    use edgemu_codec::ids::{ActorId, HostId};
+    use edgemu_codec::wire::Msg;
+    use std::sync::Arc;
+    use tokio::sync::watch;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    fn context(host: u16) -> MeshContext {
+        let text = "[run]\nduration = \"10s\"\n[[hosts]]\nname = \"a\"\nlisten = \"127.0.0.1:1\"\n[[hosts]]\nname = \"b\"\nlisten = \"127.0.0.1:2\"\n";
+        let cluster = edgemu_config::Cluster::from_str(text, std::path::Path::new("t.toml"))
+            .expect("cluster");
+        MeshContext {
+            cluster: Arc::new(cluster),
+            host: HostId(host),
+            token: Vec::new(),
+            incarnation: 1,
+            targets: MeshTargets::default(),
+            start: watch::channel(None).0,
+            coordinator: false,
+            leaving: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    async fn socket_pair() -> (Ws, Ws) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = TcpStream::connect(addr).await.expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        (
+            WebSocketStream::from_raw_socket(server, Role::Server, None).await,
+            WebSocketStream::from_raw_socket(client, Role::Client, None).await,
+        )
+    }
+
+    fn big_envelope() -> Envelope {
+        Envelope {
+            src: ActorId(0),
+            dst: ActorId(1),
+            via: None,
+            sent_at_ns: 0,
+            due_ns: None,
+            payload: Msg::Bytes(vec![7u8; 64 * 1024]),
+        }
+    }
+
+    /// Keeps `tx` full until `stop`.
+    async fn flood(tx: mpsc::Sender<Envelope>) {
+        while tx.send(big_envelope()).await.is_ok() {}
+    }
+
+    fn peer(id: u16) -> (PeerShared, mpsc::Receiver<Envelope>, mpsc::Receiver<Frame>) {
+        let (env_tx, env_rx) = mpsc::channel(256);
+        let (ctrl_tx, ctrl_rx) = mpsc::channel(16);
+        (
+            PeerShared::new(HostId(id), format!("h{id}"), env_tx, ctrl_tx),
+            env_rx,
+            ctrl_rx,
+        )
+    }
+
+    /// A peer that keeps sending but stops reading fills the socket; the
+    /// session ends on its write timeout (it used to block forever).
+    #[test]
+    fn a_peer_that_stops_reading_is_declared_down() {
+        actix::System::new().block_on(async {
+            let (a, b) = socket_pair().await;
+            let (mut b_tx, _b_rx) = b.split();
+            actix_rt::spawn(async move {
+                let mut seq = 0;
+                loop {
+                    seq += 1;
+                    let hb = Frame::Heartbeat(Heartbeat {
+                        seq,
+                        sent_ns: 0,
+                        echo_ns: None,
+                        echo_hold_ns: 0,
+                    });
+                    let bytes = encode_frame(&hb).expect("encode");
+                    if b_tx.send(Message::binary(bytes)).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            });
+            let ctx = context(0);
+            let (p, mut env_rx, mut ctrl_rx) = peer(1);
+            actix_rt::spawn(flood(p.env_tx.clone()));
+            let why = tokio::time::timeout(
+                Duration::from_secs(30),
+                run_session(&ctx, &p, a, &mut env_rx, &mut ctrl_rx),
+            )
+            .await
+            .expect("the session must end, not block");
+            assert!(why.contains("not reading"), "{why}");
+            assert_eq!(p.counters.write_timeouts.load(Ordering::Relaxed), 1);
+        });
+    }
+
+    /// Two hosts flooding each other with data both keep reading, so
+    /// neither is declared down (both used to block in a write, each waiting
+    /// for the other to read, until both saw 3 s of silence).
+    #[test]
+    fn hosts_flooding_each_other_stay_up() {
+        actix::System::new().block_on(async {
+            let (a, b) = socket_pair().await;
+            let (ctx_a, ctx_b) = (context(0), context(1));
+            let (pa, mut a_env, mut a_ctrl) = peer(1);
+            let (pb, mut b_env, mut b_ctrl) = peer(0);
+            actix_rt::spawn(flood(pa.env_tx.clone()));
+            actix_rt::spawn(flood(pb.env_tx.clone()));
+            let both = async {
+                tokio::select! {
+                    why = run_session(&ctx_a, &pa, a, &mut a_env, &mut a_ctrl) => Some(format!("a: {why}")),
+                    why = run_session(&ctx_b, &pb, b, &mut b_env, &mut b_ctrl) => Some(format!("b: {why}")),
+                }
+            };
+            // Longer than the 3 s silence limit.
+            let ended = tokio::time::timeout(PEER_TIMEOUT + Duration::from_secs(2), both)
+                .await
+                .unwrap_or(None);
+            assert_eq!(ended, None, "a saturated session went down");
+            assert_eq!(pa.counters.silences.load(Ordering::Relaxed), 0);
+            assert_eq!(pb.counters.silences.load(Ordering::Relaxed), 0);
+        });
     }
 }

@@ -185,7 +185,11 @@ impl HostResults {
         names: Vec<String>,
     ) -> Result<Self> {
         let dir = run_dir.join(host);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // One writer per host folder: a second process for the same host of
+        // the same run must not truncate the first one's files.
+        std::fs::create_dir(&dir).with_context(|| {
+            format!("creating {} (a host folder is never reused)", dir.display())
+        })?;
         if let Ok(mut e) = events.0.lock() {
             e.open(&dir.join("events.jsonl"))?;
         }

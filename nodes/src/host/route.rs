@@ -1,0 +1,217 @@
+//! Routing a control command, as a plain function: given the resolved
+//! command, this host and whether the command was forwarded to it, which
+//! targets to act on here and which hosts to forward the same command to.
+//! The supervisor only executes the [`Plan`] (send to local actors, forward
+//! over the mesh, merge replies); this is the one place that decides.
+//!
+//! A command is routed once: the host that received it from a client plans
+//! local targets plus the owners of the others; an owner receiving the
+//! forwarded command acts on its own targets only and never forwards again.
+//!
+//! # Adding a command
+//!
+//! - Same target kinds (links, host pairs): one variant of
+//!   [`edgemu_config::command::Command`] (its keys; the JSON Schema follows),
+//!   its case in `Command::resolve` (usually `parse_action`), and its arm
+//!   in [`super::commands::apply`].
+//! - A new target kind (a policy slot owned by a scheduler actor for
+//!   `policy.swap`/`policy.get`/`policy.rollback`, an actor for
+//!   `actor.kill`/`actor.restart`): additionally one variant of
+//!   [`super::commands::Target`] (e.g. `Actor { actor: ActorId }`), whose
+//!   owner is the actor's host (`cluster.actors[id].host`) in
+//!   [`super::commands::all_targets`], and one handler: the arm of
+//!   `commands::apply` that sends the typed message to that actor. Routing
+//!   here, forwarding, logging and replies need no change.
+
+use super::commands::{self, Request, Target};
+use edgemu_codec::ids::HostId;
+use edgemu_config::Cluster;
+
+/// What the supervisor does with one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// Answer with this host's counters, plus those of `peers`.
+    Status { peers: Vec<HostId> },
+    /// End the run here and tell `peers` to end it.
+    Stop { peers: Vec<HostId> },
+    /// Act on `local` targets; forward the command to `remote` owners.
+    Apply {
+        local: Vec<Target>,
+        remote: Vec<HostId>,
+    },
+    /// Answer with this error.
+    Refuse(String),
+}
+
+/// Plans `request` on `host`. `forwarded`: it came from another host (act
+/// locally only); `has_mesh`: this host can reach others.
+pub fn plan(
+    cluster: &Cluster,
+    host: HostId,
+    request: &Request,
+    forwarded: bool,
+    has_mesh: bool,
+) -> Plan {
+    let peers = || -> Vec<HostId> {
+        if forwarded || !has_mesh {
+            return Vec::new();
+        }
+        cluster
+            .hosts
+            .iter()
+            .map(|h| h.id)
+            .filter(|h| *h != host)
+            .collect()
+    };
+    match request {
+        Request::Status => Plan::Status { peers: peers() },
+        Request::RunStop => Plan::Stop { peers: peers() },
+        Request::Subscribe { .. } => Plan::Refuse(
+            "metrics.subscribe is answered by the control socket it was sent to".into(),
+        ),
+        Request::Action { action, .. } => {
+            let local = commands::local_targets(cluster, action, host);
+            let remote: Vec<HostId> = if forwarded {
+                Vec::new()
+            } else {
+                commands::owner_hosts(cluster, action)
+                    .into_iter()
+                    .filter(|h| *h != host)
+                    .collect()
+            };
+            if !remote.is_empty() && !has_mesh {
+                return Plan::Refuse(
+                    "target is owned by another host and this host has no mesh".into(),
+                );
+            }
+            if local.is_empty() && remote.is_empty() {
+                return Plan::Refuse("the command has no target on any host".into());
+            }
+            Plan::Apply { local, remote }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgemu_codec::ids::{Direction, LinkId};
+    use edgemu_config::ChaosAction;
+
+    fn cluster() -> Cluster {
+        let text = r#"
+[run]
+duration = "10s"
+[[hosts]]
+name = "alpha"
+listen = "127.0.0.1:1"
+[[hosts]]
+name = "beta"
+listen = "127.0.0.1:2"
+[[actors]]
+name = "cbr"
+host = "beta"
+kind = "constant"
+to = "sink"
+via = "wan"
+rate = "1Mbps"
+[[actors]]
+name = "sink"
+host = "alpha"
+kind = "sink"
+[[links]]
+name = "wan"
+a = "cbr"
+b = "sink"
+"#;
+        Cluster::from_str(text, std::path::Path::new("t.toml")).unwrap()
+    }
+
+    fn kill(dir: Option<Direction>) -> Request {
+        Request::Action {
+            action: ChaosAction::LinkKill {
+                link: LinkId(0),
+                dir,
+            },
+            for_ns: None,
+        }
+    }
+
+    #[test]
+    fn a_link_direction_is_applied_by_the_sending_host_only() {
+        let c = cluster();
+        let (alpha, beta) = (HostId(0), HostId(1));
+        // wan a→b is sent by cbr on beta: alpha forwards, beta applies.
+        let ab = kill(Some(Direction::AtoB));
+        assert_eq!(
+            plan(&c, alpha, &ab, false, true),
+            Plan::Apply {
+                local: vec![],
+                remote: vec![beta]
+            }
+        );
+        let at_beta = Plan::Apply {
+            local: vec![Target::Link {
+                link: LinkId(0),
+                dir: Direction::AtoB,
+            }],
+            remote: vec![],
+        };
+        assert_eq!(plan(&c, beta, &ab, false, true), at_beta);
+        // Forwarded: never forwarded again.
+        assert_eq!(plan(&c, beta, &ab, true, true), at_beta);
+        // Both directions: one local, one remote.
+        let Plan::Apply { local, remote } = plan(&c, alpha, &kill(None), false, true) else {
+            panic!()
+        };
+        assert_eq!((local.len(), remote), (1, vec![beta]));
+        // No mesh: refused rather than half applied.
+        assert!(matches!(
+            plan(&c, alpha, &ab, false, false),
+            Plan::Refuse(_)
+        ));
+        // A forwarded command for a target this host does not own.
+        assert!(matches!(plan(&c, alpha, &ab, true, true), Plan::Refuse(_)));
+    }
+
+    #[test]
+    fn status_and_stop_reach_every_peer_once() {
+        let c = cluster();
+        assert_eq!(
+            plan(&c, HostId(0), &Request::Status, false, true),
+            Plan::Status {
+                peers: vec![HostId(1)]
+            }
+        );
+        assert_eq!(
+            plan(&c, HostId(1), &Request::Status, true, true),
+            Plan::Status { peers: vec![] }
+        );
+        assert_eq!(
+            plan(&c, HostId(0), &Request::RunStop, false, true),
+            Plan::Stop {
+                peers: vec![HostId(1)]
+            }
+        );
+        let p = plan(
+            &c,
+            HostId(0),
+            &Request::Action {
+                action: ChaosAction::HostPartition {
+                    a: HostId(0),
+                    b: HostId(1),
+                },
+                for_ns: Some(1),
+            },
+            false,
+            true,
+        );
+        assert_eq!(
+            p,
+            Plan::Apply {
+                local: vec![Target::Peer { peer: HostId(1) }],
+                remote: vec![HostId(1)]
+            }
+        );
+    }
+}
