@@ -4,9 +4,11 @@
 //! telemetry. No I/O in the engine, ledger or modeled backend.
 
 pub mod backend;
+pub mod baseline;
 pub mod bench;
 pub mod engine;
 pub mod error;
+pub mod generate;
 pub mod kv_transfer;
 pub mod ledger;
 pub mod model;

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod control;
+pub mod generate;
 pub mod host;
 pub mod mesh;
 pub mod results;

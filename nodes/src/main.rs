@@ -42,6 +42,8 @@ enum Command {
     /// Measure the real LLM backend over a grid of batch sizes and KV occupancies and write a
     /// profile for the modeled backend.
     Profile(bench::decode::ProfileArgs),
+    /// Greedy tokens of a batch of synthetic prompts as JSON (compare devices on the same weights).
+    Generate(edgemu_nodes::generate::GenerateArgs),
 }
 
 #[derive(Args)]
@@ -172,7 +174,7 @@ enum BenchCmd {
     Virtual(bench::BenchArgs),
     /// GF(2^8) region kernels vs memcpy, and streaming RLC encode/decode per 1000 packets.
     Fec(bench::BenchArgs),
-    /// Real LLM prefill and decode tok/s under continuous batching, vs llama.cpp's figures.
+    /// Real LLM prefill and decode tok/s under continuous batching, with baselines measured in the same run.
     Decode(bench::decode::DecodeArgs),
 }
 
@@ -236,6 +238,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Decode(a) => bench::decode::run(&a),
         },
         Command::Profile(a) => bench::decode::profile(&a),
+        Command::Generate(a) => edgemu_nodes::generate::run(&a),
     }
 }
 
