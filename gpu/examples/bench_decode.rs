@@ -1,6 +1,6 @@
 //! Prints the decode benchmark (what `edgemu bench decode` shows).
 //!
-//! `cargo run --release -p edgemu-gpu --example bench_decode -- [--json] [--quick] [--device cpu|cuda:N] [--model FILE] [--layout PREFILL,DECODE]`
+//! `cargo run --release -p edgemu-gpu --example bench_decode -- [--json] [--quick] [--device cpu|cuda:N] [--model FILE | --random-weights [ARCH:]SEED] [--layout PREFILL,DECODE] [--batches 1,4,16,32] [--no-baselines]`
 use edgemu_gpu::bench::{run_decode_bench_with_progress, DecodeBenchOptions};
 use edgemu_gpu::model::{WeightFormat, WeightLayout};
 
@@ -14,6 +14,28 @@ fn main() {
             "--quick" => opts.quick = true,
             "--device" => opts.device = args.next().unwrap_or_else(|| "cpu".into()),
             "--model" => opts.model = args.next().map(Into::into),
+            "--no-baselines" => opts.baselines = false,
+            "--random-weights" => match args.next().unwrap_or_default().parse() {
+                Ok(r) => opts.random_weights = Some(r),
+                Err(e) => {
+                    eprintln!("bad --random-weights: {e}");
+                    std::process::exit(2);
+                }
+            },
+            "--batches" => {
+                let v = args.next().unwrap_or_default();
+                match v
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<Result<Vec<usize>, _>>()
+                {
+                    Ok(b) => opts.batches = b,
+                    Err(e) => {
+                        eprintln!("bad --batches `{v}`: {e}");
+                        std::process::exit(2);
+                    }
+                }
+            }
             "--layout" => {
                 let v = args.next().unwrap_or_default();
                 let (p, d) = v.split_once(',').unwrap_or((&v, &v));

@@ -18,6 +18,15 @@ pub enum GpuError {
     /// Reading or parsing a GGUF file failed.
     #[error("GGUF {path}: {msg}")]
     Gguf { path: String, msg: String },
+    /// A GGUF header declares a size beyond what the loader accepts (checked
+    /// before anything is allocated from it).
+    #[error("GGUF {path}: {what} is {value}, above the limit of {limit}")]
+    GgufLimit {
+        path: String,
+        what: String,
+        value: u64,
+        limit: u64,
+    },
     /// A tensor the architecture needs is absent from the GGUF file.
     #[error("GGUF {path}: missing tensor `{name}`")]
     MissingTensor { path: String, name: String },

@@ -4,10 +4,12 @@
 //! telemetry. No I/O in the engine, ledger or modeled backend.
 
 pub mod backend;
+pub mod baseline;
 pub mod bench;
 pub mod engine;
 pub mod error;
 pub mod handoff_quality;
+pub mod generate;
 pub mod kv_transfer;
 pub mod kv_utility;
 pub mod ledger;

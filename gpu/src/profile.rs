@@ -285,11 +285,50 @@ impl Profile {
     }
 }
 
+/// Batch sizes to fit a profile on when its error is to be measured on the
+/// `measured` batch sizes: batch 1, the geometric midpoint of each pair of
+/// neighbouring measured sizes, and 1.5× the largest, leaving out any measured
+/// size — so every measured size except 1 is held out (interpolated, never a
+/// fitted grid point). For 1, 4, 16, 32: 1, 2, 8, 23, 48.
+pub fn held_out_fit_batches(measured: &[usize]) -> Vec<usize> {
+    let mut m: Vec<usize> = measured.iter().copied().filter(|&b| b > 0).collect();
+    m.sort_unstable();
+    m.dedup();
+    let mut fit = vec![1];
+    for w in m.windows(2) {
+        let mid = ((w[0] * w[1]) as f64).sqrt().round() as usize;
+        if mid > w[0] && mid < w[1] {
+            fit.push(mid);
+        }
+    }
+    if let Some(&max) = m.last() {
+        fit.push((max * 3).div_ceil(2).max(2));
+    }
+    fit.sort_unstable();
+    fit.dedup();
+    fit.retain(|b| *b == 1 || !m.contains(b));
+    fit
+}
+
+/// Mean relative error |predicted − measured| / measured of a profile's step
+/// time over `(batch, occupancy bytes, measured step seconds)` samples
+/// (samples with a non-positive time are skipped); `None` without samples.
+pub fn mean_relative_error(profile: &Profile, samples: &[(usize, u64, f64)]) -> Option<f64> {
+    let errs: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.2 > 0.0)
+        .map(|&(b, occ, real)| (profile.step_time(b, occ) - real).abs() / real)
+        .collect();
+    (!errs.is_empty()).then(|| errs.iter().sum::<f64>() / errs.len() as f64)
+}
+
 /// What [`run_profile`] measures.
 #[derive(Debug, Clone)]
 pub struct ProfileOptions {
     /// GGUF file (`None` → the default lookup, see [`crate::model::model_path`]).
     pub model: Option<std::path::PathBuf>,
+    /// Seeded random weights instead of the file (same shapes and types).
+    pub random_weights: Option<crate::model::RandomWeights>,
     /// `cpu` or `cuda:N`.
     pub device: String,
     /// Weight layout (`None` → per device default).
@@ -312,6 +351,7 @@ impl Default for ProfileOptions {
     fn default() -> Self {
         ProfileOptions {
             model: None,
+            random_weights: None,
             device: "cpu".into(),
             layout: None,
             batch_sizes: vec![1, 4, 8, 16, 32],
@@ -326,9 +366,9 @@ impl Default for ProfileOptions {
 
 /// Loads the model and measures a profile (see [`profile_backend`]).
 pub fn run_profile(opts: &ProfileOptions, progress: &dyn Fn(usize, usize)) -> Result<Profile> {
-    let path = crate::model::resolve_model_path(opts.model.as_deref())?;
+    let source = crate::model::ModelSource::new(opts.model.clone(), opts.random_weights);
     let device = crate::model::parse_device(&opts.device)?;
-    let lm = crate::model::load(&path, &device, opts.layout)?;
+    let lm = source.load(&device, opts.layout)?;
     let eos = lm.tokenizer.eos_id();
     let mut backend = RealBackend::new(lm.model, opts.kv_dtype, eos);
     let mut p = profile_backend(&mut backend, opts, progress)?;
@@ -336,7 +376,7 @@ pub fn run_profile(opts: &ProfileOptions, progress: &dyn Fn(usize, usize)) -> Re
         "measured on {} ({}), {}",
         opts.device,
         backend.model().layout().label(),
-        path.display()
+        source.label()
     );
     Ok(p)
 }
@@ -500,6 +540,26 @@ mod tests {
             assert_eq!(Profile::load(&f).unwrap(), p);
             let _ = std::fs::remove_file(&f);
         }
+    }
+
+    #[test]
+    fn fit_grid_holds_out_the_measured_batches() {
+        assert_eq!(held_out_fit_batches(&[1, 4, 16, 32]), vec![1, 2, 8, 23, 48]);
+        let f = held_out_fit_batches(&[1, 4, 16, 32, 64, 128]);
+        assert_eq!(f, vec![1, 2, 8, 23, 45, 91, 192]);
+        for b in [4, 16, 32, 64, 128] {
+            assert!(!f.contains(&b));
+        }
+        assert_eq!(held_out_fit_batches(&[16]), vec![1, 24]);
+    }
+
+    #[test]
+    fn relative_error_by_hand() {
+        let p = Profile::builtin("rtx4090").unwrap();
+        let t = p.step_time(4, 0);
+        let e = mean_relative_error(&p, &[(4, 0, t), (4, 0, t / 2.0), (4, 0, 0.0)]).unwrap();
+        assert!((e - 0.5).abs() < 1e-12, "{e}"); // 0 and 100 %, the zero-time sample skipped
+        assert!(mean_relative_error(&p, &[]).is_none());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod control;
 pub mod experiment;
+pub mod generate;
 pub mod host;
 pub mod mesh;
 pub mod profile_kv;

@@ -42,6 +42,8 @@ enum Command {
     /// Measure the real LLM backend over a grid of batch sizes and KV occupancies and write a
     /// profile for the modeled backend.
     Profile(bench::decode::ProfileArgs),
+    /// Greedy tokens of a batch of synthetic prompts as JSON (compare devices on the same weights).
+    Generate(edgemu_nodes::generate::GenerateArgs),
     /// Measure the KV-utility profile (layer groups × position bins) on ShareGPT contexts.
     ProfileKv(profile_kv::ProfileKvArgs),
     /// The papers' experiment grids, written as a results folder.
@@ -185,7 +187,7 @@ enum BenchCmd {
     Virtual(bench::BenchArgs),
     /// GF(2^8) region kernels vs memcpy, and streaming RLC encode/decode per 1000 packets.
     Fec(bench::BenchArgs),
-    /// Real LLM prefill and decode tok/s under continuous batching, vs llama.cpp's figures.
+    /// Real LLM prefill and decode tok/s under continuous batching, with baselines measured in the same run.
     Decode(bench::decode::DecodeArgs),
     /// One LYREO episode (T=800, U=40, S=8, modeled backend): wall time, slots/s, decisions/s.
     Lyreo(experiment::lyreo::LyreoBenchArgs),
@@ -255,6 +257,7 @@ fn real_main() -> Result<()> {
         Command::Experiment(ExperimentCmd::Lyreo(a)) => experiment::lyreo::run(&a),
         Command::Profile(a) => bench::decode::profile(&a),
         Command::ProfileKv(a) => profile_kv::run(&a),
+        Command::Generate(a) => edgemu_nodes::generate::run(&a),
     }
 }
 

@@ -60,7 +60,7 @@ impl LlamaConfig {
             head_dim: 16,
             rope_theta: 10_000.0,
             rms_norm_eps: 1e-5,
-            max_seq_len: 512,
+            max_seq_len: 2048,
         }
     }
 

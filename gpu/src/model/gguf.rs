@@ -7,21 +7,43 @@
 //! `rope.freq_base`, `attention.layer_norm_rms_epsilon`, `context_length`; the
 //! vocabulary size from `llama.vocab_size` or the token list.
 //!
-//! [`tiny_gguf`] writes a 2-layer random-initialised Llama with a byte-level
-//! tokenizer into an in-memory GGUF, with the same tensor names and quantized
-//! types (Q4_1 matrices, Q8_0 embedding) as the SmolLM2 file, so unit tests run
-//! the very same loader and forward pass as the real model without a download.
+//! [`tiny_gguf`] writes a 2-layer random-initialised Llama into an in-memory
+//! GGUF ([`crate::model::random`] also builds the full SmolLM2-135M shape), so
+//! unit tests run the very same loader and forward pass as the real model
+//! without a download.
 
 use std::collections::HashMap;
 use std::io::{Cursor, Read, Seek};
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::{self, Content, Value};
-use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{Device, Tensor};
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::QTensor;
+use candle_core::Device;
 
 use crate::error::{GpuError, Result};
 use crate::model::config::LlamaConfig;
+
+/// Upper bounds on what a GGUF header may declare, checked before anything is
+/// allocated from it: a hostile header must get a typed error
+/// ([`GpuError::GgufLimit`]), never a multi-terabyte allocation, an overflow or
+/// an abort. Generous for Llama-family models (Llama 3.1 405B: 126 blocks,
+/// 16 384 hidden, 53 248 MLP, 128 Ki context, 128 Ki vocabulary).
+pub mod limits {
+    /// `llama.context_length` (rotary tables are sized by it).
+    pub const MAX_CONTEXT_LENGTH: usize = 1 << 17;
+    /// `llama.block_count`.
+    pub const MAX_BLOCK_COUNT: usize = 1024;
+    /// `llama.embedding_length`.
+    pub const MAX_EMBEDDING_LENGTH: usize = 1 << 16;
+    /// `llama.feed_forward_length`.
+    pub const MAX_FEED_FORWARD_LENGTH: usize = 1 << 18;
+    /// `llama.attention.head_count(_kv)`.
+    pub const MAX_HEAD_COUNT: usize = 1024;
+    /// Vocabulary size.
+    pub const MAX_VOCAB_SIZE: usize = 1 << 22;
+    /// Bytes of one tensor's data (it must also lie inside the file).
+    pub const MAX_TENSOR_BYTES: u64 = 1 << 36;
+}
 
 /// An open GGUF file (or buffer) and its parsed header.
 pub struct GgufFile<R> {
@@ -49,12 +71,25 @@ impl GgufFile<Cursor<Vec<u8>>> {
 }
 
 impl<R: Read + Seek> GgufFile<R> {
-    /// Parses the header from `reader`; `label` names it in errors.
+    /// Parses the header from `reader`; `label` names it in errors. Every
+    /// tensor's declared size is checked against [`limits::MAX_TENSOR_BYTES`]
+    /// and the file's length here, before any tensor is read.
     pub fn from_reader(mut reader: R, label: &str) -> Result<Self> {
-        let content = Content::read(&mut reader).map_err(|e| GpuError::Gguf {
+        let err = |msg: String| GpuError::Gguf {
             path: label.to_string(),
-            msg: format!("cannot parse header: {e}"),
-        })?;
+            msg,
+        };
+        let file_len = reader
+            .seek(std::io::SeekFrom::End(0))
+            .and_then(|n| reader.seek(std::io::SeekFrom::Start(0)).map(|_| n))
+            .map_err(|e| err(format!("cannot seek: {e}")))?;
+        // candle's parser bounds lengths by the file size, but a few header
+        // values (e.g. `general.alignment = 0`) still make it panic: contain it.
+        let content =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader)))
+                .map_err(|_| err("cannot parse header: the parser panicked".into()))?
+                .map_err(|e| err(format!("cannot parse header: {e}")))?;
+        check_tensor_sizes(&content, file_len, label)?;
         Ok(GgufFile {
             content,
             reader,
@@ -103,6 +138,21 @@ impl<R: Read + Seek> GgufFile<R> {
             other => return Err(self.meta_err(key, format!("expected an integer, got {other:?}"))),
         };
         usize::try_from(n).map_err(|_| self.meta_err(key, format!("{n} is out of range")))
+    }
+
+    /// An integer metadata value that must not exceed `max` (checked before
+    /// anything is sized by it).
+    pub fn usize_at_most(&self, key: &str, max: usize) -> Result<usize> {
+        let v = self.usize(key)?;
+        if v > max {
+            return Err(GpuError::GgufLimit {
+                path: self.label.clone(),
+                what: format!("metadata `{key}`"),
+                value: v as u64,
+                limit: max as u64,
+            });
+        }
+        Ok(v)
     }
 
     /// A float metadata value.
@@ -208,26 +258,42 @@ impl<R: Read + Seek> GgufFile<R> {
                 format!("architecture `{arch}` is not supported (only llama)"),
             ));
         }
-        let hidden = self.usize("llama.embedding_length")?;
-        let n_heads = self.usize("llama.attention.head_count")?;
+        use limits::*;
+        let hidden = self.usize_at_most("llama.embedding_length", MAX_EMBEDDING_LENGTH)?;
+        let n_heads = self.usize_at_most("llama.attention.head_count", MAX_HEAD_COUNT)?;
         let vocab = match self.usize("llama.vocab_size") {
-            Ok(v) => v,
+            Ok(_) => self.usize_at_most("llama.vocab_size", MAX_VOCAB_SIZE)?,
             Err(_) => self.strings("tokenizer.ggml.tokens")?.len(),
         };
+        if vocab > MAX_VOCAB_SIZE {
+            return Err(GpuError::GgufLimit {
+                path: self.label.clone(),
+                what: "vocabulary size".into(),
+                value: vocab as u64,
+                limit: MAX_VOCAB_SIZE as u64,
+            });
+        }
         let head_dim = hidden.checked_div(n_heads).unwrap_or(0);
+        let n_kv_heads = match self.usize("llama.attention.head_count_kv") {
+            Ok(_) => self.usize_at_most("llama.attention.head_count_kv", MAX_HEAD_COUNT)?,
+            Err(_) => n_heads,
+        };
+        let max_seq_len = match self.usize("llama.context_length") {
+            Ok(_) => self.usize_at_most("llama.context_length", MAX_CONTEXT_LENGTH)?,
+            Err(_) => 4096,
+        };
         let config = LlamaConfig {
             vocab_size: vocab,
             hidden_size: hidden,
-            intermediate_size: self.usize("llama.feed_forward_length")?,
-            n_layers: self.usize("llama.block_count")?,
+            intermediate_size: self
+                .usize_at_most("llama.feed_forward_length", MAX_FEED_FORWARD_LENGTH)?,
+            n_layers: self.usize_at_most("llama.block_count", MAX_BLOCK_COUNT)?,
             n_heads,
-            n_kv_heads: self
-                .usize("llama.attention.head_count_kv")
-                .unwrap_or(n_heads),
+            n_kv_heads,
             head_dim,
             rope_theta: self.f64("llama.rope.freq_base").unwrap_or(10_000.0) as f32,
             rms_norm_eps: self.f64("llama.attention.layer_norm_rms_epsilon")?,
-            max_seq_len: self.usize("llama.context_length").unwrap_or(4096),
+            max_seq_len,
         };
         config.validate().map_err(|m| self.meta_err("llama.*", m))?;
         if let Ok(d) = self.usize("llama.rope.dimension_count") {
@@ -242,152 +308,59 @@ impl<R: Read + Seek> GgufFile<R> {
     }
 }
 
-/// Deterministic pseudo-random numbers (splitmix64) for test weights.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_f32(&mut self) -> f32 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
-
-/// Tokens of the tiny test tokenizer: 3 specials, 256 byte tokens, merges.
-fn tiny_vocab() -> (Vec<String>, Vec<String>, Vec<i32>) {
-    let mut tokens: Vec<String> = vec![
-        "<|endoftext|>".into(),
-        "<|im_start|>".into(),
-        "<|im_end|>".into(),
-    ];
-    let mut types = vec![3, 3, 3];
-    let enc = crate::tokenizer::bpe::byte_to_unicode();
-    for b in 0..=255u8 {
-        tokens.push(enc[b as usize].to_string());
-        types.push(1);
-    }
-    let merges_src = [
-        ("h", "e"),
-        ("Ġ", "t"),
-        ("Ġt", "he"),
-        ("l", "l"),
-        ("o", "r"),
-        ("Ġ", "w"),
-        ("Ġw", "or"),
-        ("ll", "o"),
-        ("he", "llo"),
-        ("i", "n"),
-    ];
-    let mut merges = Vec::new();
-    for (a, b) in merges_src {
-        merges.push(format!("{a} {b}"));
-        tokens.push(format!("{a}{b}"));
-        types.push(1);
-    }
-    (tokens, merges, types)
-}
-
-/// A GGUF (in memory) of a random-initialised tiny Llama ([`LlamaConfig::tiny`]).
-pub fn tiny_gguf(seed: u64) -> Vec<u8> {
-    let (tokens, merges, types) = tiny_vocab();
-    let c = LlamaConfig::tiny(tokens.len());
-    let mut rng = SplitMix(seed);
-    let dev = Device::Cpu;
-    let mut rand = |shape: (usize, usize), scale: f32| -> Tensor {
-        let n = shape.0 * shape.1;
-        let v: Vec<f32> = (0..n).map(|_| rng.next_f32() * scale).collect();
-        Tensor::from_vec(v, shape, &dev).expect("tiny tensor shape")
+/// Checks every tensor's declared size with overflow-checked arithmetic: at
+/// most [`limits::MAX_TENSOR_BYTES`] and inside the file.
+fn check_tensor_sizes(content: &Content, file_len: u64, label: &str) -> Result<()> {
+    let limit = |what: String, value: u64, limit: u64| GpuError::GgufLimit {
+        path: label.to_string(),
+        what,
+        value,
+        limit,
     };
-    let q = |t: &Tensor, dt: GgmlDType| QTensor::quantize(t, dt).expect("quantize tiny tensor");
-    let ones = |n: usize| -> QTensor {
-        let t = Tensor::ones(n, candle_core::DType::F32, &Device::Cpu).expect("ones");
-        QTensor::quantize(&t, GgmlDType::F32).expect("f32 qtensor")
-    };
-    let h = c.hidden_size;
-    let kvw = c.kv_width();
-    let mut named: Vec<(String, QTensor)> = Vec::new();
-    named.push((
-        "token_embd.weight".into(),
-        q(&rand((c.vocab_size, h), 1.0), GgmlDType::Q8_0),
-    ));
-    named.push(("output_norm.weight".into(), ones(h)));
-    let s = 1.0 / (h as f32).sqrt() * 1.7;
-    for i in 0..c.n_layers {
-        let p = format!("blk.{i}");
-        named.push((format!("{p}.attn_norm.weight"), ones(h)));
-        named.push((format!("{p}.ffn_norm.weight"), ones(h)));
-        named.push((
-            format!("{p}.attn_q.weight"),
-            q(&rand((h, h), s), GgmlDType::Q4_1),
-        ));
-        named.push((
-            format!("{p}.attn_k.weight"),
-            q(&rand((kvw, h), s), GgmlDType::Q4_1),
-        ));
-        named.push((
-            format!("{p}.attn_v.weight"),
-            q(&rand((kvw, h), s), GgmlDType::Q4_1),
-        ));
-        named.push((
-            format!("{p}.attn_output.weight"),
-            q(&rand((h, h), s), GgmlDType::Q4_1),
-        ));
-        named.push((
-            format!("{p}.ffn_gate.weight"),
-            q(&rand((c.intermediate_size, h), s), GgmlDType::Q4_1),
-        ));
-        named.push((
-            format!("{p}.ffn_up.weight"),
-            q(&rand((c.intermediate_size, h), s), GgmlDType::Q4_1),
-        ));
-        named.push((
-            format!("{p}.ffn_down.weight"),
-            q(
-                &rand(
-                    (h, c.intermediate_size),
-                    1.0 / (c.intermediate_size as f32).sqrt() * 1.7,
+    for (name, info) in &content.tensor_infos {
+        let elems = info
+            .shape
+            .dims()
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        let block = info.ggml_dtype.block_size() as u64;
+        let bytes = elems
+            .filter(|e| e % block == 0)
+            .and_then(|e| (e / block).checked_mul(info.ggml_dtype.type_size() as u64));
+        let Some(bytes) = bytes else {
+            return Err(GpuError::Gguf {
+                path: label.to_string(),
+                msg: format!(
+                    "tensor `{name}`: shape {:?} overflows or is not a whole number of {:?} blocks",
+                    info.shape.dims(),
+                    info.ggml_dtype
                 ),
-                GgmlDType::Q4_1,
-            ),
-        ));
+            });
+        };
+        if bytes > limits::MAX_TENSOR_BYTES {
+            return Err(limit(
+                format!("tensor `{name}` data size in bytes"),
+                bytes,
+                limits::MAX_TENSOR_BYTES,
+            ));
+        }
+        let start = content.tensor_data_offset.saturating_add(info.offset);
+        let room = file_len.saturating_sub(start);
+        if bytes > room {
+            return Err(limit(
+                format!("tensor `{name}` data size (bytes at offset {start})"),
+                bytes,
+                room,
+            ));
+        }
     }
-    let str_arr = |v: &[String]| Value::Array(v.iter().map(|s| Value::String(s.clone())).collect());
-    let meta: Vec<(&str, Value)> = vec![
-        ("general.architecture", Value::String("llama".into())),
-        ("general.name", Value::String("tiny-random-llama".into())),
-        ("llama.block_count", Value::U32(c.n_layers as u32)),
-        ("llama.context_length", Value::U32(c.max_seq_len as u32)),
-        ("llama.embedding_length", Value::U32(h as u32)),
-        ("llama.feed_forward_length", Value::U32(c.intermediate_size as u32)),
-        ("llama.attention.head_count", Value::U32(c.n_heads as u32)),
-        ("llama.attention.head_count_kv", Value::U32(c.n_kv_heads as u32)),
-        ("llama.rope.freq_base", Value::F32(c.rope_theta)),
-        ("llama.attention.layer_norm_rms_epsilon", Value::F32(c.rms_norm_eps as f32)),
-        ("llama.vocab_size", Value::U32(c.vocab_size as u32)),
-        ("llama.rope.dimension_count", Value::U32(c.head_dim as u32)),
-        ("tokenizer.ggml.model", Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre", Value::String("smollm".into())),
-        ("tokenizer.ggml.tokens", str_arr(&tokens)),
-        ("tokenizer.ggml.merges", str_arr(&merges)),
-        ("tokenizer.ggml.token_type", Value::Array(types.iter().map(|t| Value::I32(*t)).collect())),
-        ("tokenizer.ggml.bos_token_id", Value::U32(1)),
-        ("tokenizer.ggml.eos_token_id", Value::U32(2)),
-        ("tokenizer.ggml.padding_token_id", Value::U32(2)),
-        (
-            "tokenizer.chat_template",
-            Value::String(
-                "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}".into(),
-            ),
-        ),
-    ];
-    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
-    let tensor_refs: Vec<(&str, &QTensor)> = named.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let mut buf = Cursor::new(Vec::new());
-    gguf_file::write(&mut buf, &meta_refs, &tensor_refs).expect("write tiny gguf to memory");
-    buf.into_inner()
+    Ok(())
+}
+
+/// A GGUF (in memory) of a random-initialised tiny Llama ([`LlamaConfig::tiny`]);
+/// see [`crate::model::random`].
+pub fn tiny_gguf(seed: u64) -> Vec<u8> {
+    crate::model::random::random_gguf(crate::model::random::RandomArch::Tiny, seed)
 }
 
 #[cfg(test)]
@@ -408,6 +381,104 @@ mod tests {
         let mut g = GgufFile::from_bytes(tiny_gguf(1), "tiny").unwrap();
         let e = g.tensor("blk.9.attn_q.weight", &Device::Cpu).unwrap_err();
         assert!(e.to_string().contains("blk.9.attn_q.weight"), "{e}");
+    }
+
+    /// A GGUF v3 header written by hand: `kvs` as (key, u32 value), `tensors`
+    /// as (name, dims innermost first, ggml type id, offset).
+    fn hostile(kvs: &[(&str, u32)], tensors: &[(&str, &[u64], u32, u64)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(b"GGUF");
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+        b.extend_from_slice(&(kvs.len() as u64).to_le_bytes());
+        let s = |b: &mut Vec<u8>, x: &str| {
+            b.extend_from_slice(&(x.len() as u64).to_le_bytes());
+            b.extend_from_slice(x.as_bytes());
+        };
+        for (k, v) in kvs {
+            s(&mut b, k);
+            b.extend_from_slice(&4u32.to_le_bytes()); // u32
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for (name, dims, ty, off) in tensors {
+            s(&mut b, name);
+            b.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+            for d in *dims {
+                b.extend_from_slice(&d.to_le_bytes());
+            }
+            b.extend_from_slice(&ty.to_le_bytes());
+            b.extend_from_slice(&off.to_le_bytes());
+        }
+        b.resize(b.len().div_ceil(32) * 32 + 64, 0);
+        b
+    }
+
+    #[test]
+    fn hostile_tensor_sizes_are_refused_before_allocation() {
+        // 2^40 × 2^40 × 2^40 elements: the product overflows u64.
+        let e = GgufFile::from_bytes(
+            hostile(&[], &[("x", &[1 << 40, 1 << 40, 1 << 40], 0, 0)]),
+            "h",
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("overflows"), "{e}");
+        // 2^36 F32 elements = 256 GiB: over the limit.
+        let e = GgufFile::from_bytes(hostile(&[], &[("x", &[1 << 18, 1 << 18], 0, 0)]), "h")
+            .err()
+            .unwrap();
+        assert!(matches!(e, GpuError::GgufLimit { .. }), "{e}");
+        // 4 MiB declared in a file of a few bytes.
+        let e = GgufFile::from_bytes(hostile(&[], &[("x", &[1024, 1024], 0, 0)]), "h")
+            .err()
+            .unwrap();
+        assert!(
+            matches!(e, GpuError::GgufLimit { ref what, .. } if what.contains("`x`")),
+            "{e}"
+        );
+        // An offset past the end.
+        let e = GgufFile::from_bytes(hostile(&[], &[("x", &[4], 0, 1 << 60)]), "h")
+            .err()
+            .unwrap();
+        assert!(matches!(e, GpuError::GgufLimit { .. }), "{e}");
+        // A zero alignment makes the parser divide by zero: an error, not a panic.
+        let e = GgufFile::from_bytes(hostile(&[("general.alignment", 0)], &[]), "h")
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("GGUF h"), "{e}");
+    }
+
+    #[test]
+    fn hostile_hyper_parameters_are_refused_before_allocation() {
+        use candle_core::quantized::gguf_file::Value;
+        for (key, value) in [
+            ("llama.context_length", u32::MAX),
+            ("llama.block_count", 1 << 30),
+            ("llama.embedding_length", 1 << 30),
+            ("llama.feed_forward_length", u32::MAX),
+            ("llama.attention.head_count", 1 << 20),
+            ("llama.vocab_size", u32::MAX),
+        ] {
+            let mut g = GgufFile::from_bytes(tiny_gguf(1), "tiny").unwrap();
+            g.content.metadata.insert(key.into(), Value::U32(value));
+            let e = g.llama_config().unwrap_err();
+            match &e {
+                GpuError::GgufLimit { what, value: v, .. } => {
+                    assert!(what.contains(key), "{e}");
+                    assert_eq!(*v, value as u64);
+                }
+                other => panic!("{key}: expected a limit error, got {other}"),
+            }
+            // And the model loader stops there too.
+            let mut g2 = GgufFile::from_bytes(tiny_gguf(1), "tiny").unwrap();
+            g2.content.metadata.insert(key.into(), Value::U32(value));
+            let r = crate::model::Llama::from_gguf(
+                &mut g2,
+                &Device::Cpu,
+                crate::model::WeightLayout::uniform(crate::model::WeightFormat::F32),
+            );
+            assert!(matches!(r, Err(GpuError::GgufLimit { .. })), "{key}");
+        }
     }
 
     #[test]

@@ -9,9 +9,10 @@ pub mod gguf;
 pub mod kv;
 pub mod llama;
 pub mod locate;
+pub mod random;
 pub mod weights;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 
@@ -21,6 +22,7 @@ pub use gguf::{tiny_gguf, GgufFile};
 pub use kv::SeqKv;
 pub use llama::{Llama, Phase, SeqInput};
 pub use locate::{model_path, resolve_model_path, GGUF_FILE_NAME};
+pub use random::{random_gguf, RandomArch, RandomWeights};
 pub use weights::{WeightFormat, WeightLayout};
 
 use crate::error::Result;
@@ -75,4 +77,57 @@ pub fn load_tiny(seed: u64, device: &Device, layout: Option<WeightLayout>) -> Re
         device,
         layout.unwrap_or_else(|| WeightLayout::for_device(device)),
     )
+}
+
+/// Seeded random weights of a built-in architecture ([`random`]) through the
+/// same loader.
+pub fn load_random(
+    weights: RandomWeights,
+    device: &Device,
+    layout: Option<WeightLayout>,
+) -> Result<LoadedModel> {
+    let bytes = random::try_random_gguf(weights.arch, weights.seed)?;
+    let mut g = GgufFile::from_bytes(bytes, &weights.label())?;
+    finish(
+        &mut g,
+        device,
+        layout.unwrap_or_else(|| WeightLayout::for_device(device)),
+    )
+}
+
+/// Where a model comes from: a GGUF file (`None` → the default lookup) or
+/// seeded random weights.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    File(Option<PathBuf>),
+    Random(RandomWeights),
+}
+
+impl ModelSource {
+    /// `random` wins over `file` when both are given.
+    pub fn new(file: Option<PathBuf>, random: Option<RandomWeights>) -> Self {
+        match random {
+            Some(r) => ModelSource::Random(r),
+            None => ModelSource::File(file),
+        }
+    }
+
+    /// Loads the model (`layout = None` → [`WeightLayout::for_device`]).
+    pub fn load(&self, device: &Device, layout: Option<WeightLayout>) -> Result<LoadedModel> {
+        match self {
+            ModelSource::File(f) => load(&resolve_model_path(f.as_deref())?, device, layout),
+            ModelSource::Random(r) => load_random(*r, device, layout),
+        }
+    }
+
+    /// The file's path or the random model's name, for reports.
+    pub fn label(&self) -> String {
+        match self {
+            ModelSource::File(f) => match resolve_model_path(f.as_deref()) {
+                Ok(p) => p.display().to_string(),
+                Err(_) => "(model file missing)".into(),
+            },
+            ModelSource::Random(r) => r.label(),
+        }
+    }
 }

@@ -4,7 +4,7 @@
 use anyhow::{Context as _, Result};
 use clap::Args;
 use edgemu_gpu::bench::{run_decode_bench_with_progress, DecodeBenchOptions};
-use edgemu_gpu::model::{WeightFormat, WeightLayout};
+use edgemu_gpu::model::{RandomWeights, WeightFormat, WeightLayout};
 use edgemu_gpu::profile::{run_profile, ProfileOptions};
 use std::path::PathBuf;
 
@@ -20,11 +20,21 @@ pub struct DecodeArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// GGUF file (default: $EDGEMU_GGUF, else models/SmolLM2-135M-Instruct.Q4_1.gguf; see scripts/fetch-model.sh).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "random_weights")]
     pub model: Option<PathBuf>,
+    /// Seeded random weights instead of the GGUF: `[ARCH:]SEED`, ARCH `smollm2-135m`
+    /// (default; SmolLM2-135M's shapes and quantized types, same time per token) or `tiny`.
+    #[arg(long, value_name = "[ARCH:]SEED")]
+    pub random_weights: Option<RandomWeights>,
     /// Weight layout as PREFILL,DECODE (keep, q4_0, q8_0, f32, f16, q8_cpu); default: chosen per device.
     #[arg(long, value_parser = parse_layout)]
     pub layout: Option<WeightLayout>,
+    /// Decode batch sizes, comma-separated (e.g. 1,4,16,32,64,128 on a GPU).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,32")]
+    pub batches: Vec<usize>,
+    /// Skip the baselines (candle-transformers, llama.cpp).
+    #[arg(long)]
+    pub no_baselines: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -33,8 +43,12 @@ pub struct ProfileArgs {
     pub out: PathBuf,
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    #[arg(long)]
+    /// GGUF file (default lookup as for `bench decode`).
+    #[arg(long, conflicts_with = "random_weights")]
     pub model: Option<PathBuf>,
+    /// Seeded random weights instead of the GGUF: `[ARCH:]SEED` (see `bench decode`).
+    #[arg(long, value_name = "[ARCH:]SEED")]
+    pub random_weights: Option<RandomWeights>,
     #[arg(long, value_parser = parse_layout)]
     pub layout: Option<WeightLayout>,
     /// A small grid (batch 1, 8, 32; context 64, 512; 2 steps).
@@ -42,7 +56,7 @@ pub struct ProfileArgs {
     pub quick: bool,
 }
 
-fn parse_layout(v: &str) -> Result<WeightLayout, String> {
+pub(crate) fn parse_layout(v: &str) -> Result<WeightLayout, String> {
     let (p, d) = v.split_once(',').unwrap_or((v, v));
     match (WeightFormat::parse(p), WeightFormat::parse(d)) {
         (Some(prefill), Some(decode)) => Ok(WeightLayout { prefill, decode }),
@@ -65,9 +79,12 @@ fn bar(message: &'static str) -> indicatif::ProgressBar {
 pub fn run(args: &DecodeArgs) -> Result<()> {
     let opts = DecodeBenchOptions {
         model: args.model.clone(),
+        random_weights: args.random_weights,
         device: args.device.clone(),
         quick: args.quick,
         layout: args.layout,
+        batches: args.batches.clone(),
+        baselines: !args.no_baselines,
     };
     let pb = bar("bench decode");
     let progress = |done: usize, total: usize| {
@@ -87,6 +104,7 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
 pub fn profile(args: &ProfileArgs) -> Result<()> {
     let mut opts = ProfileOptions {
         model: args.model.clone(),
+        random_weights: args.random_weights,
         device: args.device.clone(),
         layout: args.layout,
         ..ProfileOptions::default()

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The one script to run on a GPU machine (an H200 of the device tool): checks and
+# measures edgemu's CUDA path with the SmolLM2-135M architecture and seeded
+# random weights (the 98 MB GGUF cannot travel; same shapes and quantized types,
+# so the same time per token), and the Hugging Face transformers baseline.
+#
+# Prepare here (no GPU needed), then send the binary along:
+#   eval "$(scripts/install-cuda.sh)"
+#   cargo build --release -p edgemu-nodes --features cuda
+#   mkdir -p .gpu-bin && strip -o .gpu-bin/edgemu "$CARGO_TARGET_DIR/release/edgemu"   # (or target/release)
+#   echo /.gpu-bin/ >> .git/info/exclude
+# and on the device tool:  run(command="bash scripts/h200-check.sh", carry=[".gpu-bin"], timeout_s=600)
+#
+# Steps (each with its own time limit; a failing step is reported, the rest run):
+#   0. environment: nvidia-smi, the CUDA 13 libraries the binary needs, ldd
+#   1. cuda-vs-cpu: `edgemu generate` on the tiny random model, same seed, F32
+#      layout on both (must be equal), and the default layouts (agreement shown)
+#   2. `edgemu bench decode --device cuda:0 --random-weights 42 --batches 1,4,16,32,64,128`
+#      (prefill 200/1536, decode under continuous batching, candle-transformers
+#      baseline, NVML reading)
+#   3. `edgemu profile --device cuda:0 --random-weights 42`
+#   4. scripts/hf_baseline.py --device cuda --batches 1,32 (LlamaForCausalLM, eager)
+#   5. NVML telemetry straight from nvidia-smi for comparison
+# Everything lands in $OUT (the device tool's folder; default ./h200-out) and a
+# summary is printed at the end.
+#
+# CPU dry run (what can be proven without a GPU):
+#   EDGEMU_CHECK_DEVICE=cpu EDGEMU_CHECK_QUICK=1 EDGEMU_BIN=target/release/edgemu scripts/h200-check.sh
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+OUT="${OUT:-$PWD/h200-out}"
+mkdir -p "$OUT"
+BIN="${EDGEMU_BIN:-.gpu-bin/edgemu}"
+DEV="${EDGEMU_CHECK_DEVICE:-cuda:0}"
+QUICK="${EDGEMU_CHECK_QUICK:-0}"
+SEED="${EDGEMU_CHECK_SEED:-42}"
+if [ "$QUICK" = 1 ]; then
+  ARCH_BENCH="tiny:$SEED"; BATCHES="1,4,16"; BENCH_FLAGS="--quick"; PROFILE_FLAGS="--quick"
+  HF_FLAGS="--layers 2 --new-tokens 8 --batches 1,4 --dtype float32"
+else
+  ARCH_BENCH="smollm2-135m:$SEED"; BATCHES="1,4,16,32,64,128"; BENCH_FLAGS=""; PROFILE_FLAGS=""
+  HF_FLAGS="--batches 1,32 --new-tokens 128"
+fi
+HF_DEV=cuda; case "$DEV" in cpu) HF_DEV=cpu ;; esac
+status=()
+step() { printf '\n=== %s ===\n' "$*" | tee -a "$OUT/log.txt"; }
+record() { status+=("$1: $2"); echo "[$2] $1" | tee -a "$OUT/log.txt"; }
+run_step() { # name timeout_s command...
+  local name=$1 t=$2; shift 2
+  if timeout "$t" "$@"; then record "$name" ok; else record "$name" "FAILED rc=$?"; fi
+}
+run_out() { # name timeout_s outfile command...   (stdout to outfile)
+  local name=$1 t=$2 f=$3; shift 3
+  if timeout "$t" "$@" >"$f"; then record "$name" ok; else record "$name" "FAILED rc=$?"; fi
+}
+t_start=$(date +%s)
+
+step "0. environment"
+{ date -u; uname -a; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1 || true; } | tee "$OUT/env.txt"
+if [ ! -x "$BIN" ]; then
+  echo "no binary at $BIN (see the top of this script)"; exit 2
+fi
+# The binary links libcuda.so.1 (driver) and CUDA 13's libcublas/libcublasLt/
+# libcurand/libnvrtc/libcudart: look for them where the machine has them
+# (a CUDA toolkit, or PyTorch's nvidia-* wheels) unless the loader finds them.
+if [ "$DEV" != cpu ]; then
+  libdirs=""
+  for lib in libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libcudart.so.13; do
+    if ! ldconfig -p 2>/dev/null | grep -q "$lib"; then
+      d=$( { ls -d /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib 2>/dev/null
+             python3 -c 'import site,sys; print("\n".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null; } |
+           while read -r base; do find "$base" -maxdepth 5 -name "$lib" -print 2>/dev/null; done | head -n1)
+      [ -n "$d" ] && libdirs="$libdirs:$(dirname "$d")"
+    fi
+  done
+  export LD_LIBRARY_PATH="${libdirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" | tee -a "$OUT/env.txt"
+fi
+ldd "$BIN" 2>&1 | tee -a "$OUT/env.txt" | grep -E "not found|cuda|cublas|nvrtc|curand" || true
+"$BIN" --version | tee -a "$OUT/env.txt"
+
+step "1. cuda vs cpu tokens (tiny random model, seed $SEED)"
+gen=("$BIN" generate --random-weights "tiny:$SEED" --batch 4 --prompt-len 12 --tokens 24)
+run_out "generate cpu f32" 120 "$OUT/gen-cpu-f32.json" "${gen[@]}" --device cpu --layout f32,f32
+run_out "generate $DEV f32" 120 "$OUT/gen-dev-f32.json" "${gen[@]}" --device "$DEV" --layout f32,f32
+run_out "generate cpu default layout" 120 "$OUT/gen-cpu-default.json" "${gen[@]}" --device cpu
+run_out "generate $DEV default layout" 120 "$OUT/gen-dev-default.json" "${gen[@]}" --device "$DEV"
+python3 - "$OUT" <<'EOF' | tee "$OUT/token-equality.txt"
+import json, sys, os
+out = sys.argv[1]
+def load(n):
+    p = os.path.join(out, n)
+    try:
+        return json.load(open(p))
+    except Exception as e:
+        return None
+for kind in ("f32", "default"):
+    a, b = load(f"gen-cpu-{kind}.json"), load(f"gen-dev-{kind}.json")
+    if not a or not b:
+        print(f"{kind}: missing output"); continue
+    ta, tb = a["tokens"], b["tokens"]
+    same = sum(x == y for ra, rb in zip(ta, tb) for x, y in zip(ra, rb))
+    total = sum(len(r) for r in ta)
+    verdict = "EQUAL" if ta == tb else "DIFFERENT"
+    print(f"{kind} layouts (cpu {a['layout']} / {b['device']} {b['layout']}): {verdict}, {same}/{total} tokens agree")
+EOF
+grep -q "^f32 .*EQUAL" "$OUT/token-equality.txt" && record "cuda-vs-cpu tokens equal (f32)" ok || record "cuda-vs-cpu tokens equal (f32)" FAILED
+
+step "2. bench decode on $DEV ($ARCH_BENCH, batches $BATCHES)"
+run_out "bench decode" 420 "$OUT/bench-decode.json" "$BIN" bench decode --device "$DEV" \
+  --random-weights "$ARCH_BENCH" --batches "$BATCHES" $BENCH_FLAGS --json
+[ -s "$OUT/bench-decode.json" ] && python3 -c "
+import json,sys; r=json.load(open('$OUT/bench-decode.json'))
+print('prefill tok/s', r['prefill_tok_s']); print('decode tok/s', r['decode_tok_s'])
+print('speedup_16', round(r['speedup_16'],2), 'model_error', round(r['model_error'],3), r['model_error_check'])
+print('baselines', json.dumps(r.get('baselines'))); print('vs candle-transformers', r.get('vs_candle_transformers'))
+print('gpu', r.get('gpu'), r.get('gpu_unavailable') or '')" | tee "$OUT/bench-decode.txt"
+
+step "3. profile on $DEV"
+run_step "profile" 240 "$BIN" profile "$OUT/profile.json" --device "$DEV" --random-weights "$ARCH_BENCH" $PROFILE_FLAGS
+
+step "4. Hugging Face transformers baseline ($HF_DEV)"
+if python3 -c "import torch, transformers" 2>/dev/null; then
+  run_out "hf baseline" 300 "$OUT/hf-baseline.json" python3 scripts/hf_baseline.py --device "$HF_DEV" $HF_FLAGS
+else
+  python3 scripts/hf_baseline.py --print-config $HF_FLAGS > "$OUT/hf-baseline-config.json" && \
+    record "hf baseline" "SKIPPED: torch/transformers not installed (arguments checked)"
+fi
+
+step "5. NVML telemetry from nvidia-smi (compare with the bench's reading)"
+nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu,power.draw --format=csv 2>&1 | tee "$OUT/nvidia-smi-after.txt" || true
+
+step "summary ($(( $(date +%s) - t_start )) s)"
+{
+  printf '%s\n' "${status[@]}"
+  cat "$OUT/token-equality.txt" 2>/dev/null
+  cat "$OUT/bench-decode.txt" 2>/dev/null
+  [ -s "$OUT/hf-baseline.json" ] && echo "hf: $(cat "$OUT/hf-baseline.json")"
+  [ -s "$OUT/profile.json" ] && python3 -c "
+import json; p=json.load(open('$OUT/profile.json'))
+print('profile:', p['source'], '| prefill', round(p['prefill_tok_s']), 'tok/s |', ', '.join(f\"b{c['batch']}: {c['points'][0]['step_s']*1e3:.2f}-{c['points'][-1]['step_s']*1e3:.2f} ms\" for c in p['decode']))"
+} | tee "$OUT/summary.txt"
