@@ -7,6 +7,8 @@ pub mod control;
 pub mod experiment;
 pub mod host;
 pub mod mesh;
+pub mod plots;
 pub mod profile_kv;
+pub mod report;
 pub mod results;
 pub mod run;
