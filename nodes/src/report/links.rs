@@ -61,11 +61,21 @@ fn read_events(report: &mut Report, hosts: &[PathBuf]) -> Vec<Ev> {
                 report.skip(format!("{} line {}: no t_ns/kind", path.display(), i + 1));
                 continue;
             };
+            // Link actors write {"link", "dir"}; control/chaos write {"target": "link NAME DIR"}.
+            let mut link = v["detail"]["link"].as_str().map(str::to_string);
+            let mut ldir = v["detail"]["dir"].as_str().map(str::to_string);
+            if let Some(target) = v["detail"]["target"].as_str() {
+                let mut parts = target.split_whitespace();
+                if parts.next() == Some("link") {
+                    link = link.or_else(|| parts.next().map(str::to_string));
+                    ldir = ldir.or_else(|| parts.next().map(str::to_string));
+                }
+            }
             evs.push(Ev {
                 t_s: t as f64 / 1e9,
                 kind: kind.to_string(),
-                link: v["detail"]["link"].as_str().map(str::to_string),
-                dir: v["detail"]["dir"].as_str().map(str::to_string),
+                link,
+                dir: ldir,
             });
         }
     }

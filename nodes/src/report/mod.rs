@@ -99,7 +99,7 @@ impl Report {
                 let ext = if self.formats.png { "png" } else { "svg" };
                 self.md.push_str(&format!("![{caption}]({name}.{ext})\n\n"));
             }
-            Err(e) => self.skip(format!("chart {name}: {e}")),
+            Err(e) => self.skip(e.to_string()),
         }
     }
 

@@ -162,7 +162,8 @@ fn link_run_in_progress_and_two_runs_side_by_side() {
     write(&run.join("h1/links.csv"), &csv);
     write(
         &run.join("h1/events.jsonl"),
-        "{\"t_ns\":2000000000,\"host\":\"h1\",\"source\":\"chaos#0\",\"kind\":\"link.kill\",\"detail\":{\"link\":\"wan\",\"dir\":\"a->b\"}}\n\
+        "{\"t_ns\":2000000000,\"host\":\"h1\",\"source\":\"chaos#0\",\"kind\":\"link.kill\",\"detail\":{\"target\":\"link wan a->b\"}}\n\
+         {\"t_ns\":2500000000,\"host\":\"h1\",\"source\":\"chaos#1\",\"kind\":\"link.squeeze\",\"detail\":{\"target\":\"link cell a->b\"}}\n\
          {\"t_ns\":4000000000,\"host\":\"h1\",\"source\":\"chaos#0\",\"kind\":\"link.restore\",\"detail\":{\"link\":\"wan\",\"dir\":\"a->b\"}}\n\
          {\"t_ns\":6000000000,\"host\":\"h1\",\"source\":\"control\",\"kind\":\"link.set\",\"detail\":{\"link\":\"wan\",\"dir\":\"a->b\"}}\n\
          {\"t_ns\":70000",
@@ -181,6 +182,10 @@ fn link_run_in_progress_and_two_runs_side_by_side() {
     );
     let svg = std::fs::read_to_string(out.join("run-a-link-wan-a-_b-rate.svg")).unwrap();
     assert!(svg.contains("down") && svg.contains("link.set") && svg.contains("configured"));
+    assert!(
+        !svg.contains("link.squeeze"),
+        "an event of another link is drawn"
+    );
     assert!(out.join("run-b-lyreo-latency-cdf.svg").is_file());
     let links = std::fs::read_to_string(out.join("run-a-links.csv")).unwrap();
     assert!(links.contains("wan,a->b,10.00,1.12,"), "{links}");
