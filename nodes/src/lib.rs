@@ -8,6 +8,8 @@ pub mod experiment;
 pub mod generate;
 pub mod host;
 pub mod mesh;
+pub mod plots;
 pub mod profile_kv;
+pub mod report;
 pub mod results;
 pub mod run;

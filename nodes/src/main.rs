@@ -2,7 +2,7 @@
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
-use edgemu_nodes::{bench, control::client, experiment, profile_kv, run};
+use edgemu_nodes::{bench, control::client, experiment, profile_kv, report, run};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,6 +49,8 @@ enum Command {
     /// The papers' experiment grids, written as a results folder.
     #[command(subcommand)]
     Experiment(ExperimentCmd),
+    /// Plots (PNG/SVG) and Markdown/CSV tables from one or several results folders.
+    Report(report::ReportArgs),
 }
 
 #[derive(Subcommand)]
@@ -258,6 +260,7 @@ fn real_main() -> Result<()> {
         Command::Profile(a) => bench::decode::profile(&a),
         Command::ProfileKv(a) => profile_kv::run(&a),
         Command::Generate(a) => edgemu_nodes::generate::run(&a),
+        Command::Report(a) => report::run(&a),
     }
 }
 

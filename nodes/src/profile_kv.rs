@@ -89,6 +89,7 @@ pub fn run(args: &ProfileKvArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     p.save(&args.out).context("writing the profile")?;
+    let images = write_heatmap(&p, &args.out).context("drawing the utility heatmap")?;
     println!(
         "KV-utility profile of {name}: {n} contexts × {tokens} tokens, window 64, total variation"
     );
@@ -100,6 +101,9 @@ pub fn run(args: &ProfileKvArgs) -> Result<()> {
         "position bins (mean TV → u_P): {}",
         fmt(&p.position_distance, &p.position_utility)
     );
+    for i in &images {
+        println!("wrote {}", i.display());
+    }
     println!(
         "wrote {}; profiling {:.1} s, total {:.1} s",
         args.out.display(),
@@ -115,4 +119,89 @@ fn fmt(dist: &[f64], util: &[f64]) -> String {
         .map(|(d, u)| format!("{d:.4}→{u:.3}"))
         .collect::<Vec<_>>()
         .join("  ")
+}
+
+/// The layer-group × position-bin utility cells as a plot grid (rows: layer ranges,
+/// columns: token ranges).
+fn heatmap_grid(p: &edgemu_gpu::kv_utility::KvUtilityProfile) -> crate::plots::Grid {
+    use edgemu_gpu::kv_utility::{layer_group, position_bin};
+    let (groups, bins) = (p.settings.layer_groups, p.settings.position_bins);
+    let rows = (0..groups)
+        .map(|g| {
+            let r = layer_group(g, groups, p.model.n_layers);
+            format!("L{}-{}", r.start, r.end.saturating_sub(1))
+        })
+        .collect();
+    let cols = (0..bins)
+        .map(|b| {
+            let r = position_bin(b, bins, p.context_tokens);
+            format!("{}-{}", r.start, r.end.saturating_sub(1))
+        })
+        .collect();
+    crate::plots::Grid {
+        rows,
+        cols,
+        values: p.cells.clone(),
+    }
+}
+
+/// Writes `<profile stem>-heatmap.png` and `.svg` beside the profile JSON.
+pub fn write_heatmap(
+    p: &edgemu_gpu::kv_utility::KvUtilityProfile,
+    json: &std::path::Path,
+) -> Result<Vec<std::path::PathBuf>> {
+    let dir = json
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let stem = json
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "kv-utility".into());
+    let labels = crate::plots::Labels::new(
+        format!("KV utility of {} (cells, largest 1)", p.model.name),
+        "token positions",
+        "layers",
+    );
+    Ok(crate::plots::heatmap(
+        dir,
+        &format!("{stem}-heatmap"),
+        crate::plots::Formats::default(),
+        &labels,
+        &heatmap_grid(p),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heatmap_beside_the_profile() {
+        let p: edgemu_gpu::kv_utility::KvUtilityProfile = serde_json::from_value(serde_json::json!({
+            "format": "edgemu-kv-utility/1",
+            "model": {"name": "m.gguf", "n_layers": 30, "n_kv_heads": 3, "head_dim": 64, "vocab_size": 10},
+            "settings": {"layer_groups": 3, "position_bins": 4, "window": 64},
+            "contexts": 2, "context_tokens": 512,
+            "layer_distance": [0.1, 0.2, 0.3], "position_distance": [0.1, 0.1, 0.1, 0.1],
+            "layer_utility": [0.2, 0.3, 0.5], "position_utility": [0.25, 0.25, 0.25, 0.25],
+            "cells": [[1.0, 0.5, 0.2, 0.1], [0.3, 0.2, 0.1, 0.0], [0.9, 0.4, 0.2, 0.05]]
+        }))
+        .expect("profile JSON");
+        let dir = std::env::temp_dir().join(format!("edgemu-pkv-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let files = write_heatmap(&p, &dir.join("kv-utility.json")).unwrap();
+        assert_eq!(
+            files,
+            vec![
+                dir.join("kv-utility-heatmap.png"),
+                dir.join("kv-utility-heatmap.svg")
+            ]
+        );
+        let svg = std::fs::read_to_string(&files[1]).unwrap();
+        assert!(
+            svg.contains("L20-29") && svg.contains("384-511"),
+            "labels missing"
+        );
+    }
 }

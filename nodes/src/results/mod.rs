@@ -18,7 +18,7 @@
 mod table;
 mod writers;
 
-pub use table::{flow_table, link_table, render, LinkRow};
+pub use table::{flow_table, link_table, render, render_csv, render_markdown, LinkRow};
 pub use writers::{HostResults, JsonlEvents, LinksCsv, ProbesCsv, SharedEvents};
 
 use anyhow::{Context as _, Result};

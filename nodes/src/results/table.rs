@@ -84,6 +84,49 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Renders rows as a Markdown (GitHub) table; `|` in cells is escaped.
+pub fn render_markdown(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let cell = |c: &str| c.replace('|', "\\|");
+    let mut out = format!(
+        "| {} |\n",
+        headers
+            .iter()
+            .map(|h| cell(h))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    out.push_str(&format!("|{}\n", "---:|".repeat(headers.len())));
+    for r in rows {
+        out.push_str(&format!(
+            "| {} |\n",
+            r.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    out
+}
+
+/// Renders rows as CSV (fields containing `,`, `"` or newlines are quoted).
+pub fn render_csv(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let field = |c: &str| {
+        if c.contains([',', '"', '\n']) {
+            format!("\"{}\"", c.replace('"', "\"\""))
+        } else {
+            c.to_string()
+        }
+    };
+    let mut out = headers
+        .iter()
+        .map(|h| field(h))
+        .collect::<Vec<_>>()
+        .join(",");
+    out.push('\n');
+    for r in rows {
+        out.push_str(&r.iter().map(|c| field(c)).collect::<Vec<_>>().join(","));
+        out.push('\n');
+    }
+    out
+}
+
 /// The per-link table: configured vs achieved rate, delay percentiles, loss.
 pub fn link_table(rows: &[LinkRow]) -> String {
     let body: Vec<Vec<String>> = rows

@@ -1,0 +1,116 @@
+//! Small statistics the charts need: mean with a 95 % confidence interval (Student t),
+//! quantiles by linear interpolation, and box-plot five-number summaries.
+
+/// Mean and 95 % confidence interval of a sample (two-sided Student t on n − 1 degrees of
+/// freedom). One sample gives a zero-width interval; an empty one gives `None`.
+pub fn mean_ci95(samples: &[f64]) -> Option<(f64, f64, f64)> {
+    let n = samples.len();
+    if n == 0 {
+        return None;
+    }
+    let mean = samples.iter().sum::<f64>() / n as f64;
+    if n == 1 {
+        return Some((mean, mean, mean));
+    }
+    let var = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = t975(n - 1) * (var / n as f64).sqrt();
+    Some((mean, mean - half, mean + half))
+}
+
+/// 97.5 % quantile of Student's t with `df` degrees of freedom (table, then normal).
+fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => T[df - 1],
+        31..=60 => 2.00,
+        61..=120 => 1.98,
+        _ => 1.96,
+    }
+}
+
+/// The q-quantile (0..=1) of sorted values, linear interpolation between order statistics.
+pub fn quantile_sorted(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64))
+}
+
+/// Sorts finite values ascending, dropping NaN and infinities.
+pub fn sorted_finite(values: &[f64]) -> Vec<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Box-plot summary: whiskers at the most extreme values within 1.5 IQR of the box.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FiveNumber {
+    pub low_whisker: f64,
+    pub q1: f64,
+    pub median: f64,
+    pub q3: f64,
+    pub high_whisker: f64,
+}
+
+impl FiveNumber {
+    pub fn of(values: &[f64]) -> Option<Self> {
+        let s = sorted_finite(values);
+        let q1 = quantile_sorted(&s, 0.25)?;
+        let median = quantile_sorted(&s, 0.5)?;
+        let q3 = quantile_sorted(&s, 0.75)?;
+        let iqr = q3 - q1;
+        let low_whisker = s
+            .iter()
+            .copied()
+            .find(|&x| x >= q1 - 1.5 * iqr)
+            .unwrap_or(q1);
+        let high_whisker = s
+            .iter()
+            .rev()
+            .copied()
+            .find(|&x| x <= q3 + 1.5 * iqr)
+            .unwrap_or(q3);
+        Some(Self {
+            low_whisker,
+            q1,
+            median,
+            q3,
+            high_whisker,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ci_of_known_sample() {
+        let (m, lo, hi) = mean_ci95(&[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        assert_eq!(m, 3.0);
+        // sd = 1.5811, se = 0.7071, t(4) = 2.776 -> half width 1.963
+        assert!((hi - m - 1.963).abs() < 1e-3 && (m - lo - 1.963).abs() < 1e-3);
+        assert_eq!(mean_ci95(&[2.0]), Some((2.0, 2.0, 2.0)));
+        assert_eq!(mean_ci95(&[]), None);
+    }
+
+    #[test]
+    fn quantiles_and_box() {
+        let s = sorted_finite(&[4.0, f64::NAN, 1.0, 3.0, 2.0, 100.0]);
+        assert_eq!(s, vec![1.0, 2.0, 3.0, 4.0, 100.0]);
+        assert_eq!(quantile_sorted(&s, 0.5), Some(3.0));
+        assert_eq!(quantile_sorted(&s, 0.125), Some(1.5));
+        let b = FiveNumber::of(&s).unwrap();
+        assert_eq!((b.q1, b.median, b.q3), (2.0, 3.0, 4.0));
+        assert_eq!((b.low_whisker, b.high_whisker), (1.0, 4.0)); // 100 is an outlier
+    }
+}

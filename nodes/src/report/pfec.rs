@@ -1,0 +1,170 @@
+//! PriorityFEC experiment runs (`edgemu experiment priorityfec`): `handoffs.csv` with one row
+//! per context × realization × ρ × scheme (columns context, realization, rho, scheme,
+//! utility, f1, top1). Means with Student-t 95 % CIs over contexts × realizations.
+
+use super::csv::Table;
+use super::Report;
+use crate::plots::{self, BarSeries, CiPoint, CiSeries, Labels};
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Schemes of the paper's ablation, in bar order.
+const ABLATION: [&str; 4] = [
+    "priorityfec",
+    "priority-fixed-fec",
+    "priority-only",
+    "rl-fec-only",
+];
+
+/// ρ as a map key (ρ values are written with few decimals).
+fn rho_key(r: f64) -> i64 {
+    (r * 1e6).round() as i64
+}
+
+pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
+    let t = Table::read(&dir.join("handoffs.csv"))?;
+    for s in &t.skipped {
+        report.skip(s.clone());
+    }
+    let (crho, cs, cu, cf, ct) = (
+        t.col("rho")?,
+        t.col("scheme")?,
+        t.col("utility")?,
+        t.col("f1")?,
+        t.col("top1")?,
+    );
+    // scheme -> rho -> (utility, f1, top1) samples
+    type Cell = (Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut cells: BTreeMap<String, BTreeMap<i64, Cell>> = BTreeMap::new();
+    for r in &t.rows {
+        let rho = Table::f64(r, crho);
+        if !rho.is_finite() {
+            continue;
+        }
+        let c = cells
+            .entry(r[cs].clone())
+            .or_default()
+            .entry(rho_key(rho))
+            .or_default();
+        c.0.push(Table::f64(r, cu));
+        c.1.push(Table::f64(r, cf));
+        c.2.push(Table::f64(r, ct));
+    }
+    let series = |pick: fn(&Cell) -> &Vec<f64>| -> Vec<CiSeries> {
+        cells
+            .iter()
+            .map(|(s, by)| CiSeries {
+                label: s.clone(),
+                points: by
+                    .iter()
+                    .filter_map(|(k, c)| CiPoint::from_samples(*k as f64 / 1e6, pick(c)))
+                    .collect(),
+            })
+            .collect()
+    };
+    report.heading(3, "Recovered utility vs ρ");
+    let name = format!("{pre}pfec-utility");
+    let l = Labels::new(
+        "Recovered utility (mean, 95 % CI)",
+        "ρ = (D − T_ow) / T_ser",
+        "recovered utility",
+    );
+    let r = plots::lines_with_ci(&report.out, &name, report.formats, &l, &series(|c| &c.0));
+    report.chart(&name, "recovered utility vs rho", r);
+    report.heading(3, "Task quality vs ρ");
+    for (metric, pick, title) in [
+        (
+            "f1",
+            (|c: &Cell| &c.1) as fn(&Cell) -> &Vec<f64>,
+            "Token F1 vs full-KV decoding",
+        ),
+        (
+            "top1",
+            |c: &Cell| &c.2,
+            "Top-1 agreement vs full-KV decoding",
+        ),
+    ] {
+        let name = format!("{pre}pfec-{metric}");
+        let l = Labels::new(format!("{title} (mean, 95 % CI)"), "ρ", metric);
+        let r = plots::lines_with_ci(&report.out, &name, report.formats, &l, &series(pick));
+        report.chart(&name, title, r);
+    }
+    // Ablation at ρ = 0.8 (or the nearest ρ present).
+    let rhos: Vec<i64> = {
+        let mut v: Vec<i64> = cells.values().flat_map(|b| b.keys().copied()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    if let Some(&at) = rhos.iter().min_by_key(|&&k| (k - rho_key(0.8)).abs()) {
+        let present: Vec<&str> = ABLATION
+            .iter()
+            .copied()
+            .filter(|s| cells.contains_key(*s))
+            .collect();
+        let schemes: Vec<String> = if present.is_empty() {
+            cells.keys().cloned().collect()
+        } else {
+            present.iter().map(|s| s.to_string()).collect()
+        };
+        let mean = |v: &Vec<f64>| CiPoint::from_samples(0.0, v).map_or(f64::NAN, |p| p.mean);
+        let bar = |label: &str, pick: fn(&Cell) -> &Vec<f64>| BarSeries {
+            label: label.into(),
+            values: schemes
+                .iter()
+                .map(|s| {
+                    cells
+                        .get(s)
+                        .and_then(|b| b.get(&at))
+                        .map_or(f64::NAN, |c| mean(pick(c)))
+                })
+                .collect(),
+        };
+        let bars = [
+            bar("utility", |c| &c.0),
+            bar("F1", |c| &c.1),
+            bar("top-1", |c| &c.2),
+        ];
+        report.heading(3, &format!("Ablation at ρ = {}", at as f64 / 1e6));
+        let name = format!("{pre}pfec-ablation");
+        let l = Labels::new(
+            format!("Ablation at ρ = {}", at as f64 / 1e6),
+            "scheme",
+            "mean",
+        );
+        let r = plots::grouped_bars(&report.out, &name, report.formats, &l, &schemes, &bars);
+        report.chart(&name, "ablation", r);
+    }
+    let mut rows = Vec::new();
+    for (s, by) in &cells {
+        for (k, c) in by {
+            let f = |v: &Vec<f64>| CiPoint::from_samples(0.0, v);
+            let fmt = |p: Option<CiPoint>| p.map_or(String::new(), |p| format!("{:.4}", p.mean));
+            let u = f(&c.0);
+            rows.push(vec![
+                s.clone(),
+                format!("{}", *k as f64 / 1e6),
+                c.0.len().to_string(),
+                fmt(u),
+                u.map_or(String::new(), |p| format!("{:.4}", (p.hi - p.lo) / 2.0)),
+                fmt(f(&c.1)),
+                fmt(f(&c.2)),
+            ]);
+        }
+    }
+    report.heading(3, "Per scheme and ρ");
+    report.table(
+        &format!("{pre}pfec-cells"),
+        &[
+            "scheme",
+            "rho",
+            "n",
+            "utility",
+            "utility_ci95",
+            "f1",
+            "top1",
+        ],
+        &rows,
+    )
+}
