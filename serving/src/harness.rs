@@ -18,7 +18,9 @@
 
 use edgemu_gpu::engine::BatchMode;
 use edgemu_gpu::Profile;
-use edgemu_policies::lyreo::{PolicySpec, RequestObs, ServerBatching, ServerObs, SlotObservation};
+use edgemu_policies::lyreo::{
+    PolicySpec, RequestObs, SchedulingPolicy, ServerBatching, ServerObs, SlotObservation,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -201,6 +203,18 @@ fn stream(seed: u64, k: u64) -> ChaCha8Rng {
 
 /// Runs one episode of `scenario` under the policy `spec`.
 pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutcome, ServingError> {
+    run_episode_with(scenario, spec, spec.build(scenario.seed ^ 0x5eed))
+}
+
+/// Runs one episode with the servers' batching of `spec` and a caller-built
+/// assignment `policy` — the training hook: a sampling policy that records
+/// its decisions (the per-slot reward terms come from the outcome's
+/// per-server-slot rows and per-request records).
+pub fn run_episode_with(
+    scenario: &Scenario,
+    spec: &PolicySpec,
+    policy: Box<dyn SchedulingPolicy>,
+) -> Result<EpisodeOutcome, ServingError> {
     scenario.check()?;
     let sc = scenario;
     let mut topo = stream(sc.seed, 1);
@@ -233,7 +247,7 @@ pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutc
             }
         })
         .collect();
-    let mut sched = SchedulerCore::new(sc.servers, sc.epsilon, spec.build(sc.seed ^ 0x5eed));
+    let mut sched = SchedulerCore::new(sc.servers, sc.epsilon, policy);
 
     let mut server_obs: Vec<ServerObs> = servers
         .iter()
