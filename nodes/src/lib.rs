@@ -9,3 +9,4 @@ pub mod host;
 pub mod mesh;
 pub mod results;
 pub mod run;
+pub mod train;

@@ -45,6 +45,15 @@ enum Command {
     /// The papers' experiment grids, written as a results folder.
     #[command(subcommand)]
     Experiment(ExperimentCmd),
+    /// Train a policy in virtual time; writes weights and convergence curves.
+    #[command(subcommand)]
+    Train(TrainCmd),
+}
+
+#[derive(Subcommand)]
+enum TrainCmd {
+    /// The learned LYREO family (paper §IV-B) on the serving harness.
+    Lyreo(edgemu_nodes::train::lyreo::TrainLyreoArgs),
 }
 
 #[derive(Subcommand)]
@@ -249,6 +258,7 @@ fn real_main() -> Result<()> {
         },
         Command::Experiment(ExperimentCmd::Lyreo(a)) => experiment::lyreo::run(&a),
         Command::Profile(a) => bench::decode::profile(&a),
+        Command::Train(TrainCmd::Lyreo(a)) => edgemu_nodes::train::lyreo::run(&a),
     }
 }
 
