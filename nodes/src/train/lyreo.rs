@@ -152,11 +152,7 @@ struct Trainer {
 }
 
 /// Per-slot reward of eq. 30 (divided by U) for `variant`.
-pub fn slot_rewards(
-    cfg: &TrainConfig,
-    sc: &Scenario,
-    o: &EpisodeOutcome,
-) -> Vec<f32> {
+pub fn slot_rewards(cfg: &TrainConfig, sc: &Scenario, o: &EpisodeOutcome) -> Vec<f32> {
     let t_len = sc.slots as usize;
     let s_n = sc.servers;
     let slot_s = sc.slot_ns as f64 / 1e9;
@@ -184,7 +180,10 @@ pub fn slot_rewards(
             Variant::LyreoNolb => 0.0,
             Variant::Ppo => cfg.ppo_penalty * rows.iter().map(|r| r.y).sum::<f64>(),
             Variant::LyreoCount => {
-                let w: Vec<f64> = rows.iter().map(|r| count_workload(r.report.backlog)).collect();
+                let w: Vec<f64> = rows
+                    .iter()
+                    .map(|r| count_workload(r.report.backlog))
+                    .collect();
                 let mean = w.iter().sum::<f64>() / s_n as f64;
                 let mut acc = 0.0;
                 for (z, x) in count_z.iter_mut().zip(&w) {
@@ -247,7 +246,10 @@ impl Trainer {
         let rewards = slot_rewards(&self.cfg, &sc, &o);
         let t_len = rewards.len();
         if ro.critic_inputs.len() != t_len {
-            bail!("rollout has {} slots, episode {t_len}", ro.critic_inputs.len());
+            bail!(
+                "rollout has {} slots, episode {t_len}",
+                ro.critic_inputs.len()
+            );
         }
         let mut scratch = self.model.critic.scratch();
         let mut values: Vec<f32> = ro
@@ -281,7 +283,14 @@ impl Trainer {
         };
         let mut dones = vec![false; t_len];
         dones[t_len - 1] = true;
-        let (adv, ret) = gae(&learn_r, &values, &dones, 0.0, self.cfg.gamma, self.cfg.lambda);
+        let (adv, ret) = gae(
+            &learn_r,
+            &values,
+            &dones,
+            0.0,
+            self.cfg.gamma,
+            self.cfg.lambda,
+        );
         self.update(&ro, &adv, &ret);
         values.clear();
         Ok(CurvePoint {
@@ -411,9 +420,7 @@ fn curves_csv(runs: &[SeedRun]) -> (String, String) {
             ));
         }
     }
-    let mut b = String::from(
-        "episode,lat_mean_s,lat_min_s,lat_max_s,z_mean,z_min,z_max\n",
-    );
+    let mut b = String::from("episode,lat_mean_s,lat_min_s,lat_max_s,z_mean,z_min,z_max\n");
     let eps = runs.iter().map(|r| r.curve.len()).min().unwrap_or(0);
     for e in 0..eps {
         let lat: Vec<f64> = runs.iter().map(|r| r.curve[e].lat_mean_s).collect();
@@ -482,8 +489,14 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
     })?;
     pb.finish();
     let (curves, conv) = curves_csv(&runs);
-    write(&a.out.join(format!("{}-curves.csv", variant.name())), &curves)?;
-    write(&a.out.join(format!("{}-convergence.csv", variant.name())), &conv)?;
+    write(
+        &a.out.join(format!("{}-curves.csv", variant.name())),
+        &curves,
+    )?;
+    write(
+        &a.out.join(format!("{}-convergence.csv", variant.name())),
+        &conv,
+    )?;
     for r in &runs {
         let notes = format!(
             "edgemu train lyreo --policy {} --episodes {} --slots {} --users {}; seed {}",
@@ -494,7 +507,11 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
             r.seed
         );
         r.model
-            .save(&a.out.join(format!("{}-seed{}.safetensors", variant.name(), r.seed)), &notes)
+            .save(
+                &a.out
+                    .join(format!("{}-seed{}.safetensors", variant.name(), r.seed)),
+                &notes,
+            )
             .context("saving weights")?;
     }
     if let Some(b) = best(&runs) {
@@ -553,7 +570,13 @@ mod tests {
         let mut out = Vec::new();
         for name in w.tensor_names() {
             out.extend(name.as_bytes());
-            out.extend(w.tensor(name).unwrap().1.iter().flat_map(|x| x.to_le_bytes()));
+            out.extend(
+                w.tensor(name)
+                    .unwrap()
+                    .1
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes()),
+            );
         }
         out
     }

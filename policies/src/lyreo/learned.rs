@@ -186,7 +186,7 @@ impl LearnedModel {
         w.fill_mlp("actor", &mut m.actor)?;
         w.fill_mlp("critic", &mut m.critic)?;
         if w.obs_mean.len() == ACTOR_INPUT {
-            if w.obs_std.iter().any(|s| !(*s > 0.0)) {
+            if w.obs_std.iter().any(|s| s.is_nan() || *s <= 0.0) {
                 return Err(PolicyError::Metadata {
                     file: path.to_path_buf(),
                     what: "obs_std must be > 0".into(),

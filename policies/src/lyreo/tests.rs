@@ -127,7 +127,10 @@ fn policy_names() {
     let e = PolicySpec::parse("lyreo=/nonexistent/w.safetensors")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("learned") && e.contains("/nonexistent/w.safetensors"), "{e}");
+    assert!(
+        e.contains("learned") && e.contains("/nonexistent/w.safetensors"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -212,19 +215,27 @@ fn bad_weights_files_are_refused_with_a_clear_error() {
     let mut w = WeightsFile::new(learned::WEIGHTS_KIND, learned::WEIGHTS_VERSION);
     for name in good.tensor_names() {
         let (shape, data) = good.tensor(name).unwrap();
-        let n = if name == "actor.0.weight" { "actor.0.weights" } else { name };
+        let n = if name == "actor.0.weight" {
+            "actor.0.weights"
+        } else {
+            name
+        };
         w.insert(n, shape.to_vec(), data.to_vec());
     }
     let p = tmp("names.safetensors");
     w.save(&p).unwrap();
-    let e = LearnedModel::load(&p, Variant::Lyreo).unwrap_err().to_string();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("actor.0.weight"), "{e}");
     // Wrong shape (a 12-input actor).
     let mut w = good.clone();
     w.insert("actor.0.weight", vec![64, 12], vec![0.0; 64 * 12]);
     let p = tmp("shape.safetensors");
     w.save(&p).unwrap();
-    let e = LearnedModel::load(&p, Variant::Lyreo).unwrap_err().to_string();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("actor.0.weight"), "{e}");
     // NaN.
     let mut w = good.clone();
@@ -234,7 +245,9 @@ fn bad_weights_files_are_refused_with_a_clear_error() {
     w.insert("critic.2.bias", shape.to_vec(), data);
     let p = tmp("nan.safetensors");
     w.save(&p).unwrap();
-    let e = LearnedModel::load(&p, Variant::Lyreo).unwrap_err().to_string();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("critic.2.bias"), "{e}");
     let e = PolicySpec::parse(&format!("lyreo={}", p.display()))
         .unwrap_err()
@@ -245,6 +258,8 @@ fn bad_weights_files_are_refused_with_a_clear_error() {
     w.kind = "repair-ddqn".into();
     let p = tmp("kind.safetensors");
     w.save(&p).unwrap();
-    let e = LearnedModel::load(&p, Variant::Lyreo).unwrap_err().to_string();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("repair-ddqn") || e.contains("kind"), "{e}");
 }
