@@ -13,3 +13,4 @@ pub mod profile_kv;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod train;

@@ -51,6 +51,15 @@ enum Command {
     Experiment(ExperimentCmd),
     /// Plots (PNG/SVG) and Markdown/CSV tables from one or several results folders.
     Report(report::ReportArgs),
+    /// Train a policy in virtual time; writes weights and convergence curves.
+    #[command(subcommand)]
+    Train(TrainCmd),
+}
+
+#[derive(Subcommand)]
+enum TrainCmd {
+    /// The learned LYREO family (paper §IV-B) on the serving harness.
+    Lyreo(edgemu_nodes::train::lyreo::TrainLyreoArgs),
 }
 
 #[derive(Subcommand)]
@@ -261,6 +270,7 @@ fn real_main() -> Result<()> {
         Command::ProfileKv(a) => profile_kv::run(&a),
         Command::Generate(a) => edgemu_nodes::generate::run(&a),
         Command::Report(a) => report::run(&a),
+        Command::Train(TrainCmd::Lyreo(a)) => edgemu_nodes::train::lyreo::run(&a),
     }
 }
 

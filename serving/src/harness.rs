@@ -18,7 +18,9 @@
 
 use edgemu_gpu::engine::BatchMode;
 use edgemu_gpu::Profile;
-use edgemu_policies::lyreo::{PolicySpec, RequestObs, ServerBatching, ServerObs, SlotObservation};
+use edgemu_policies::lyreo::{
+    PolicySpec, RequestObs, SchedulingPolicy, ServerBatching, ServerObs, SlotObservation,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -100,6 +102,10 @@ pub struct Scenario {
     pub bandwidth_hz: (f64, f64),
     /// Transmit power range per user, dBm (uniform draw per user).
     pub power_dbm: (f64, f64),
+    /// Share of each GPU's `M_s` that is the KV budget (capacity, `η_s`
+    /// normalization and the 90 % high-KV mark all use `M_s · share`).
+    /// 1.0 (default) is the paper's literal 10/20/24 GB.
+    pub kv_budget_share: f64,
 }
 
 impl Scenario {
@@ -128,10 +134,17 @@ impl Scenario {
             },
             bandwidth_hz: (6e6, 14e6),
             power_dbm: (15.0, 25.0),
+            kv_budget_share: 1.0,
         }
     }
 
     fn check(&self) -> Result<(), ServingError> {
+        if !(self.kv_budget_share > 0.0 && self.kv_budget_share <= 1.0) {
+            return Err(ServingError::Invalid(format!(
+                "the KV budget share must be in (0, 1], not {}",
+                self.kv_budget_share
+            )));
+        }
         if self.users == 0 || self.servers == 0 || self.slots == 0 || self.slot_ns == 0 {
             return Err(ServingError::Invalid(
                 "users, servers, slots and the slot length must be > 0".into(),
@@ -201,6 +214,18 @@ fn stream(seed: u64, k: u64) -> ChaCha8Rng {
 
 /// Runs one episode of `scenario` under the policy `spec`.
 pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutcome, ServingError> {
+    run_episode_with(scenario, spec, spec.build(scenario.seed ^ 0x5eed))
+}
+
+/// Runs one episode with the servers' batching of `spec` and a caller-built
+/// assignment `policy` — the training hook: a sampling policy that records
+/// its decisions (the per-slot reward terms come from the outcome's
+/// per-server-slot rows and per-request records).
+pub fn run_episode_with(
+    scenario: &Scenario,
+    spec: &PolicySpec,
+    policy: Box<dyn SchedulingPolicy>,
+) -> Result<EpisodeOutcome, ServingError> {
     scenario.check()?;
     let sc = scenario;
     let mut topo = stream(sc.seed, 1);
@@ -214,10 +239,12 @@ pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutc
     let mut servers = Vec::with_capacity(sc.servers);
     let mut server_pos = Vec::with_capacity(sc.servers);
     for (i, class) in classes.iter().enumerate() {
-        let profile = Profile::builtin(class).map_err(|source| ServingError::Gpu {
+        let mut profile = Profile::builtin(class).map_err(|source| ServingError::Gpu {
             server: i,
             source: Box::new(source),
         })?;
+        profile.kv_capacity_bytes =
+            ((profile.kv_capacity_bytes as f64 * sc.kv_budget_share) as u64).max(1);
         let (lo, hi) = sc.bandwidth_hz;
         let bw = lo + topo.random::<f64>() * (hi - lo);
         server_pos.push(sc.area.uniform(&mut topo));
@@ -233,7 +260,7 @@ pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutc
             }
         })
         .collect();
-    let mut sched = SchedulerCore::new(sc.servers, sc.epsilon, spec.build(sc.seed ^ 0x5eed));
+    let mut sched = SchedulerCore::new(sc.servers, sc.epsilon, policy);
 
     let mut server_obs: Vec<ServerObs> = servers
         .iter()

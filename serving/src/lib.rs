@@ -17,7 +17,7 @@ pub mod server;
 pub mod workload;
 
 pub use error::ServingError;
-pub use harness::{run_episode, EpisodeOutcome, GpuMix, Scenario, Summary};
+pub use harness::{run_episode, run_episode_with, EpisodeOutcome, GpuMix, Scenario, Summary};
 pub use scheduler::{LyapunovQueues, SchedulerCore};
 pub use server::{RequestRecord, ServerReport, ServerSlotCore};
 

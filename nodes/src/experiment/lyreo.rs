@@ -33,12 +33,10 @@ pub struct LyreoArgs {
     /// Print one JSON object (see the issue) instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Policies, comma-separated: least-loaded, random, static (static:random too).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "least-loaded,random,static"
-    )]
+    /// Policies, comma-separated: least-loaded, random, static (static:random too), and the
+    /// learned lyreo, ly-ppo, ppo, lyreo-count, lyreo-nolb (NAME=PATH for other weights).
+    /// Default: the heuristics plus every learned policy with shipped weights.
+    #[arg(long, value_delimiter = ',')]
     pub policies: Vec<String>,
     /// Seeds per grid point (seeds 1..=N).
     #[arg(long)]
@@ -64,6 +62,10 @@ pub struct LyreoArgs {
     /// User mobility: random-walk or random-waypoint.
     #[arg(long, default_value = "random-walk")]
     pub mobility: String,
+    /// Share of each GPU's M_s that is the KV budget (1.0 = the paper's literal 10/20/24 GB;
+    /// see the README's LYREO section for why ~0.01 reproduces the paper's load figures).
+    #[arg(long, default_value_t = 1.0)]
+    pub kv_budget_share: f64,
     /// Results root.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
@@ -137,8 +139,17 @@ fn utc_stamp() -> String {
 
 /// Runs the grid and writes the results folder.
 pub fn run(a: &LyreoArgs) -> Result<()> {
-    let specs: Vec<PolicySpec> = a
-        .policies
+    let names: Vec<String> = if a.policies.is_empty() {
+        edgemu_policies::lyreo::Variant::ALL
+            .into_iter()
+            .filter(|v| v.default_weights().exists())
+            .map(|v| v.name().to_string())
+            .chain(["least-loaded", "random", "static"].map(String::from))
+            .collect()
+    } else {
+        a.policies.clone()
+    };
+    let specs: Vec<PolicySpec> = names
         .iter()
         .map(|p| PolicySpec::parse(p))
         .collect::<Result<_, _>>()
@@ -203,6 +214,7 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
                             sc.slots = slots;
                             sc.workload = workload.clone();
                             sc.mobility = mobility;
+                            sc.kv_budget_share = a.kv_budget_share;
                             let t0 = Instant::now();
                             let o = run_episode(&sc, spec).with_context(|| {
                                 format!("episode U={users} S={servers} {} seed {seed}", spec.name)

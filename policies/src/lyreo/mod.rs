@@ -14,14 +14,20 @@
 //! a slot are decided in order so a policy may account for what it already
 //! placed in this slot (the heuristics here do).
 //!
-//! Implemented here: [`LeastLoaded`] (predicted KV memory-time workload) and
-//! [`RandomPolicy`]. `Static` is not a policy but a server mode (static
+//! Implemented here: [`LeastLoaded`] (predicted KV memory-time workload),
+//! [`RandomPolicy`], and the learned family in [`learned`] (LYREO, Ly-PPO,
+//! PPO, LYREO-Count, LYREO-NoLB) with safetensors weights. `Static` is not a policy but a server mode (static
 //! batching) combined with one of these assignments; see [`PolicySpec`].
 
 mod heuristics;
+pub mod learned;
 mod observation;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 pub use heuristics::{LeastLoaded, RandomPolicy};
+pub use learned::{LearnedModel, LearnedPolicy, Rollout, Variant};
 pub use observation::{RequestObs, ServerObs, SlotObservation, PAIR_FEATURES};
 
 /// A request-scheduling policy: one server per request of the slot.
@@ -45,54 +51,95 @@ pub enum ServerBatching {
 }
 
 /// A named experiment arm: an assignment policy plus the servers' batching.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PolicySpec {
-    /// The name as given (e.g. `static`, `least-loaded`).
+    /// The name as given (e.g. `static`, `least-loaded`), without a weights path.
     pub name: String,
     /// The assignment rule's name (`least-loaded`, `random`, or a learned one).
     pub assignment: String,
     pub batching: ServerBatching,
+    /// A learned policy's validated networks and the file they came from.
+    pub learned: Option<(Arc<LearnedModel>, PathBuf)>,
+}
+
+impl PartialEq for PolicySpec {
+    fn eq(&self, o: &Self) -> bool {
+        self.name == o.name
+            && self.assignment == o.assignment
+            && self.batching == o.batching
+            && match (&self.learned, &o.learned) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.0 == b.0,
+                _ => false,
+            }
+    }
 }
 
 /// The non-learned policy names this build knows.
 pub const HEURISTIC_POLICIES: &[&str] = &["least-loaded", "random", "static"];
 
-/// The learned policy names of the paper, to be built on this trait with a
-/// weights file (not in this build).
+/// The learned policy names of the paper (weights from `policies/weights/`
+/// by default, or `NAME=PATH`).
 pub const LEARNED_POLICIES: &[&str] = &["lyreo", "ly-ppo", "ppo", "lyreo-count", "lyreo-nolb"];
 
 /// Errors naming a policy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LyreoPolicyError {
-    #[error("unknown policy `{name}` (valid: {})", HEURISTIC_POLICIES.join(", "))]
+    #[error(
+        "unknown policy `{name}` (valid: {}, {})",
+        HEURISTIC_POLICIES.join(", "),
+        LEARNED_POLICIES.join(", ")
+    )]
     Unknown { name: String },
     #[error(
-        "policy `{name}` is a learned policy and needs trained weights, which this build does \
-         not have yet (available now: {})",
-        HEURISTIC_POLICIES.join(", ")
+        "policy `{name}` is a learned policy and needs trained weights: {what} (train with \
+         `edgemu train lyreo --policy {name}`, or give `{name}=PATH`)"
     )]
-    NotAvailable { name: String },
+    NotAvailable { name: String, what: String },
 }
 
 impl PolicySpec {
-    /// Parses an arm name: `least-loaded` (also `ll`), `random`, or
-    /// `static` (= the paper's Static: static batching; its assignment is
-    /// LYREO's in the paper, Least-Loaded here until LYREO lands — write
-    /// `static:random` for another one).
+    /// Parses an arm name: `least-loaded` (also `ll`), `random`, a learned
+    /// name (`lyreo`, `ly-ppo`, `ppo`, `lyreo-count`, `lyreo-nolb`; weights
+    /// from the shipped file, or `NAME=PATH`), or `static` (= the paper's
+    /// Static: static batching with LYREO's assignment when LYREO's weights
+    /// are shipped, else Least-Loaded — write `static:random` for another
+    /// one). Learned weights are loaded and validated here.
     pub fn parse(name: &str) -> Result<Self, LyreoPolicyError> {
+        let (name, path) = match name.split_once('=') {
+            Some((n, p)) => (n, Some(PathBuf::from(p.trim()))),
+            None => (name, None),
+        };
         let lower = name.trim().to_ascii_lowercase();
         let (batching, assignment) = match lower.split_once(':') {
             Some(("static", inner)) => (ServerBatching::Static, inner.to_string()),
-            None if lower == "static" => (ServerBatching::Static, "least-loaded".to_string()),
+            None if lower == "static" => {
+                let inner = if Variant::Lyreo.default_weights().exists() {
+                    "lyreo"
+                } else {
+                    "least-loaded"
+                };
+                (ServerBatching::Static, inner.to_string())
+            }
             _ => (ServerBatching::Continuous, lower.clone()),
         };
+        let mut learned = None;
         let assignment = match assignment.as_str() {
             "ll" | "least-loaded" | "leastloaded" => "least-loaded".to_string(),
             "random" => "random".to_string(),
             other if LEARNED_POLICIES.contains(&other) => {
-                return Err(LyreoPolicyError::NotAvailable {
+                let variant = Variant::parse(other).ok_or_else(|| LyreoPolicyError::Unknown {
                     name: name.to_string(),
-                })
+                })?;
+                let path = path.clone().unwrap_or_else(|| variant.default_weights());
+                let model = LearnedModel::load(&path, variant).map_err(|e| {
+                    LyreoPolicyError::NotAvailable {
+                        name: other.to_string(),
+                        what: e.to_string(),
+                    }
+                })?;
+                learned = Some((Arc::new(model), path));
+                other.to_string()
             }
             _ => {
                 return Err(LyreoPolicyError::Unknown {
@@ -104,11 +151,15 @@ impl PolicySpec {
             name: lower,
             assignment,
             batching,
+            learned,
         })
     }
 
     /// Builds the assignment policy; `seed` drives any randomness.
     pub fn build(&self, seed: u64) -> Box<dyn SchedulingPolicy> {
+        if let Some((model, _)) = &self.learned {
+            return Box::new(LearnedPolicy::greedy(model.clone()));
+        }
         match self.assignment.as_str() {
             "random" => Box::new(RandomPolicy::new(seed)),
             _ => Box::new(LeastLoaded::new()),

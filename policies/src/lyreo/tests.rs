@@ -107,7 +107,12 @@ fn random_is_uniform_seeded_and_in_range() {
 fn policy_names() {
     let s = PolicySpec::parse("static").unwrap();
     assert_eq!(s.batching, ServerBatching::Static);
-    assert_eq!(s.assignment, "least-loaded");
+    let inner = if Variant::Lyreo.default_weights().exists() {
+        "lyreo"
+    } else {
+        "least-loaded"
+    };
+    assert_eq!(s.assignment, inner);
     let s = PolicySpec::parse("Static:Random").unwrap();
     assert_eq!(
         (s.batching, s.assignment.as_str()),
@@ -119,8 +124,13 @@ fn policy_names() {
         e.contains("fastest") && e.contains("least-loaded, random, static"),
         "{e}"
     );
-    let e = PolicySpec::parse("lyreo").unwrap_err().to_string();
-    assert!(e.contains("learned"), "{e}");
+    let e = PolicySpec::parse("lyreo=/nonexistent/w.safetensors")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("learned") && e.contains("/nonexistent/w.safetensors"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -130,4 +140,126 @@ fn pair_features_are_finite_and_sized() {
     o.pair_features(0, 0, &mut f);
     assert!(f.iter().all(|x| x.is_finite()));
     assert!((f[9] - 0.2).abs() < 1e-6);
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("edgemu-lyreo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn paper_like_obs(servers: usize, requests: usize) -> SlotObservation {
+    let s: Vec<ServerObs> = (0..servers)
+        .map(|i| server(0.01 * i as f64, 10_000_000_000))
+        .collect();
+    let mut r: Vec<RequestObs> = (0..requests as u64).map(|i| req(i, 70, 215)).collect();
+    for q in &mut r {
+        q.solo_rate_bps = vec![2e7; servers];
+    }
+    obs(s, r)
+}
+
+#[test]
+fn every_shipped_learned_policy_loads_and_assigns_valid_servers() {
+    let shipped: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|v| v.default_weights().exists())
+        .collect();
+    assert!(
+        shipped.contains(&Variant::Lyreo),
+        "policies/weights/lyreo.safetensors must be shipped"
+    );
+    for v in shipped {
+        let spec = PolicySpec::parse(v.name()).unwrap();
+        assert_eq!(spec.assignment, v.name());
+        for (ns, nr) in [(8, 40), (3, 5), (12, 1)] {
+            let o = paper_like_obs(ns, nr);
+            let mut out = Vec::new();
+            spec.build(1).assign(&o, &mut out);
+            assert_eq!(out.len(), nr, "{}", v.name());
+            assert!(out.iter().all(|&s| s < ns), "{}: {out:?}", v.name());
+        }
+    }
+}
+
+#[test]
+fn learned_policy_round_trips_and_sampling_records_every_decision() {
+    let m = LearnedModel::new(Variant::LyPpo, 9);
+    let p = tmp("rt.safetensors");
+    m.save(&p, "test").unwrap();
+    let back = LearnedModel::load(&p, Variant::LyPpo).unwrap();
+    assert_eq!(back, m);
+    let spec = PolicySpec::parse(&format!("ly-ppo={}", p.display())).unwrap();
+    assert_eq!(spec.learned.as_ref().unwrap().0.as_ref(), &m);
+    let rec = std::sync::Arc::new(std::sync::Mutex::new(Rollout::default()));
+    let mut pol = LearnedPolicy::sampling(std::sync::Arc::new(m), 3, rec.clone());
+    let o = paper_like_obs(4, 6);
+    let mut out = Vec::new();
+    pol.assign(&o, &mut out);
+    let r = rec.lock().unwrap();
+    assert_eq!(r.decisions.len(), 6);
+    assert_eq!(r.critic_inputs.len(), 1);
+    for (d, &a) in r.decisions.iter().zip(&out) {
+        assert_eq!(d.action, a);
+        assert!(d.logp <= 0.0 && d.logp.is_finite());
+        assert_eq!(d.inputs.len(), 4 * learned::ACTOR_INPUT);
+    }
+}
+
+#[test]
+fn bad_weights_files_are_refused_with_a_clear_error() {
+    use crate::nn::WeightsFile;
+    let m = LearnedModel::new(Variant::Lyreo, 1);
+    let good = m.to_weights("t");
+    // Wrong tensor name.
+    let mut w = WeightsFile::new(learned::WEIGHTS_KIND, learned::WEIGHTS_VERSION);
+    for name in good.tensor_names() {
+        let (shape, data) = good.tensor(name).unwrap();
+        let n = if name == "actor.0.weight" {
+            "actor.0.weights"
+        } else {
+            name
+        };
+        w.insert(n, shape.to_vec(), data.to_vec());
+    }
+    let p = tmp("names.safetensors");
+    w.save(&p).unwrap();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("actor.0.weight"), "{e}");
+    // Wrong shape (a 12-input actor).
+    let mut w = good.clone();
+    w.insert("actor.0.weight", vec![64, 12], vec![0.0; 64 * 12]);
+    let p = tmp("shape.safetensors");
+    w.save(&p).unwrap();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("actor.0.weight"), "{e}");
+    // NaN.
+    let mut w = good.clone();
+    let (shape, data) = good.tensor("critic.2.bias").unwrap();
+    let mut data = data.to_vec();
+    data[3] = f32::NAN;
+    w.insert("critic.2.bias", shape.to_vec(), data);
+    let p = tmp("nan.safetensors");
+    w.save(&p).unwrap();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("critic.2.bias"), "{e}");
+    let e = PolicySpec::parse(&format!("lyreo={}", p.display()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("critic.2.bias") && e.contains("lyreo"), "{e}");
+    // Another policy's file.
+    let mut w = good;
+    w.kind = "repair-ddqn".into();
+    let p = tmp("kind.safetensors");
+    w.save(&p).unwrap();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("repair-ddqn") || e.contains("kind"), "{e}");
 }

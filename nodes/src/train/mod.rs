@@ -1,0 +1,3 @@
+//! `edgemu train …`: policy training in virtual time.
+
+pub mod lyreo;
