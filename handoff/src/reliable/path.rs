@@ -1,7 +1,7 @@
 //! The two link directions a reliable run drives, and the outcome built
 //! from them.
 
-use super::{seeds, DeliveryLog, ReliableOutcome, ReliableProtocol, ReliableRun};
+use super::{seeds, DeliveryLog, ReliableError, ReliableOutcome, ReliableProtocol, ReliableRun};
 use edgemu_links::LinkModel;
 
 /// Forward (data) and reverse (ACK) link models carrying raw packets.
@@ -72,16 +72,21 @@ pub(crate) fn outcome(run: &ReliableRun, path: &Path, end: RunEnd) -> ReliableOu
 pub(crate) struct SpinGuard {
     at_ns: u64,
     count: u32,
+    /// For the stall error: which protocol, and the transfer's size.
+    protocol: &'static str,
+    bytes: u64,
 }
 
 impl SpinGuard {
     /// Iterations allowed at one instant before the loop is declared stuck.
     const LIMIT: u32 = 10_000;
 
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(protocol: &'static str, bytes: u64) -> Self {
         SpinGuard {
             at_ns: u64::MAX,
             count: 0,
+            protocol,
+            bytes,
         }
     }
 
@@ -93,5 +98,36 @@ impl SpinGuard {
         }
         self.count += 1;
         self.count <= Self::LIMIT
+    }
+
+    /// The event loop's next instant: the earliest of the stacks' `timers`
+    /// and the path's arrivals, never before `now_ns`; `None` once that is
+    /// past `stop_ns`. Nothing pending, or too many iterations at one
+    /// instant, is a [`ReliableError::Stalled`] with `delivered` bytes read.
+    pub(crate) fn next_instant(
+        &mut self,
+        now_ns: u64,
+        timers: Option<u64>,
+        path: &Path,
+        stop_ns: u64,
+        delivered: u64,
+    ) -> Result<Option<u64>, ReliableError> {
+        let (protocol, bytes) = (self.protocol, self.bytes);
+        let stalled = move |at_ns| ReliableError::Stalled {
+            protocol,
+            at_ns,
+            delivered,
+            bytes,
+        };
+        let next = min_opt(timers, path.next_due())
+            .ok_or_else(|| stalled(now_ns))?
+            .max(now_ns);
+        if next > stop_ns {
+            return Ok(None);
+        }
+        if !self.tick(next) {
+            return Err(stalled(next));
+        }
+        Ok(Some(next))
     }
 }

@@ -152,7 +152,7 @@ pub fn run_quic(run: &ReliableRun) -> Result<ReliableOutcome, ReliableError> {
     let mut read: u64 = 0;
     let mut delivery = DeliveryLog::default();
     let mut completion_ns = None;
-    let mut guard = SpinGuard::new();
+    let mut guard = SpinGuard::new(PROTOCOL, run.bytes);
     let mut now: u64 = 0;
 
     loop {
@@ -280,28 +280,13 @@ pub fn run_quic(run: &ReliableRun) -> Result<ReliableOutcome, ReliableError> {
                 .and_then(|(_, c)| c.poll_timeout())
                 .map(|t| clock.ns(t)),
         );
-        let Some(next) = min_opt(timers, path.next_due()) else {
-            return Err(ReliableError::Stalled {
-                protocol: PROTOCOL,
-                at_ns: now,
-                delivered: read,
-                bytes: run.bytes,
-            });
-        };
-        let next = next.max(now);
-        if next > stop_ns {
-            now = stop_ns;
-            break;
+        match guard.next_instant(now, timers, &path, stop_ns, read)? {
+            Some(next) => now = next,
+            None => {
+                now = stop_ns;
+                break;
+            }
         }
-        if !guard.tick(next) {
-            return Err(ReliableError::Stalled {
-                protocol: PROTOCOL,
-                at_ns: next,
-                delivered: read,
-                bytes: run.bytes,
-            });
-        }
-        now = next;
     }
 
     let retransmissions = client.stats().path.lost_packets;

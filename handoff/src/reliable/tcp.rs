@@ -234,7 +234,7 @@ pub fn run_tcp(run: &ReliableRun) -> Result<ReliableOutcome, ReliableError> {
     let mut read: u64 = 0;
     let mut delivery = DeliveryLog::default();
     let mut completion_ns = None;
-    let mut guard = SpinGuard::new();
+    let mut guard = SpinGuard::new(PROTOCOL, run.bytes);
     let mut now: u64 = 0;
 
     loop {
@@ -286,28 +286,13 @@ pub fn run_tcp(run: &ReliableRun) -> Result<ReliableOutcome, ReliableError> {
         }
 
         let timers = min_opt(client.poll_at(now), server.poll_at(now));
-        let Some(next) = min_opt(timers, path.next_due()) else {
-            return Err(ReliableError::Stalled {
-                protocol: PROTOCOL,
-                at_ns: now,
-                delivered: read,
-                bytes: run.bytes,
-            });
-        };
-        let next = next.max(now);
-        if next > stop_ns {
-            now = stop_ns;
-            break;
+        match guard.next_instant(now, timers, &path, stop_ns, read)? {
+            Some(next) => now = next,
+            None => {
+                now = stop_ns;
+                break;
+            }
         }
-        if !guard.tick(next) {
-            return Err(ReliableError::Stalled {
-                protocol: PROTOCOL,
-                at_ns: next,
-                delivered: read,
-                bytes: run.bytes,
-            });
-        }
-        now = next;
     }
 
     Ok(outcome(
