@@ -4,25 +4,14 @@
 use anyhow::{Context as _, Result};
 use clap::Args;
 use edgemu_gpu::generate::{generate, GenerateOptions};
-use edgemu_gpu::model::{ModelSource, RandomWeights, WeightLayout};
-use std::path::PathBuf;
+use edgemu_gpu::model::ModelSource;
 
-use crate::bench::decode::parse_layout;
+use crate::bench::decode::ModelArgs;
 
 #[derive(Args, Debug, Clone)]
 pub struct GenerateArgs {
-    /// `cpu`, or `cuda:N` with a build that has the `cuda` feature.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// GGUF file (default lookup as for `bench decode`).
-    #[arg(long, conflicts_with = "random_weights")]
-    pub model: Option<PathBuf>,
-    /// Seeded random weights: `[ARCH:]SEED` with ARCH `smollm2-135m` (default) or `tiny`.
-    #[arg(long, value_name = "[ARCH:]SEED")]
-    pub random_weights: Option<RandomWeights>,
-    /// Weight layout as PREFILL,DECODE (default: chosen per device).
-    #[arg(long, value_parser = parse_layout)]
-    pub layout: Option<WeightLayout>,
+    #[command(flatten)]
+    pub weights: ModelArgs,
     /// Number of sequences decoded together.
     #[arg(long, default_value_t = 4)]
     pub batch: usize,
@@ -36,9 +25,9 @@ pub struct GenerateArgs {
 
 pub fn run(args: &GenerateArgs) -> Result<()> {
     let opts = GenerateOptions {
-        source: ModelSource::new(args.model.clone(), args.random_weights),
-        device: args.device.clone(),
-        layout: args.layout,
+        source: ModelSource::new(args.weights.model.clone(), args.weights.random_weights),
+        device: args.weights.device.clone(),
+        layout: args.weights.layout,
         batch: args.batch,
         prompt_len: args.prompt_len,
         new_tokens: args.tokens,

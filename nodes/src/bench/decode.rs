@@ -8,14 +8,10 @@ use edgemu_gpu::model::{RandomWeights, WeightFormat, WeightLayout};
 use edgemu_gpu::profile::{run_profile, ProfileOptions};
 use std::path::PathBuf;
 
+/// Which weights and where: the options `bench decode`, `profile` and
+/// `generate` share.
 #[derive(Args, Debug, Clone)]
-pub struct DecodeArgs {
-    /// Print one JSON object instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// Fewer decode steps (figures are noisier).
-    #[arg(long)]
-    pub quick: bool,
+pub struct ModelArgs {
     /// `cpu`, or `cuda:N` with a build that has the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -29,6 +25,18 @@ pub struct DecodeArgs {
     /// Weight layout as PREFILL,DECODE (keep, q4_0, q8_0, f32, f16, q8_cpu); default: chosen per device.
     #[arg(long, value_parser = parse_layout)]
     pub layout: Option<WeightLayout>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DecodeArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Fewer decode steps (figures are noisier).
+    #[arg(long)]
+    pub quick: bool,
+    #[command(flatten)]
+    pub weights: ModelArgs,
     /// Decode batch sizes, comma-separated (e.g. 1,4,16,32,64,128 on a GPU).
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,32")]
     pub batches: Vec<usize>,
@@ -41,16 +49,8 @@ pub struct DecodeArgs {
 pub struct ProfileArgs {
     /// Where to write the profile (.json or .toml).
     pub out: PathBuf,
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// GGUF file (default lookup as for `bench decode`).
-    #[arg(long, conflicts_with = "random_weights")]
-    pub model: Option<PathBuf>,
-    /// Seeded random weights instead of the GGUF: `[ARCH:]SEED` (see `bench decode`).
-    #[arg(long, value_name = "[ARCH:]SEED")]
-    pub random_weights: Option<RandomWeights>,
-    #[arg(long, value_parser = parse_layout)]
-    pub layout: Option<WeightLayout>,
+    #[command(flatten)]
+    pub weights: ModelArgs,
     /// A small grid (batch 1, 8, 32; context 64, 512; 2 steps).
     #[arg(long)]
     pub quick: bool,
@@ -78,11 +78,11 @@ fn bar(message: &'static str) -> indicatif::ProgressBar {
 
 pub fn run(args: &DecodeArgs) -> Result<()> {
     let opts = DecodeBenchOptions {
-        model: args.model.clone(),
-        random_weights: args.random_weights,
-        device: args.device.clone(),
+        model: args.weights.model.clone(),
+        random_weights: args.weights.random_weights,
+        device: args.weights.device.clone(),
         quick: args.quick,
-        layout: args.layout,
+        layout: args.weights.layout,
         batches: args.batches.clone(),
         baselines: !args.no_baselines,
     };
@@ -103,10 +103,10 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
 
 pub fn profile(args: &ProfileArgs) -> Result<()> {
     let mut opts = ProfileOptions {
-        model: args.model.clone(),
-        random_weights: args.random_weights,
-        device: args.device.clone(),
-        layout: args.layout,
+        model: args.weights.model.clone(),
+        random_weights: args.weights.random_weights,
+        device: args.weights.device.clone(),
+        layout: args.weights.layout,
         ..ProfileOptions::default()
     };
     if args.quick {
