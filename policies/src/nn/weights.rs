@@ -32,6 +32,11 @@ use super::mlp::Mlp;
 pub const WEIGHTS_FORMAT: &str = "edgemu-policy";
 
 /// One tensor a policy needs: its name and shape.
+/// The largest weights file `load` reads: the project's policies are a few
+/// thousand to a few hundred thousand floats, so 64 MiB leaves room for much
+/// bigger nets while a mistaken or hostile path cannot exhaust memory.
+pub const MAX_WEIGHTS_BYTES: u64 = 64 << 20;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorSpec {
     pub name: String,
@@ -248,12 +253,23 @@ impl WeightsFile {
         std::fs::rename(&tmp, path).map_err(io)
     }
 
-    /// Reads and validates `path` against `expected`.
+    /// Reads and validates `path` against `expected`. A file larger than
+    /// [`MAX_WEIGHTS_BYTES`] is refused before it is read.
     pub fn load(path: &Path, expected: &Expected) -> Result<WeightsFile, PolicyError> {
-        let bytes = std::fs::read(path).map_err(|source| PolicyError::Io {
+        let io = |source| PolicyError::Io {
             file: path.to_path_buf(),
             source,
-        })?;
+        };
+        let len = std::fs::metadata(path).map_err(io)?.len();
+        if len > MAX_WEIGHTS_BYTES {
+            return Err(PolicyError::Format {
+                file: path.to_path_buf(),
+                what: format!(
+                    "{len} bytes, more than the {MAX_WEIGHTS_BYTES}-byte limit for policy weights"
+                ),
+            });
+        }
+        let bytes = std::fs::read(path).map_err(io)?;
         WeightsFile::from_bytes(&bytes, path, expected)
     }
 
@@ -569,6 +585,18 @@ mod tests {
         let (_, exp, _, _) = sample();
         let e = WeightsFile::load(Path::new("/nonexistent/w.safetensors"), &exp).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/w.safetensors"));
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused_before_it_is_read() {
+        let (_, exp, _, _) = sample();
+        let path =
+            std::env::temp_dir().join(format!("edgemu-huge-{}.safetensors", std::process::id()));
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(MAX_WEIGHTS_BYTES + 1).unwrap();
+        let e = WeightsFile::load(&path, &exp).unwrap_err();
+        let _ = std::fs::remove_file(&path);
+        assert!(e.to_string().contains("limit"), "{e}");
     }
 
     proptest! {
