@@ -52,6 +52,33 @@ fn bounds(values: impl IntoIterator<Item = f64>, pad: bool) -> Option<(f64, f64)
     Some((lo - p, hi + p))
 }
 
+/// A titled f64 × f64 chart with the project's margins and label areas
+/// (`y_label_area` px for the y tick labels).
+fn titled_chart<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    y_label_area: u32,
+) -> Result<
+    ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    DrawError,
+>
+where
+    DB::ErrorType: 'static,
+{
+    Ok(ChartBuilder::on(root)
+        .caption(title, (FAMILY, 22))
+        .margin(14)
+        .x_label_area_size(48)
+        .y_label_area_size(y_label_area)
+        .build_cartesian_2d(x, y)?)
+}
+
 fn no_data(name: &str) -> PlotError {
     PlotError::NoData {
         name: name.to_string(),
@@ -93,12 +120,13 @@ impl Figure for LinesCi<'_> {
     where
         DB::ErrorType: 'static,
     {
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.labels.title, (FAMILY, 22))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(70)
-            .build_cartesian_2d(self.x.0..self.x.1, self.y.0..self.y.1)?;
+        let mut chart = titled_chart(
+            root,
+            &self.labels.title,
+            self.x.0..self.x.1,
+            self.y.0..self.y.1,
+            70,
+        )?;
         chart
             .configure_mesh()
             .x_desc(&self.labels.x)
@@ -176,12 +204,13 @@ impl Figure for TimeSeries<'_> {
     where
         DB::ErrorType: 'static,
     {
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.labels.title, (FAMILY, 22))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(70)
-            .build_cartesian_2d(self.x.0..self.x.1, self.y.0..self.y.1)?;
+        let mut chart = titled_chart(
+            root,
+            &self.labels.title,
+            self.x.0..self.x.1,
+            self.y.0..self.y.1,
+            70,
+        )?;
         chart
             .configure_mesh()
             .x_desc(&self.labels.x)
@@ -290,12 +319,7 @@ impl Figure for Cdf<'_> {
     where
         DB::ErrorType: 'static,
     {
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.labels.title, (FAMILY, 22))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(70)
-            .build_cartesian_2d(self.x.0..self.x.1, 0.0..1.0)?;
+        let mut chart = titled_chart(root, &self.labels.title, self.x.0..self.x.1, 0.0..1.0, 70)?;
         chart
             .configure_mesh()
             .x_desc(&self.labels.x)
@@ -366,12 +390,13 @@ impl Figure for Bars<'_> {
         DB::ErrorType: 'static,
     {
         let n = self.groups.len();
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.labels.title, (FAMILY, 22))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-0.5..n as f64 - 0.5, self.y.0..self.y.1)?;
+        let mut chart = titled_chart(
+            root,
+            &self.labels.title,
+            -0.5..n as f64 - 0.5,
+            self.y.0..self.y.1,
+            70,
+        )?;
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -449,12 +474,13 @@ impl Figure for Boxes<'_> {
         DB::ErrorType: 'static,
     {
         let n = self.names.len();
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.labels.title, (FAMILY, 22))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-0.5..n as f64 - 0.5, self.y.0..self.y.1)?;
+        let mut chart = titled_chart(
+            root,
+            &self.labels.title,
+            -0.5..n as f64 - 0.5,
+            self.y.0..self.y.1,
+            70,
+        )?;
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -567,12 +593,13 @@ impl Figure for Heatmap<'_> {
         let (w, _) = root.dim_in_pixel();
         let (main, bar) = root.split_horizontally(w.saturating_sub(110));
         let (rows, cols) = (self.grid.rows.len(), self.grid.cols.len());
-        let mut chart = ChartBuilder::on(&main)
-            .caption(&self.labels.title, (FAMILY, 22))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(90)
-            .build_cartesian_2d(-0.5..cols as f64 - 0.5, -0.5..rows as f64 - 0.5)?;
+        let mut chart = titled_chart(
+            &main,
+            &self.labels.title,
+            -0.5..cols as f64 - 0.5,
+            -0.5..rows as f64 - 0.5,
+            90,
+        )?;
         chart
             .configure_mesh()
             .disable_mesh()
