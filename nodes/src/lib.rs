@@ -8,3 +8,4 @@ pub mod host;
 pub mod mesh;
 pub mod results;
 pub mod run;
+pub mod train_repair;

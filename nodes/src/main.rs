@@ -2,7 +2,7 @@
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
-use edgemu_nodes::{bench, control::client, run};
+use edgemu_nodes::{bench, control::client, run, train_repair};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,6 +42,15 @@ enum Command {
     /// Measure the real LLM backend over a grid of batch sizes and KV occupancies and write a
     /// profile for the modeled backend.
     Profile(bench::decode::ProfileArgs),
+    /// Train a policy and write its weights and training curves.
+    #[command(subcommand)]
+    Train(TrainCmd),
+}
+
+#[derive(Subcommand)]
+enum TrainCmd {
+    /// PriorityFEC's Double-DQN repair scheduler on the handoff harness.
+    Repair(train_repair::TrainRepairArgs),
 }
 
 #[derive(Args)]
@@ -174,6 +183,8 @@ enum BenchCmd {
     Fec(bench::BenchArgs),
     /// Real LLM prefill and decode tok/s under continuous batching, vs llama.cpp's figures.
     Decode(bench::decode::DecodeArgs),
+    /// PriorityFEC's online computation per 1000 packets and decision latency (paper Table II).
+    Handoff(bench::handoff::HandoffBenchArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -234,8 +245,10 @@ fn real_main() -> Result<()> {
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
             BenchCmd::Fec(a) => bench::fec(&a),
             BenchCmd::Decode(a) => bench::decode::run(&a),
+            BenchCmd::Handoff(a) => bench::handoff::run(&a),
         },
         Command::Profile(a) => bench::decode::profile(&a),
+        Command::Train(TrainCmd::Repair(a)) => train_repair::train_repair(&a).map(|_| ()),
     }
 }
 
