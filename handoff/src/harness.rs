@@ -32,6 +32,7 @@
 //! (`seed ^ REVERSE_SEED_XOR`).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use edgemu_codec::fec::FRAME_SIZE;
 use edgemu_links::{LinkModel, LinkParams, LossSpec, RateSpec};
@@ -42,6 +43,7 @@ use crate::error::HandoffError;
 use crate::receiver::{HandoffReceiver, HandoffReport, ReceivedKv, ReceiverConfig};
 use crate::scheme::SchemeSpec;
 use crate::sender::{Decision, HandoffSender, RepairGate, SenderConfig, SenderStats};
+use crate::timing::{since, CoreTimers};
 
 /// Mixed into the seed of the reverse link.
 pub const REVERSE_SEED_XOR: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -217,6 +219,30 @@ pub fn run_handoff(
     seed: u64,
     opts: RunOptions,
 ) -> Result<HandoffRun, HandoffError> {
+    run(scenario, spec, scheduler, seed, opts, false).map(|(run, _)| run)
+}
+
+/// [`run_handoff`] with the component timers of [`crate::timing`] on (for
+/// `edgemu bench handoff`; wall-clock figures, meaningful in release builds).
+pub fn run_handoff_timed(
+    scenario: &HandoffScenario,
+    spec: &SchemeSpec,
+    scheduler: Box<dyn RepairScheduler>,
+    seed: u64,
+    opts: RunOptions,
+) -> Result<(HandoffRun, CoreTimers), HandoffError> {
+    run(scenario, spec, scheduler, seed, opts, true)
+        .map(|(run, timers)| (run, timers.unwrap_or_default()))
+}
+
+fn run(
+    scenario: &HandoffScenario,
+    spec: &SchemeSpec,
+    scheduler: Box<dyn RepairScheduler>,
+    seed: u64,
+    opts: RunOptions,
+    timed: bool,
+) -> Result<(HandoffRun, Option<CoreTimers>), HandoffError> {
     scenario.check()?;
     let n = scenario.layout.n_source_packets();
     let budget = if spec.repairs() {
@@ -261,18 +287,32 @@ pub fn run_handoff(
     let mut rev: LinkModel<Vec<u8>> =
         LinkModel::new(scenario.reverse.clone(), seed ^ REVERSE_SEED_XOR);
 
+    if timed {
+        tx.enable_timers();
+    }
     let mut decision_utility = Vec::new();
     let mut now = 0u64;
     loop {
         while let Some(a) = fwd.poll(now) {
+            let t0 = timed.then(Instant::now);
             // A rejected frame is counted by the receiver; the run goes on.
             let _ = rx.handle_packet(a.due_ns, &a.packet);
-            if let Some(fb) = rx.poll_transmit(a.due_ns) {
+            let t1 = timed.then(Instant::now);
+            let fb = rx.poll_transmit(a.due_ns);
+            if let (Some(t0), Some(t1), Some(t)) = (t0, t1, tx.timers_mut()) {
+                t.dec_ns += u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+                t.state_ns += since(t1);
+            }
+            if let Some(fb) = fb {
                 rev.offer(a.due_ns, fb.len() as u32, fb);
             }
         }
         while let Some(a) = rev.poll(now) {
+            let t0 = timed.then(Instant::now);
             let _ = tx.handle_feedback(a.due_ns, &a.packet);
+            if let (Some(t0), Some(t)) = (t0, tx.timers_mut()) {
+                t.state_ns += since(t0);
+            }
         }
         loop {
             let frame = tx.poll_transmit(now);
@@ -292,7 +332,8 @@ pub fn run_handoff(
             _ => break,
         }
     }
-    Ok(HandoffRun {
+    let timers = tx.timers_mut().map(std::mem::take);
+    let run = HandoffRun {
         scheme: spec.name.to_string(),
         seed,
         report: rx.report(),
@@ -304,7 +345,8 @@ pub fn run_handoff(
         },
         decision_utility,
         received: opts.keep_received.then(|| rx.into_received()),
-    })
+    };
+    Ok((run, timers))
 }
 
 /// Deterministic stand-in KV bytes for transport-only runs (a hash of the

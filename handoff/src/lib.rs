@@ -22,8 +22,12 @@ pub mod receiver;
 pub mod reliable;
 pub mod scheme;
 pub mod sender;
+pub mod timing;
+pub mod train;
 
-pub use harness::{run_handoff, synthetic_payload, HandoffRun, HandoffScenario, RunOptions};
+pub use harness::{
+    run_handoff, run_handoff_timed, synthetic_payload, HandoffRun, HandoffScenario, RunOptions,
+};
 pub use receiver::{HandoffReceiver, HandoffReport, ReceivedBlock, ReceivedKv, ReceiverConfig};
 pub use scheme::{scheme, SchemeSpec, SCHEMES};
 pub use sender::{

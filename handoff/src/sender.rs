@@ -37,6 +37,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use edgemu_codec::fec::{EncoderConfig, RlcEncoder, MAX_PAYLOAD};
 use edgemu_policies::repair::{
@@ -46,6 +47,7 @@ use edgemu_policies::repair::{
 use crate::blocks::{check_utilities, source_sequence, BlockLayout, SourceOrder};
 use crate::error::HandoffError;
 use crate::feedback::Feedback;
+use crate::timing::{since, CoreTimers};
 
 /// When repair may be sent at all (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -160,6 +162,8 @@ pub struct HandoffSender {
     latest: Option<Feedback>,
     last_progress_ns: u64,
     decisions: Vec<Decision>,
+    /// Component timers (bench handoff); `None` costs nothing.
+    timers: Option<Box<CoreTimers>>,
     stats: SenderStats,
 }
 
@@ -226,6 +230,7 @@ impl HandoffSender {
             latest: None,
             last_progress_ns: 0,
             decisions: Vec::new(),
+            timers: None,
             stats: SenderStats::default(),
         })
     }
@@ -241,6 +246,16 @@ impl HandoffSender {
     /// The recorded decisions (empty unless `record_decisions`).
     pub fn decisions(&self) -> &[Decision] {
         &self.decisions
+    }
+
+    /// Starts timing decisions and encoding (see [`crate::timing`]).
+    pub fn enable_timers(&mut self) {
+        self.timers = Some(Box::default());
+    }
+
+    /// The timers, if enabled (the harness adds feedback times to them).
+    pub fn timers_mut(&mut self) -> Option<&mut CoreTimers> {
+        self.timers.as_deref_mut()
     }
 
     /// Block ids in send order.
@@ -311,6 +326,17 @@ impl HandoffSender {
     }
 
     fn emit(&mut self) -> Option<Vec<u8>> {
+        let Some(t0) = self.timers.is_some().then(Instant::now) else {
+            return self.emit_frame();
+        };
+        let frame = self.emit_frame();
+        if let Some(t) = self.timers.as_deref_mut() {
+            t.enc_ns += since(t0);
+        }
+        frame
+    }
+
+    fn emit_frame(&mut self) -> Option<Vec<u8>> {
         match self.burst {
             Burst::None => None,
             Burst::Source(n) => {
@@ -504,13 +530,25 @@ impl HandoffSender {
     }
 
     fn decide(&mut self, now: u64) {
+        let t0 = self.timers.is_some().then(Instant::now);
         let mask = self.mask();
         if !mask.any() {
             self.idle = true;
+            if let (Some(t0), Some(t)) = (t0, self.timers.as_deref_mut()) {
+                t.state_ns += since(t0);
+            }
             return;
         }
         let obs = self.observation(now);
+        let t1 = t0.map(|_| Instant::now());
         let mut action = self.scheduler.decide(&obs, mask);
+        if let (Some(t0), Some(t1), Some(t)) = (t0, t1, self.timers.as_deref_mut()) {
+            let rl = since(t1);
+            let state = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+            t.state_ns += state;
+            t.rl_ns += rl;
+            t.decision_ns.push(state + rl);
+        }
         if !mask.allows(action) {
             self.stats.mask_violations += 1;
             action = mask.first_allowed().unwrap_or(RepairAction::Source);

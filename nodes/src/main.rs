@@ -51,7 +51,7 @@ enum Command {
     Experiment(ExperimentCmd),
     /// Plots (PNG/SVG) and Markdown/CSV tables from one or several results folders.
     Report(report::ReportArgs),
-    /// Train a policy in virtual time; writes weights and convergence curves.
+    /// Train a policy in virtual time; writes weights and training curves.
     #[command(subcommand)]
     Train(TrainCmd),
 }
@@ -60,6 +60,8 @@ enum Command {
 enum TrainCmd {
     /// The learned LYREO family (paper §IV-B) on the serving harness.
     Lyreo(edgemu_nodes::train::lyreo::TrainLyreoArgs),
+    /// PriorityFEC's Double-DQN repair scheduler on the handoff harness.
+    Repair(edgemu_nodes::train::repair::TrainRepairArgs),
 }
 
 #[derive(Subcommand)]
@@ -202,6 +204,8 @@ enum BenchCmd {
     Decode(bench::decode::DecodeArgs),
     /// One LYREO episode (T=800, U=40, S=8, modeled backend): wall time, slots/s, decisions/s.
     Lyreo(experiment::lyreo::LyreoBenchArgs),
+    /// PriorityFEC's online computation per 1000 packets and decision latency (paper Table II).
+    Handoff(bench::handoff::HandoffBenchArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -264,6 +268,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Fec(a) => bench::fec(&a),
             BenchCmd::Decode(a) => bench::decode::run(&a),
             BenchCmd::Lyreo(a) => experiment::lyreo::bench(&a),
+            BenchCmd::Handoff(a) => bench::handoff::run(&a),
         },
         Command::Experiment(ExperimentCmd::Lyreo(a)) => experiment::lyreo::run(&a),
         Command::Profile(a) => bench::decode::profile(&a),
@@ -271,6 +276,9 @@ fn real_main() -> Result<()> {
         Command::Generate(a) => edgemu_nodes::generate::run(&a),
         Command::Report(a) => report::run(&a),
         Command::Train(TrainCmd::Lyreo(a)) => edgemu_nodes::train::lyreo::run(&a),
+        Command::Train(TrainCmd::Repair(a)) => {
+            edgemu_nodes::train::repair::train_repair(&a).map(|_| ())
+        }
     }
 }
 

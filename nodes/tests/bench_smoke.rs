@@ -34,3 +34,33 @@ fn bench_virtual_quick_reports_sane_figures() {
     assert!((goodput - 1.0).abs() < 0.02, "{v}");
     assert!(num("delay_err_p99_ms") < 1.0, "{v}");
 }
+
+/// `edgemu bench handoff --quick --json` through the library, with the
+/// shipped weights: the documented keys, finite non-negative figures.
+#[test]
+fn bench_handoff_quick_reports_table_two_keys() {
+    use edgemu_nodes::bench::handoff::{report, HandoffBenchArgs};
+    let v = report(&HandoffBenchArgs {
+        json: true,
+        quick: true,
+        weights: None,
+        seeds: 1,
+    })
+    .expect("bench handoff runs with the shipped weights");
+    for k in [
+        "state_ms_per_1k",
+        "rl_ms_per_1k",
+        "enc_ms_per_1k",
+        "dec_ms_per_1k",
+        "decision_us_mean",
+        "decision_us_p99",
+    ] {
+        let x = v
+            .get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or_else(|| panic!("key {k} missing or not a number in {v}"));
+        assert!(x.is_finite() && x >= 0.0, "{k} = {x} in {v}");
+    }
+    assert!(v["packets"].as_u64().unwrap_or(0) > 0, "{v}");
+    assert!(v["decisions"].as_u64().unwrap_or(0) > 0, "{v}");
+}

@@ -5,6 +5,7 @@
 
 pub mod common;
 pub mod decode;
+pub mod handoff;
 pub mod hostile;
 pub mod link;
 pub mod mesh;

@@ -1,3 +1,4 @@
 //! `edgemu train …`: policy training in virtual time.
 
 pub mod lyreo;
+pub mod repair;

@@ -232,10 +232,28 @@ impl WeightsFile {
                 })?;
             views.push((n.clone(), v));
         }
-        safetensors::serialize(views, Some(meta)).map_err(|e| PolicyError::Format {
+        let fmt_err = |what: String| PolicyError::Format {
             file: PathBuf::from("<bytes>"),
-            what: e.to_string(),
-        })
+            what,
+        };
+        // safetensors writes the metadata map in HashMap order, which differs
+        // between map instances; rewrite it with sorted keys (same entries,
+        // same length) so equal weights give equal bytes.
+        let written = serde_json::to_string(&meta).map_err(|e| fmt_err(e.to_string()))?;
+        let sorted: BTreeMap<&String, &String> = meta.iter().collect();
+        let canonical = serde_json::to_string(&sorted).map_err(|e| fmt_err(e.to_string()))?;
+        let mut out =
+            safetensors::serialize(views, Some(meta)).map_err(|e| fmt_err(e.to_string()))?;
+        let header_end = out
+            .len()
+            .min(8 + u64::from_le_bytes(out[..8].try_into().unwrap_or_default()) as usize);
+        if let Some(at) = out[8..header_end]
+            .windows(written.len())
+            .position(|w| w == written.as_bytes())
+        {
+            out[8 + at..8 + at + canonical.len()].copy_from_slice(canonical.as_bytes());
+        }
+        Ok(out)
     }
 
     /// Writes the file (via a temporary file and a rename, so a reader never
