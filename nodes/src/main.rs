@@ -53,6 +53,8 @@ enum Command {
 enum ExperimentCmd {
     /// LYREO request scheduling (paper §V): policies × users × servers × GPU mix × ν × seeds.
     Lyreo(experiment::lyreo::LyreoArgs),
+    /// PriorityFEC KV handoff (paper §V): every scheme × ρ × loss realization, utility and task quality.
+    Priorityfec(experiment::priorityfec::PriorityFecArgs),
 }
 
 #[derive(Args)]
@@ -250,6 +252,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Lyreo(a) => experiment::lyreo::bench(&a),
         },
         Command::Experiment(ExperimentCmd::Lyreo(a)) => experiment::lyreo::run(&a),
+        Command::Experiment(ExperimentCmd::Priorityfec(a)) => experiment::priorityfec::run(&a),
         Command::Profile(a) => bench::decode::profile(&a),
         Command::ProfileKv(a) => profile_kv::run(&a),
     }
