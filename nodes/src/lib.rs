@@ -6,6 +6,7 @@ pub mod bench;
 pub mod control;
 pub mod experiment;
 pub mod host;
+pub mod kv_retention;
 pub mod mesh;
 pub mod profile_kv;
 pub mod results;
