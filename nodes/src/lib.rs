@@ -7,6 +7,7 @@ pub mod control;
 pub mod experiment;
 pub mod generate;
 pub mod host;
+pub mod kv_retention;
 pub mod mesh;
 pub mod plots;
 pub mod profile_kv;

@@ -68,6 +68,8 @@ enum TrainCmd {
 enum ExperimentCmd {
     /// LYREO request scheduling (paper §V): policies × users × servers × GPU mix × ν × seeds.
     Lyreo(experiment::lyreo::LyreoArgs),
+    /// PriorityFEC KV handoff (paper §V): every scheme × ρ × loss realization, utility and task quality.
+    Priorityfec(experiment::priorityfec::PriorityFecArgs),
 }
 
 #[derive(Args)]
@@ -271,6 +273,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Handoff(a) => bench::handoff::run(&a),
         },
         Command::Experiment(ExperimentCmd::Lyreo(a)) => experiment::lyreo::run(&a),
+        Command::Experiment(ExperimentCmd::Priorityfec(a)) => experiment::priorityfec::run(&a),
         Command::Profile(a) => bench::decode::profile(&a),
         Command::ProfileKv(a) => profile_kv::run(&a),
         Command::Generate(a) => edgemu_nodes::generate::run(&a),

@@ -35,9 +35,17 @@ pub struct ProfileKvArgs {
     /// A small run for checking by hand: 2 contexts of 512 tokens.
     #[arg(long)]
     pub quick: bool,
+    /// Instead of profiling: the held-out retention check (Fig. 2c) of this
+    /// profile on `--contexts` evaluation contexts.
+    #[arg(long)]
+    pub retention: Option<PathBuf>,
 }
 
 pub fn run(args: &ProfileKvArgs) -> Result<()> {
+    if let Some(p) = &args.retention {
+        let n = if args.quick { 2 } else { args.contexts };
+        return crate::kv_retention::run_check(p, args.model.as_deref(), n, args.seed).map(|_| ());
+    }
     let started = Instant::now();
     let path = resolve_model_path(args.model.as_deref()).context("finding the model")?;
     let device = parse_device("cpu")?;

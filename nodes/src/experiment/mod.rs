@@ -2,3 +2,4 @@
 //! folders.
 
 pub mod lyreo;
+pub mod priorityfec;

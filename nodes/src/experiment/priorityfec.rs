@@ -1,0 +1,1057 @@
+//! `edgemu experiment priorityfec`: the PriorityFEC paper's main experiment
+//! (§V, Fig. 5/6/7) — every handoff scheme over the paper's link, recovered
+//! utility and task quality of decoding from the rebuilt KV cache.
+//!
+//! **Setting.** 100 Mb/s, 20 ms RTT, Gilbert–Elliott (εG, εB, pGB, pBG) =
+//! (0.001, 0.5, 0.02, 0.1) on the forward direction (or `--loss-trace`), the
+//! deadline as ρ = (D − T_ow)/T_ser with T_ser the serialization time of the N
+//! source frames (see `edgemu_handoff::harness`). Schemes: the FEC schemes of
+//! `edgemu_handoff::SCHEMES` on the co-simulation harness, and `tcp` (smoltcp)
+//! and `quic` (quinn-proto) from `edgemu_handoff::reliable`.
+//!
+//! **Why the grid is cheap.** Block utilities come from the per-model profile,
+//! not from the context, so a handoff's transport outcome (which byte ranges
+//! of which blocks arrived by D) depends only on (scheme, ρ, realization). We
+//! run each of those once on a stand-in payload and apply its present byte
+//! ranges to every evaluation context's real KV: each context is prefilled
+//! once with the real model and exported as BF16 transport blocks (one layer ×
+//! 16 tokens). Identical outcomes (e.g. every block complete) are scored once
+//! per context; a complete cache scores F1 = top-1 = 1 by definition.
+//! Realization `r` seeds the forward link with `seed · 1 000 003 + r`: the
+//! same channel draws for every scheme (paired).
+//!
+//! **Block utilities (the paper's α mapping).** A profile cell (layer group g
+//! × position bin b) has utility `cells[g][b]`; the blocks whose layer is in g
+//! and whose first token falls in bin b share it equally, so each cell keeps
+//! its share of the total however many blocks it covers. Without a profile
+//! (the tiny test model, or no file) the transport's placeholder utilities are
+//! used and the run says so.
+//!
+//! **Task quality.** `QualityEvaluator` from `edgemu_gpu::handoff_quality`:
+//! agent B's prompt is the context plus the ChatML assistant cue; 32 tokens
+//! are decoded greedily from the rebuilt cache (zero-fill or mask) and scored
+//! against the full-cache continuation by token F1 and teacher-forced top-1.
+//!
+//! Outputs in `results/<run>/`: `handoffs.csv` (one row per context ×
+//! realization × ρ × scheme), `transport.csv` (one row per transport run),
+//! `summary.csv`, `summary.json`, `summary.txt` (the printed table).
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Args;
+use edgemu_data::contexts::{build, ContextConfig};
+use edgemu_gpu::handoff_quality::{chatml_cue, HandoffCase, PartialBlock, QualityEvaluator};
+use edgemu_gpu::kv_transfer::export;
+use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
+use edgemu_gpu::model::llama::{Llama, Phase, SeqInput};
+use edgemu_gpu::model::{load, load_tiny, parse_device, resolve_model_path, LoadedModel};
+use edgemu_gpu::{KvBlock, KvDtype, MissingRows};
+use edgemu_handoff::reliable::{paper_link, run_quic, run_tcp, ReliableRun};
+use edgemu_handoff::{
+    placeholder_utilities, run_handoff, scheme, synthetic_payload, BlockLayout, HandoffScenario,
+    RunOptions, SchemeSpec, SCHEMES,
+};
+use edgemu_links::{LossSpec, LossTrace};
+use edgemu_policies::repair::ddqn::DdqnScheduler;
+use edgemu_policies::repair::RepairScheduler;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::results::{git_revision, render, run_id, write_file};
+
+/// The shipped SmolLM2 KV-utility profile.
+pub const DEFAULT_PROFILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../gpu/profiles/smollm2-135m-kvu.json"
+);
+/// The trained DDQN repair scheduler.
+pub const DEFAULT_WEIGHTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../policies/weights/repair-ddqn.safetensors"
+);
+
+#[derive(Args, Debug, Clone)]
+pub struct PriorityFecArgs {
+    /// A small grid for CI and checking by hand: 2 contexts of 256 tokens
+    /// (32 with --tiny), 1 realization, ρ = 0.8 and 1.0.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Evaluation contexts (default 48).
+    #[arg(long)]
+    pub contexts: Option<usize>,
+    /// Context length in tokens, a multiple of 16 (default 1536).
+    #[arg(long)]
+    pub context_tokens: Option<usize>,
+    /// Paired loss realizations (default 5).
+    #[arg(long)]
+    pub realizations: Option<u64>,
+    /// Deadlines ρ, comma-separated (default 0.6,0.8,1.0,1.2).
+    #[arg(long, value_delimiter = ',')]
+    pub rho: Option<Vec<f64>>,
+    /// Schemes, comma-separated (default: every scheme, then tcp and quic).
+    #[arg(long, value_delimiter = ',')]
+    pub schemes: Option<Vec<String>>,
+    /// KV-utility profile (JSON from `edgemu profile-kv`).
+    #[arg(long, default_value = DEFAULT_PROFILE)]
+    pub profile: PathBuf,
+    /// DDQN weights for `priorityfec` and `rl-fec-only`.
+    #[arg(long, default_value = DEFAULT_WEIGHTS)]
+    pub weights: PathBuf,
+    /// Replay a per-time loss-state trace instead of the GE channel.
+    #[arg(long)]
+    pub loss_trace: Option<PathBuf>,
+    /// Rebuild mode: zero-fill or mask.
+    #[arg(long, default_value = "zero-fill")]
+    pub mode: String,
+    /// Seed of the loss realizations.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Seed of the profiling/evaluation context split (the profile's).
+    #[arg(long, default_value_t = 0)]
+    pub context_seed: u64,
+    /// The GGUF model (default: the fetched SmolLM2-135M).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The tiny random model and built-in texts (tests; no download).
+    #[arg(long)]
+    pub tiny: bool,
+    /// Tokens decoded per handoff.
+    #[arg(long, default_value_t = 32)]
+    pub decode_len: usize,
+    /// Handoffs decoded together.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Results root.
+    #[arg(long, default_value = "results")]
+    pub results: PathBuf,
+    /// Name of the results folder (default priorityfec-<UTC time>).
+    #[arg(long)]
+    pub run_id: Option<String>,
+}
+
+/// The grid after defaults.
+#[derive(Debug, Clone, Serialize)]
+struct Grid {
+    contexts: usize,
+    context_tokens: usize,
+    realizations: u64,
+    rho: Vec<f64>,
+    schemes: Vec<String>,
+    mode: String,
+    seed: u64,
+}
+
+fn grid(a: &PriorityFecArgs) -> Result<Grid> {
+    let quick = a.quick;
+    let g = Grid {
+        contexts: a.contexts.unwrap_or(if quick { 2 } else { 48 }),
+        context_tokens: a.context_tokens.unwrap_or(match (quick, a.tiny) {
+            (_, true) => 32,
+            (true, false) => 256,
+            _ => 1536,
+        }),
+        realizations: a.realizations.unwrap_or(if quick { 1 } else { 5 }),
+        rho: a.rho.clone().unwrap_or(if quick {
+            vec![0.8, 1.0]
+        } else {
+            vec![0.6, 0.8, 1.0, 1.2]
+        }),
+        schemes: a.schemes.clone().unwrap_or_else(|| {
+            SCHEMES
+                .iter()
+                .map(|s| s.name.to_string())
+                .chain(["tcp".to_string(), "quic".to_string()])
+                .collect()
+        }),
+        mode: a.mode.clone(),
+        seed: a.seed,
+    };
+    if g.contexts == 0 || g.realizations == 0 || g.rho.is_empty() || g.schemes.is_empty() {
+        bail!("the grid is empty: {g:?}");
+    }
+    if g.context_tokens == 0 || !g.context_tokens.is_multiple_of(16) {
+        bail!(
+            "--context-tokens {} must be a positive multiple of 16 (tokens per block)",
+            g.context_tokens
+        );
+    }
+    if let Some(r) = g.rho.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        bail!("--rho {r} must be positive");
+    }
+    for s in &g.schemes {
+        if s != "tcp" && s != "quic" {
+            scheme(s).with_context(|| format!("--schemes: `{s}`"))?;
+        }
+    }
+    Ok(g)
+}
+
+fn missing_rows(mode: &str) -> Result<MissingRows> {
+    match mode {
+        "zero-fill" => Ok(MissingRows::ZeroFill),
+        "mask" => Ok(MissingRows::Mask),
+        m => bail!("--mode `{m}`: expected zero-fill or mask"),
+    }
+}
+
+/// Realization `r`'s forward-link seed.
+pub fn realization_seed(seed: u64, r: u64) -> u64 {
+    seed.wrapping_mul(1_000_003).wrapping_add(r)
+}
+
+/// Per-block utilities from a profile: each cell's utility spread equally over
+/// the blocks it covers (module docs).
+pub fn block_utilities(profile: &KvUtilityProfile, layout: &BlockLayout) -> Vec<f64> {
+    let n_tokens = layout.n_tokens as usize;
+    let cell = |b: u32| {
+        let (layer, start) = layout.block_position(b);
+        let g = (0..profile.settings.layer_groups)
+            .find(|&g| {
+                edgemu_gpu::kv_utility::layer_group(
+                    g,
+                    profile.settings.layer_groups,
+                    profile.model.n_layers,
+                )
+                .contains(&(layer as usize))
+            })
+            .unwrap_or(profile.settings.layer_groups - 1);
+        let bins = profile.settings.position_bins;
+        let bin = (start as usize * bins / n_tokens.max(1)).min(bins - 1);
+        (g, bin)
+    };
+    let mut count: HashMap<(usize, usize), usize> = HashMap::new();
+    for b in 0..layout.n_blocks() {
+        *count.entry(cell(b)).or_default() += 1;
+    }
+    (0..layout.n_blocks())
+        .map(|b| {
+            let (g, bin) = cell(b);
+            profile.cells[g][bin] / count[&(g, bin)] as f64
+        })
+        .collect()
+}
+
+/// What arrived of one handoff by D, independent of the context.
+#[derive(Debug, Clone)]
+struct Transport {
+    scheme: String,
+    rho: f64,
+    realization: u64,
+    utility: f64,
+    source_sent: u64,
+    repair_sent: u64,
+    innovative: u64,
+    decoded_prefix: u64,
+    /// Per block: byte ranges of `k‖v` that arrived.
+    present: Vec<Vec<Range<usize>>>,
+    complete: bool,
+    /// Identifies equal outcomes.
+    key: u64,
+}
+
+fn outcome_key(present: &[Vec<Range<usize>>]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in present {
+        p.len().hash(&mut h);
+        for r in p {
+            (r.start, r.end).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+fn finish_transport(mut t: Transport, block_bytes: usize) -> Transport {
+    t.complete = t
+        .present
+        .iter()
+        .all(|p| p.len() == 1 && p[0] == (0..block_bytes));
+    t.key = outcome_key(&t.present);
+    t
+}
+
+/// The loss spec of the forward direction.
+fn forward_loss(trace: Option<&Path>) -> Result<LossSpec> {
+    match trace {
+        None => Ok(edgemu_handoff::reliable::paper_ge()),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let t = LossTrace::parse(&text)
+                .with_context(|| format!("parsing the loss trace {}", p.display()))?;
+            Ok(LossSpec::Trace(Arc::new(t)))
+        }
+    }
+}
+
+struct TransportGrid<'a> {
+    layout: BlockLayout,
+    utilities: Arc<[f64]>,
+    payload: Arc<[u8]>,
+    loss: LossSpec,
+    weights: &'a Path,
+}
+
+impl TransportGrid<'_> {
+    fn scenario(&self, rho: f64) -> HandoffScenario {
+        let mut s = HandoffScenario::paper(
+            self.layout,
+            Arc::clone(&self.utilities),
+            Arc::clone(&self.payload),
+            rho,
+        );
+        s.forward.loss = self.loss.clone();
+        s
+    }
+
+    fn scheduler(&self, spec: &SchemeSpec) -> Result<Box<dyn RepairScheduler>> {
+        let external: Option<Box<dyn RepairScheduler>> = if spec.needs_external() {
+            Some(Box::new(DdqnScheduler::load(self.weights).with_context(
+                || format!("loading DDQN weights {}", self.weights.display()),
+            )?))
+        } else {
+            None
+        };
+        Ok(spec.scheduler(external)?)
+    }
+
+    fn fec(&self, spec: &SchemeSpec, rho: f64, r: u64, seed: u64) -> Result<Transport> {
+        let run = run_handoff(
+            &self.scenario(rho),
+            spec,
+            self.scheduler(spec)?,
+            seed,
+            RunOptions {
+                keep_received: true,
+                record_decisions: false,
+            },
+        )
+        .with_context(|| format!("{} at ρ = {rho}, realization {r}", spec.name))?;
+        let received = run.received.context("the harness kept no received KV")?;
+        Ok(finish_transport(
+            Transport {
+                scheme: spec.name.to_string(),
+                rho,
+                realization: r,
+                utility: run.report.recovered_utility,
+                source_sent: u64::from(run.sender.source_sent),
+                repair_sent: u64::from(run.sender.repair_sent),
+                innovative: u64::from(run.report.innovative_repairs),
+                decoded_prefix: u64::from(run.report.decoded_prefix),
+                present: received.blocks.into_iter().map(|b| b.present).collect(),
+                complete: false,
+                key: 0,
+            },
+            self.layout.block_bytes as usize,
+        ))
+    }
+
+    /// One reliable run per realization answers every ρ (the protocols do not
+    /// know the deadline): the in-order prefix read by each D, cut into FIFO
+    /// blocks.
+    fn reliable(&self, name: &str, rhos: &[f64], r: u64, seed: u64) -> Result<Vec<Transport>> {
+        let deadlines: Vec<u64> = rhos
+            .iter()
+            .map(|&rho| self.scenario(rho).deadline_ns())
+            .collect();
+        let horizon = deadlines.iter().copied().max().unwrap_or(0);
+        let total = self.layout.total_bytes() as u64;
+        let run = ReliableRun::new(
+            total,
+            paper_link(self.loss.clone()),
+            paper_link(LossSpec::None),
+            seed,
+            horizon,
+        );
+        let out = match name {
+            "tcp" => run_tcp(&run),
+            _ => run_quic(&run),
+        }
+        .with_context(|| format!("{name}, realization {r}"))?;
+        let bb = self.layout.block_bytes as u64;
+        let total_u: f64 = self.utilities.iter().sum();
+        Ok(rhos
+            .iter()
+            .zip(&deadlines)
+            .map(|(&rho, &d)| {
+                let got = out.delivered_at(d).min(total);
+                let n_complete = (got / bb) as usize;
+                let present: Vec<Vec<Range<usize>>> = (0..self.layout.n_blocks() as u64)
+                    .map(|b| {
+                        let have = got.saturating_sub(b * bb).min(bb) as usize;
+                        if have == 0 {
+                            vec![]
+                        } else {
+                            vec![0..have]
+                        }
+                    })
+                    .collect();
+                let utility = self.utilities[..n_complete].iter().sum::<f64>()
+                    / total_u.max(f64::MIN_POSITIVE);
+                finish_transport(
+                    Transport {
+                        scheme: name.to_string(),
+                        rho,
+                        realization: r,
+                        utility,
+                        source_sent: out.packets_sent,
+                        repair_sent: out.retransmissions,
+                        innovative: 0,
+                        decoded_prefix: got,
+                        present,
+                        complete: false,
+                        key: 0,
+                    },
+                    bb as usize,
+                )
+            })
+            .collect())
+    }
+}
+
+fn bar(len: u64, what: &str, hidden: bool) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg:>10} [{elapsed_precise}] {wide_bar} {pos}/{len} (eta {eta})",
+    ) {
+        b.set_style(style);
+    }
+    b.set_message(what.to_string());
+    b
+}
+
+/// One row of `handoffs.csv`.
+#[derive(Debug, Clone, Serialize)]
+struct HandoffRow {
+    context: usize,
+    realization: u64,
+    rho: f64,
+    scheme: String,
+    utility: f64,
+    source_packets: u64,
+    repair_packets: u64,
+    innovative_repairs: u64,
+    decoded_prefix: u64,
+    f1: f64,
+    top1: f64,
+}
+
+/// Mean and 95 % confidence half-width (normal approximation).
+fn mean_ci(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    if xs.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let m = xs.iter().sum::<f64>() / n;
+    if xs.len() < 2 {
+        return (m, 0.0);
+    }
+    let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+    (m, 1.96 * (var / n).sqrt())
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Cell {
+    rho: f64,
+    scheme: String,
+    n: usize,
+    utility: f64,
+    utility_ci: f64,
+    f1: f64,
+    f1_ci: f64,
+    top1: f64,
+    top1_ci: f64,
+    source_packets: f64,
+    repair_packets: f64,
+    innovative_repairs: f64,
+}
+
+fn summarize(rows: &[HandoffRow], rhos: &[f64], schemes: &[String]) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for &rho in rhos {
+        for s in schemes {
+            let sel: Vec<&HandoffRow> = rows
+                .iter()
+                .filter(|r| r.rho == rho && &r.scheme == s)
+                .collect();
+            if sel.is_empty() {
+                continue;
+            }
+            let col = |f: fn(&HandoffRow) -> f64| sel.iter().map(|r| f(r)).collect::<Vec<_>>();
+            let (u, uc) = mean_ci(&col(|r| r.utility));
+            let (f, fc) = mean_ci(&col(|r| r.f1));
+            let (t, tc) = mean_ci(&col(|r| r.top1));
+            let avg = |f: fn(&HandoffRow) -> f64| mean_ci(&col(f)).0;
+            out.push(Cell {
+                rho,
+                scheme: s.clone(),
+                n: sel.len(),
+                utility: u,
+                utility_ci: uc,
+                f1: f,
+                f1_ci: fc,
+                top1: t,
+                top1_ci: tc,
+                source_packets: avg(|r| r.source_packets as f64),
+                repair_packets: avg(|r| r.repair_packets as f64),
+                innovative_repairs: avg(|r| r.innovative_repairs as f64),
+            });
+        }
+    }
+    out
+}
+
+fn table(cells: &[Cell]) -> String {
+    let pm = |m: f64, c: f64| format!("{:.1} ± {:.1}", 100.0 * m, 100.0 * c);
+    let rows: Vec<Vec<String>> = cells
+        .iter()
+        .map(|c| {
+            vec![
+                format!("{:.1}", c.rho),
+                c.scheme.clone(),
+                pm(c.utility, c.utility_ci),
+                pm(c.f1, c.f1_ci),
+                pm(c.top1, c.top1_ci),
+                format!("{:.0}", c.source_packets),
+                format!("{:.0}", c.repair_packets),
+                format!("{:.0}", c.innovative_repairs),
+                c.n.to_string(),
+            ]
+        })
+        .collect();
+    render(
+        &[
+            "ρ",
+            "scheme",
+            "utility %",
+            "F1 %",
+            "top-1 %",
+            "src pkts",
+            "rep pkts",
+            "innov",
+            "n",
+        ],
+        &rows,
+    )
+}
+
+fn csv_of<T: Serialize>(rows: &[T]) -> Result<String> {
+    let mut out = String::new();
+    for (i, r) in rows.iter().enumerate() {
+        let v = serde_json::to_value(r)?;
+        let obj = v.as_object().context("csv row is not an object")?;
+        if i == 0 {
+            out.push_str(&obj.keys().cloned().collect::<Vec<_>>().join(","));
+            out.push('\n');
+        }
+        let line: Vec<String> = obj
+            .values()
+            .map(|x| match x {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        out.push_str(&line.join(","));
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Plot hook: the plot module (`nodes/src/plots/`, branch `plots`) has not
+/// landed on this branch. Once it has, draw from `summary.csv` here:
+/// recovered utility vs ρ per scheme with CI, F1/top-1 vs ρ, and the ablation
+/// bars (priorityfec, priority-fixed-fec, priority-only, rl-fec-only) at
+/// ρ = 0.8. Returns the files written (none yet).
+fn plot_hook(_dir: &Path, _cells: &[Cell]) -> Vec<PathBuf> {
+    Vec::new()
+}
+
+/// Where the evaluation contexts and the model come from.
+struct Workload {
+    model: Llama,
+    name: String,
+    identity: ModelIdentity,
+    contexts: Vec<Vec<u32>>,
+    cue: Vec<u32>,
+    tiny: bool,
+}
+
+fn load_model(a: &PriorityFecArgs) -> Result<(LoadedModel, String)> {
+    let device = parse_device("cpu")?;
+    if a.tiny {
+        return Ok((
+            load_tiny(7, &device, None).context("building the tiny model")?,
+            "tiny-random-llama".to_string(),
+        ));
+    }
+    let path = resolve_model_path(a.model.as_deref()).context("finding the model")?;
+    let name = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok((
+        load(&path, &device, None).context("loading the model")?,
+        name,
+    ))
+}
+
+fn workload(a: &PriorityFecArgs, g: &Grid, profile_contexts: usize) -> Result<Workload> {
+    let (lm, name) = load_model(a)?;
+    let tiny = a.tiny;
+    let chat = lm
+        .chat
+        .as_ref()
+        .context("the model has no ChatML chat template")?;
+    let convs = if tiny {
+        edgemu_data::builtin::conversations()
+    } else {
+        let data = edgemu_data::locate().context("finding the ShareGPT data")?;
+        edgemu_data::sharegpt::load(&data).context("reading ShareGPT")?
+    };
+    // The profiling set comes first in the split, so asking for it keeps the
+    // evaluation contexts disjoint from the ones the profile was measured on.
+    let sets = build(
+        &convs,
+        &lm.tokenizer,
+        chat,
+        &ContextConfig {
+            tokens: g.context_tokens,
+            profiling: if tiny { 0 } else { profile_contexts },
+            evaluation: g.contexts,
+            seed: a.context_seed,
+        },
+    )
+    .context("building evaluation contexts")?;
+    let cue = chatml_cue(&lm.tokenizer);
+    if cue.is_empty() {
+        bail!("the ChatML cue has no tokens");
+    }
+    Ok(Workload {
+        identity: ModelIdentity::of(&name, lm.model.config()),
+        model: lm.model,
+        name,
+        contexts: sets.evaluation.into_iter().map(|c| c.tokens).collect(),
+        cue,
+        tiny,
+    })
+}
+
+/// BF16 transport blocks of a prefilled context, in block-id order.
+fn context_blocks(model: &Llama, tokens: &[u32]) -> Result<Vec<KvBlock>> {
+    let mut kv = model.new_kv(tokens.len())?;
+    model.forward(
+        &mut [SeqInput {
+            tokens,
+            kv: &mut kv,
+        }],
+        Phase::Prefill,
+    )?;
+    let n_layers = model.config().n_layers;
+    let mut blocks = Vec::with_capacity(n_layers * tokens.len() / 16);
+    for l in 0..n_layers {
+        for s in (0..tokens.len()).step_by(16) {
+            blocks.extend(export(&kv, l..l + 1, s..s + 16, KvDtype::Bf16)?);
+        }
+    }
+    Ok(blocks)
+}
+
+fn partial(blocks: &[KvBlock], present: &[Vec<Range<usize>>]) -> Vec<PartialBlock> {
+    blocks
+        .iter()
+        .zip(present)
+        .map(|(b, p)| {
+            let mut pb = PartialBlock::complete(b);
+            pb.present = p.clone();
+            pb
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct Skipped {
+    scheme: String,
+    reason: String,
+}
+
+/// Runs the grid, writes the results folder and prints the table (unless
+/// `--json`); returns the `--json` object.
+pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
+    let started = Instant::now();
+    let g = grid(a)?;
+    let mode = missing_rows(&g.mode)?;
+    let loss = forward_loss(a.loss_trace.as_deref())?;
+    let quiet = a.json;
+    let say = |s: String| {
+        if !quiet {
+            eprintln!("{s}");
+        }
+    };
+
+    // The profile is read before the contexts: its context count fixes the split.
+    let profile_file = if a.tiny {
+        None
+    } else if a.profile.is_file() {
+        Some(a.profile.clone())
+    } else {
+        say(format!(
+            "no KV-utility profile at {} (make one with `edgemu profile-kv`); using the placeholder utilities",
+            a.profile.display()
+        ));
+        None
+    };
+    let profile_contexts = match &profile_file {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+            v.get("contexts").and_then(|c| c.as_u64()).unwrap_or(0) as usize
+        }
+        None => 0,
+    };
+
+    let t_ctx = Instant::now();
+    let w = workload(a, &g, profile_contexts)?;
+    let cfg = w.model.config().clone();
+    let layout = BlockLayout::for_model(
+        cfg.n_layers as u32,
+        cfg.n_kv_heads as u32,
+        cfg.head_dim as u32,
+        2,
+        g.context_tokens as u32,
+    )?;
+    let (utilities, utilities_from) = match &profile_file {
+        Some(p) => {
+            let prof = KvUtilityProfile::load(p, &w.identity)
+                .with_context(|| format!("loading the profile for {}", w.name))?;
+            (block_utilities(&prof, &layout), p.display().to_string())
+        }
+        None => (placeholder_utilities(&layout), "placeholder".to_string()),
+    };
+    say(format!(
+        "{} evaluation contexts × {} tokens on {}{}; {} blocks, {} source packets; utilities: {utilities_from}",
+        w.contexts.len(),
+        g.context_tokens,
+        w.name,
+        if w.tiny { " (tiny test model)" } else { "" },
+        layout.n_blocks(),
+        layout.n_source_packets()
+    ));
+
+    // Transport: (scheme, ρ, realization).
+    let t_transport = Instant::now();
+    let tg = TransportGrid {
+        layout,
+        utilities: utilities.into(),
+        payload: synthetic_payload(&layout, 0),
+        loss,
+        weights: &a.weights,
+    };
+    let mut skipped = Vec::new();
+    let mut schemes = Vec::new();
+    for s in &g.schemes {
+        let needs_weights = s != "tcp" && s != "quic" && scheme(s)?.needs_external();
+        if needs_weights && !a.weights.is_file() {
+            let reason = format!(
+                "no weights at {} (train with `edgemu train repair` or pass --weights)",
+                a.weights.display()
+            );
+            say(format!("{s}: {reason}; not run"));
+            skipped.push(Skipped {
+                scheme: s.clone(),
+                reason,
+            });
+        } else {
+            schemes.push(s.clone());
+        }
+    }
+    let n_runs = schemes
+        .iter()
+        .map(|s| {
+            if s == "tcp" || s == "quic" {
+                1
+            } else {
+                g.rho.len() as u64
+            }
+        })
+        .sum::<u64>()
+        * g.realizations;
+    let pb = bar(n_runs, "transport", quiet);
+    let mut transports: Vec<Transport> = Vec::new();
+    for s in &schemes {
+        for r in 0..g.realizations {
+            let seed = realization_seed(g.seed, r);
+            if s == "tcp" || s == "quic" {
+                transports.extend(tg.reliable(s, &g.rho, r, seed)?);
+                pb.inc(1);
+            } else {
+                let spec = scheme(s)?;
+                for &rho in &g.rho {
+                    transports.push(tg.fec(spec, rho, r, seed)?);
+                    pb.inc(1);
+                }
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let transport_s = t_transport.elapsed().as_secs_f64();
+
+    // Task quality: prefill each context once, score each distinct incomplete
+    // outcome against each context.
+    let t_quality = Instant::now();
+    // The evaluator owns its copy of the model (the engine's backend).
+    let mut evaluator = QualityEvaluator::new(load_model(a)?.0.model, a.decode_len, a.batch);
+    let prompts: Vec<Vec<u32>> = w
+        .contexts
+        .iter()
+        .map(|c| c.iter().chain(&w.cue).copied().collect())
+        .collect();
+    let mut distinct: Vec<&Transport> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for t in &transports {
+        if !t.complete && seen.insert(t.key) {
+            distinct.push(t);
+        }
+    }
+    let pb = bar(
+        (w.contexts.len() * (1 + distinct.len())) as u64,
+        "quality",
+        quiet,
+    );
+    // (context, outcome key) -> (f1, top1)
+    let mut scores: HashMap<(usize, u64), (f64, f64)> = HashMap::new();
+    for (ci, ctx) in w.contexts.iter().enumerate() {
+        let blocks = context_blocks(&w.model, ctx)
+            .with_context(|| format!("prefilling evaluation context {ci}"))?;
+        let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
+        let reference = evaluator
+            .continuations(&[HandoffCase {
+                n_tokens: ctx.len(),
+                blocks: &full,
+                mode,
+                prompt: &prompts[ci],
+            }])
+            .with_context(|| format!("reference continuation of context {ci}"))?
+            .pop()
+            .context("no reference continuation")?;
+        pb.inc(1);
+        for chunk in distinct.chunks(a.batch.max(1)) {
+            let parts: Vec<Vec<PartialBlock>> =
+                chunk.iter().map(|t| partial(&blocks, &t.present)).collect();
+            let cases: Vec<HandoffCase<'_>> = parts
+                .iter()
+                .map(|p| HandoffCase {
+                    n_tokens: ctx.len(),
+                    blocks: p,
+                    mode,
+                    prompt: &prompts[ci],
+                })
+                .collect();
+            let refs = vec![reference.clone(); cases.len()];
+            let q = evaluator
+                .evaluate(&cases, &refs)
+                .with_context(|| format!("scoring handoffs of context {ci}"))?;
+            for (t, q) in chunk.iter().zip(q) {
+                scores.insert((ci, t.key), (q.f1, q.top1));
+            }
+            pb.inc(chunk.len() as u64);
+        }
+    }
+    pb.finish_and_clear();
+    let quality_s = t_quality.elapsed().as_secs_f64();
+
+    let mut rows = Vec::with_capacity(transports.len() * w.contexts.len());
+    for ci in 0..w.contexts.len() {
+        for t in &transports {
+            let (f1, top1) = if t.complete {
+                (1.0, 1.0)
+            } else {
+                scores
+                    .get(&(ci, t.key))
+                    .copied()
+                    .context("an outcome was not scored")?
+            };
+            rows.push(HandoffRow {
+                context: ci,
+                realization: t.realization,
+                rho: t.rho,
+                scheme: t.scheme.clone(),
+                utility: t.utility,
+                source_packets: t.source_sent,
+                repair_packets: t.repair_sent,
+                innovative_repairs: t.innovative,
+                decoded_prefix: t.decoded_prefix,
+                f1,
+                top1,
+            });
+        }
+    }
+    let cells = summarize(&rows, &g.rho, &schemes);
+    let text = table(&cells);
+    let wall_s = started.elapsed().as_secs_f64();
+
+    // Results folder.
+    let id = a.run_id.clone().unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        run_id("priorityfec", now)
+    });
+    let dir = a.results.join(&id);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_file(&dir.join("handoffs.csv"), csv_of(&rows)?.as_bytes())?;
+    let transport_rows: Vec<serde_json::Value> = transports
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "scheme": t.scheme, "rho": t.rho, "realization": t.realization,
+                "utility": t.utility, "source_packets": t.source_sent,
+                "repair_packets": t.repair_sent, "innovative_repairs": t.innovative,
+                "decoded_prefix": t.decoded_prefix, "complete": t.complete,
+            })
+        })
+        .collect();
+    write_file(
+        &dir.join("transport.csv"),
+        csv_of(&transport_rows)?.as_bytes(),
+    )?;
+    write_file(&dir.join("summary.csv"), csv_of(&cells)?.as_bytes())?;
+    let plots = plot_hook(&dir, &cells);
+    let mut by_rho = serde_json::Map::new();
+    for c in &cells {
+        let e = by_rho
+            .entry(format!("{}", c.rho))
+            .or_insert_with(|| serde_json::json!({}));
+        e[&c.scheme] = serde_json::json!({"utility": c.utility, "f1": c.f1, "top1": c.top1});
+    }
+    let brief = serde_json::json!({
+        "rho": by_rho,
+        "handoffs": rows.len(),
+        "wall_s": wall_s,
+    });
+    let summary = serde_json::json!({
+        "run_id": id,
+        "git": git_revision(),
+        "grid": g,
+        "model": w.name,
+        "utilities": utilities_from,
+        "weights": a.weights.display().to_string(),
+        "skipped": skipped,
+        "transport_runs": transports.len(),
+        "distinct_incomplete_outcomes": distinct.len(),
+        "transport_s": transport_s,
+        "quality_s": quality_s,
+        "contexts_s": t_transport.duration_since(t_ctx).as_secs_f64(),
+        "wall_s": wall_s,
+        "cells": cells,
+        "plots": plots,
+        "rho": brief["rho"],
+        "handoffs": rows.len(),
+    });
+    write_file(
+        &dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary)?.as_bytes(),
+    )?;
+    let mut report = text.clone();
+    for s in &skipped {
+        report.push_str(&format!("not run: {} — {}\n", s.scheme, s.reason));
+    }
+    report.push_str(&format!(
+        "{} handoffs ({} transport runs, {} distinct incomplete outcomes scored); transport {:.1} s, quality {:.1} s, wall {:.1} s\n",
+        rows.len(),
+        transports.len(),
+        distinct.len(),
+        transport_s,
+        quality_s,
+        wall_s
+    ));
+    write_file(&dir.join("summary.txt"), report.as_bytes())?;
+    if !a.json {
+        print!("{report}");
+        println!("wrote {}", dir.display());
+    }
+    Ok(brief)
+}
+
+pub fn run(a: &PriorityFecArgs) -> Result<()> {
+    let brief = report(a)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&brief)?);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgemu_gpu::kv_utility::ProfileSettings;
+
+    fn profile(groups: usize, bins: usize, layers: usize) -> KvUtilityProfile {
+        KvUtilityProfile {
+            format: edgemu_gpu::kv_utility::PROFILE_FORMAT.into(),
+            model: ModelIdentity {
+                name: "t".into(),
+                n_layers: layers,
+                n_kv_heads: 3,
+                head_dim: 64,
+                vocab_size: 10,
+            },
+            settings: ProfileSettings {
+                layer_groups: groups,
+                position_bins: bins,
+                window: 64,
+            },
+            contexts: 1,
+            context_tokens: 64,
+            layer_distance: vec![0.0; groups],
+            position_distance: vec![0.0; bins],
+            layer_utility: vec![0.0; groups],
+            position_utility: vec![0.0; bins],
+            cells: (0..groups)
+                .map(|g| (0..bins).map(|b| (1 + g * bins + b) as f64).collect())
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_cell_keeps_its_share_of_utility() {
+        // 6 layers in 3 groups, 128 tokens = 8 blocks per layer in 4 bins.
+        let p = profile(3, 4, 6);
+        let layout = BlockLayout::for_model(6, 3, 64, 2, 128).unwrap();
+        let u = block_utilities(&p, &layout);
+        assert_eq!(u.len(), 48);
+        let cells: f64 = p.cells.iter().flatten().sum();
+        assert!((u.iter().sum::<f64>() - cells).abs() < 1e-9);
+        // Layer 0, tokens 0..16: cell (0, 0) = 1 over 2 layers × 2 blocks.
+        assert!((u[0] - 0.25).abs() < 1e-12);
+        // Layer 5 (group 2), last block (bin 3): cell 12 over 4 blocks.
+        assert!((u[47] - 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ci_of_constant_is_zero() {
+        assert_eq!(mean_ci(&[0.5, 0.5, 0.5]), (0.5, 0.0));
+        let (m, c) = mean_ci(&[0.0, 1.0]);
+        assert_eq!(m, 0.5);
+        assert!(c > 0.0);
+    }
+
+    #[test]
+    fn realization_seeds_differ() {
+        assert_ne!(realization_seed(1, 0), realization_seed(1, 1));
+        assert_ne!(realization_seed(1, 0), realization_seed(2, 0));
+    }
+}

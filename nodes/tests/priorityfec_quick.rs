@@ -1,0 +1,98 @@
+//! `edgemu experiment priorityfec --quick` through the library: on the tiny
+//! built-in model and texts always; on the real SmolLM2 and ShareGPT when they
+//! are present (skipped with a message otherwise; under `CI` a missing model
+//! fails, as in `gpu/tests/real_model.rs`). No timing thresholds.
+
+use std::path::PathBuf;
+
+use edgemu_nodes::experiment::priorityfec::{report, PriorityFecArgs, DEFAULT_PROFILE};
+
+fn args(tiny: bool, run: &str) -> PriorityFecArgs {
+    PriorityFecArgs {
+        quick: true,
+        json: true,
+        contexts: None,
+        context_tokens: None,
+        realizations: None,
+        rho: None,
+        schemes: None,
+        profile: PathBuf::from(DEFAULT_PROFILE),
+        // No weights here: the DDQN schemes must be reported as not run.
+        weights: PathBuf::from("/nonexistent/repair-ddqn.safetensors"),
+        loss_trace: None,
+        mode: "zero-fill".into(),
+        seed: 1,
+        context_seed: 0,
+        model: None,
+        tiny,
+        decode_len: 8,
+        batch: 8,
+        results: std::env::temp_dir().join(format!("edgemu-pfec-test-{}", std::process::id())),
+        run_id: Some(run.into()),
+    }
+}
+
+fn check(a: &PriorityFecArgs) {
+    let v = report(a).expect("experiment runs");
+    let rho = v["rho"].as_object().expect("rho object");
+    assert_eq!(rho.len(), 2, "{v}");
+    let mut schemes = 0;
+    for (r, cells) in rho {
+        let cells = cells.as_object().expect("cells");
+        assert!(
+            !cells.contains_key("priorityfec"),
+            "ran without weights: {v}"
+        );
+        for s in ["udp", "uniform-fec", "priority-only", "tcp", "quic"] {
+            assert!(cells.contains_key(s), "{s} missing at ρ {r}: {v}");
+        }
+        for (s, c) in cells {
+            for k in ["utility", "f1", "top1"] {
+                let x = c[k].as_f64().unwrap_or(f64::NAN);
+                assert!((0.0..=1.0).contains(&x), "{s} {k} = {x} at ρ {r}");
+            }
+        }
+        schemes = cells.len();
+    }
+    // 2 contexts × 1 realization × 2 ρ × schemes.
+    assert_eq!(v["handoffs"].as_u64(), Some(4 * schemes as u64), "{v}");
+    let dir = a.results.join(a.run_id.as_deref().unwrap_or_default());
+    let csv = std::fs::read_to_string(dir.join("handoffs.csv")).expect("handoffs.csv");
+    let header = csv.lines().next().unwrap_or_default();
+    for col in [
+        "context",
+        "realization",
+        "rho",
+        "scheme",
+        "utility",
+        "f1",
+        "top1",
+    ] {
+        assert!(header.split(',').any(|c| c == col), "{col} not in {header}");
+    }
+    assert_eq!(csv.lines().count(), 1 + 4 * schemes);
+    let summary = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    assert!(summary.contains("no weights"), "{summary}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn quick_grid_on_tiny_model() {
+    check(&args(true, "tiny"));
+}
+
+#[test]
+fn quick_grid_on_real_model() {
+    if let Err(e) = edgemu_gpu::model::model_path() {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set and the model is missing: {e}");
+        }
+        eprintln!("SKIP (real model): {e}");
+        return;
+    }
+    if let Err(e) = edgemu_data::locate() {
+        eprintln!("SKIP (ShareGPT data): {e}");
+        return;
+    }
+    check(&args(false, "real"));
+}
