@@ -12,7 +12,10 @@
 use crate::clock::{Clock, Timer, Wake};
 use crate::events::{Event, EventLog};
 use crate::link_overrides::{LayerId, LinkOverrides};
-use crate::messages::{GetLinkStats, LinkControl, LinkStats, Route, SetLead};
+use crate::messages::{
+    DelayHistogram, GetDelayHistogram, GetLinkStats, LinkControl, LinkStats, Route, SetLead,
+    DELAY_BUCKETS_NS,
+};
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
 use edgemu_codec::wire::Envelope;
@@ -312,6 +315,31 @@ impl Handler<GetLinkStats> for LinkActor {
             delay_p99_ns: c.delay_ns.value_at_quantile(0.99),
             delay_max_ns: c.delay_ns.max(),
             expected_loss: expected_loss(&p.loss),
+        }
+    }
+}
+
+impl Handler<GetDelayHistogram> for LinkActor {
+    type Result = DelayHistogram;
+    fn handle(&mut self, _: GetDelayHistogram, _: &mut Context<Self>) -> DelayHistogram {
+        let h = &self.model.counters().delay_ns;
+        let count = h.len();
+        let cumulative = DELAY_BUCKETS_NS
+            .iter()
+            .map(|&le| {
+                if le == u64::MAX {
+                    count
+                } else {
+                    h.count_between(0, le)
+                }
+            })
+            .collect();
+        DelayHistogram {
+            link: self.link,
+            dir: self.dir,
+            count,
+            sum_ns: h.mean() * count as f64,
+            cumulative,
         }
     }
 }

@@ -82,6 +82,44 @@ pub struct LinkStats {
     pub expected_loss: Option<f64>,
 }
 
+/// Ask a link actor for its delivered-packet delay distribution as
+/// cumulative buckets (for Prometheus `/metrics`).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "DelayHistogram")]
+pub struct GetDelayHistogram;
+
+/// Upper bounds (ns) of the delay buckets a link reports: 100 µs to 10 s.
+pub const DELAY_BUCKETS_NS: [u64; 16] = [
+    100_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    u64::MAX,
+];
+
+/// Delivered-packet delays of one link direction: `cumulative[i]` packets
+/// took at most [`DELAY_BUCKETS_NS`]`[i]` (the last bucket is +Inf), out of
+/// `count`, with `sum_ns` their (histogram-resolution) total.
+#[derive(Debug, Clone, Serialize, MessageResponse)]
+pub struct DelayHistogram {
+    pub link: LinkId,
+    pub dir: Direction,
+    pub count: u64,
+    pub sum_ns: f64,
+    pub cumulative: Vec<u64>,
+}
+
 /// Change what the router does with traffic to a peer host.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "u64")]
