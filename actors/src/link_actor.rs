@@ -14,7 +14,6 @@ use crate::events::{Event, EventLog};
 use crate::link_overrides::{LayerId, LinkOverrides};
 use crate::messages::{
     DelayHistogram, GetDelayHistogram, GetLinkStats, LinkControl, LinkStats, Route, SetLead,
-    DELAY_BUCKETS_NS,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
@@ -322,25 +321,7 @@ impl Handler<GetLinkStats> for LinkActor {
 impl Handler<GetDelayHistogram> for LinkActor {
     type Result = DelayHistogram;
     fn handle(&mut self, _: GetDelayHistogram, _: &mut Context<Self>) -> DelayHistogram {
-        let h = &self.model.counters().delay_ns;
-        let count = h.len();
-        let cumulative = DELAY_BUCKETS_NS
-            .iter()
-            .map(|&le| {
-                if le == u64::MAX {
-                    count
-                } else {
-                    h.count_between(0, le)
-                }
-            })
-            .collect();
-        DelayHistogram {
-            link: self.link,
-            dir: self.dir,
-            count,
-            sum_ns: h.mean() * count as f64,
-            cumulative,
-        }
+        DelayHistogram::from_hdr(self.link, self.dir, &self.model.counters().delay_ns)
     }
 }
 
