@@ -8,7 +8,8 @@ opens http://CONTROL/ in headless Chromium driven over the DevTools protocol
   1. live values appear (run time and a link's achieved rate) and change;
   2. typing the token and pressing "kill" on link wan/ab (a real mouse click
      at the button's position) shows the link down and the link.kill event;
-  3. /metrics answers while the page is open.
+  3. /metrics answers while the page is open, shows the kill, counts the
+     command, and `promtool check metrics` accepts it (where installed).
 
 Saves a screenshot (PNG) and exits 0 on success, 1 with the reason otherwise.
 
@@ -321,6 +322,12 @@ def main():
         assert 'command="link.kill",result="ok"' in text, "/metrics did not count the kill"
         with open(os.path.join(args.out_dir, "metrics.txt"), "w") as f:
             f.write(text)
+        if shutil.which("promtool"):
+            lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+            assert lint.returncode == 0, f"promtool check metrics: {lint.stdout}{lint.stderr}"
+            print("dashboard check: promtool check metrics accepts the scrape")
+        elif os.environ.get("CI") == "true":
+            raise AssertionError("promtool is not installed (Debian package prometheus)")
         print("dashboard check: passed")
         return 0
     except (AssertionError, RuntimeError, OSError, StopIteration, ValueError) as e:
