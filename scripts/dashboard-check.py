@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Headless-Chromium check of the live dashboard (issue 10 part 2).
 
-Starts `edgemu run` on a loopback cluster with a control address and a token,
+Starts `edgemu run` on a two-host loopback cluster with control addresses and a token,
 opens http://CONTROL/ in headless Chromium driven over the DevTools protocol
 (a tiny websocket client, standard library only), and checks, as a user would:
 
-  1. live values appear (run time and a link's achieved rate) and change;
+  1. live values appear (run time and a link's achieved rate) and change, and
+     a link direction carried by the other host shows up (read from its address);
   2. typing the token and pressing "kill" on link wan/ab (a real mouse click
      at the button's position) shows the link down and the link.kill event;
   3. /metrics answers while the page is open, shows the kill, counts the
@@ -39,7 +40,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def cluster_toml(results, mesh_port, control_port):
+def cluster_toml(results, ports):
+    # Two hosts: the page is opened on `edge`; `downlink`'s a->b direction is
+    # carried by `cloud`, so the page must read it from cloud's address.
     return f"""
 [run]
 name = "dashcheck"
@@ -51,8 +54,13 @@ sample = "250ms"
 
 [[hosts]]
 name = "edge"
-listen = "127.0.0.1:{mesh_port}"
-control = "127.0.0.1:{control_port}"
+listen = "127.0.0.1:{ports[0]}"
+control = "127.0.0.1:{ports[1]}"
+
+[[hosts]]
+name = "cloud"
+listen = "127.0.0.1:{ports[2]}"
+control = "127.0.0.1:{ports[3]}"
 
 [[actors]]
 name = "camera"
@@ -75,6 +83,20 @@ interval = "20ms"
 
 [[actors]]
 name = "server"
+host = "cloud"
+kind = "sink"
+
+[[actors]]
+name = "cdn"
+host = "cloud"
+kind = "constant"
+to = "viewer"
+via = "downlink"
+rate = "3Mbps"
+size = "1400B"
+
+[[actors]]
+name = "viewer"
 host = "edge"
 kind = "sink"
 
@@ -93,6 +115,13 @@ b = "server"
 rate = "20Mbps"
 delay = "4ms"
 jitter = "1ms"
+
+[[links]]
+name = "downlink"
+a = "cdn"
+b = "viewer"
+rate = "5Mbps"
+delay = "15ms"
 """
 
 
@@ -257,10 +286,11 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     chromium = find_chromium(args.chromium)
     work = tempfile.mkdtemp(prefix="edgemu-dashcheck-")
-    control_port, mesh_port, devtools_port = free_port(), free_port(), free_port()
+    ports = [free_port() for _ in range(4)]
+    control_port, devtools_port = ports[1], free_port()
     cfg = os.path.join(work, "cluster.toml")
     with open(cfg, "w") as f:
-        f.write(cluster_toml(os.path.join(work, "results"), mesh_port, control_port))
+        f.write(cluster_toml(os.path.join(work, "results"), ports))
     env = dict(os.environ, **{TOKEN_VAR: TOKEN})
     log = open(os.path.join(args.out_dir, "dashboard-check-edgemu.log"), "w")
     procs = []
@@ -299,6 +329,9 @@ def main():
             f"document.querySelector('{row} .delivered').textContent !== {json.dumps(d1)}",
         )
         assert page.eval(f"document.querySelector('{row} .state').textContent") == "up", "wan/ab is not up"
+        # A direction another host carries, read from that host's address.
+        remote = '#links tr[data-link="downlink/ab"]'
+        page.wait("downlink/ab from host cloud", f"(document.querySelector('{remote} .host') || {{}}).textContent === 'cloud'")
         t2 = page.eval("document.querySelector('#run-time').textContent")
         d2 = page.eval(f"document.querySelector('{row} .delivered').textContent")
         print(f"dashboard check: live values change (run time {t1:.1f} s -> {t2} s, delivered {d1} -> {d2})")

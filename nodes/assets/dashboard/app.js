@@ -9,7 +9,7 @@ const KEEP_POINTS = 180;
 const SVGNS = "http://www.w3.org/2000/svg";
 
 const state = {
-  since: 0,          // next event number to ask for
+  since: new Map(),  // host -> next event number to ask it for
   prev: new Map(),   // "link/dir" -> previous counters for interval figures
   keys: null,        // ordered "link/dir" keys the charts were built for
   charts: null,
@@ -194,7 +194,7 @@ function linkRow(key, l, fig) {
   let row = document.querySelector(`#links tr[data-link="${CSS.escape(key)}"]`);
   if (!row) {
     row = el("tr", { "data-link": key });
-    const cells = ["name", "dir", "state", "configured", "achieved", "delay", "p99", "loss",
+    const cells = ["name", "dir", "host", "state", "configured", "achieved", "delay", "p99", "loss",
       "offered", "delivered", "lost", "queue_dropped", "down_dropped"];
     for (const c of cells) row.appendChild(el("td", { class: c }));
     const act = el("td", { class: "actions" });
@@ -209,6 +209,7 @@ function linkRow(key, l, fig) {
   const set = (c, v) => { row.querySelector("." + c).textContent = v; };
   set("name", l.name);
   set("dir", l.dir);
+  set("host", l.host);
   const st = row.querySelector(".state");
   st.textContent = l.up ? "up" : "down";
   st.className = "state " + (l.up ? "up" : "down");
@@ -224,8 +225,9 @@ function linkRow(key, l, fig) {
 
 // ---- events -----------------------------------------------------------------
 
-function addEvents(events) {
+function addEvents(events, host) {
   const list = $("#events");
+  events.sort((a, b) => a.t_ns - b.t_ns);
   for (const e of events) {
     const li = el("li", { "data-kind": e.kind, "data-seq": e.seq });
     li.appendChild(el("span", { class: "t" }, `${(e.t_ns / 1e9).toFixed(3)} s `));
@@ -233,17 +235,37 @@ function addEvents(events) {
     li.appendChild(el("span", {}, ` · ${e.source} @ ${e.host} `));
     li.appendChild(el("span", { class: "detail" }, JSON.stringify(e.detail)));
     list.prepend(li);
-    state.since = Math.max(state.since, e.seq + 1);
+    state.since.set(host, Math.max(state.since.get(host) || 0, e.seq + 1));
   }
   while (list.children.length > 200) list.lastChild.remove();
 }
 
 // ---- polling ----------------------------------------------------------------
 
+// The snapshot of another host, from its own control address (its link
+// directions live there). An unspecified address (0.0.0.0, [::]) is taken
+// to be reachable under the name this page was loaded from.
+async function remoteSnapshot(host) {
+  const [, ip, port] = /^(.*):(\d+)$/.exec(host.control) || [];
+  if (!port) return null;
+  const name = ip === "0.0.0.0" || ip === "[::]" ? location.hostname : ip;
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), 900);
+  try {
+    const r = await fetch(`http://${name}:${port}/api/snapshot?since=${state.since.get(host.name) || 0}`,
+      { cache: "no-store", signal: ctl.signal });
+    return r.ok ? await r.json() : null;
+  } catch (_) {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function poll() {
   let s;
   try {
-    const r = await fetch(`/api/snapshot?since=${state.since}`, { cache: "no-store" });
+    const r = await fetch(`/api/snapshot?since=${state.since.get("") || 0}`, { cache: "no-store" });
     if (!r.ok) throw new Error(`HTTP ${r.status}`);
     s = await r.json();
   } catch (e) {
@@ -262,18 +284,38 @@ async function poll() {
   live.textContent = "live";
   live.className = "fresh";
 
-  const links = s.links.slice().sort((a, b) => (a.name + a.dir).localeCompare(b.name + b.dir));
-  const keys = links.map((l) => `${l.name}/${l.dir}`);
+  // Every link direction of the run, whichever host carries it: this
+  // host's from its snapshot, the others' from their control addresses.
+  const others = s.topology.hosts.filter((h) => h.name !== s.host && h.control);
+  const remote = await Promise.all(others.map(remoteSnapshot));
+  let links = s.links.map((l) => Object.assign({ host: s.host }, l));
+  let delays = s.delay.slice();
+  addEvents(s.events.slice(), "");
+  remote.forEach((r, i) => {
+    if (!r) return;
+    links = links.concat(r.links.map((l) => Object.assign({ host: r.host }, l)));
+    delays = delays.concat(r.delay);
+    addEvents(r.events.slice(), others[i].name);
+  });
+  links.sort((a, b) => (a.name + a.dir).localeCompare(b.name + b.dir));
+  const keys = s.topology.links.flatMap((l) => [`${l.name}/ab`, `${l.name}/ba`]).sort();
+  const byKey = new Map(links.map((l) => [`${l.name}/${l.dir}`, l]));
   if (!state.charts || keys.join() !== state.keys.join()) {
     for (const id of ["#chart-rate", "#chart-delay", "#chart-loss"]) $(id).replaceChildren();
     state.keys = keys;
     makeCharts(keys);
   }
-  const delayByKey = new Map(s.delay.map((h) => [`${h.link}/${h.dir}`, h]));
+  const delayByKey = new Map(delays.map((h) => [`${h.link}/${h.dir}`, h]));
   const rate = [], delay = [], loss = [];
   const upState = new Map();
-  links.forEach((l, i) => {
-    const key = keys[i];
+  keys.forEach((key) => {
+    const l = byKey.get(key);
+    if (!l) {
+      rate.push(null, null);
+      delay.push(null);
+      loss.push(null);
+      return;
+    }
     const h = delayByKey.get(`${l.link}/${l.dir}`) || { count: 0, sum_ns: 0 };
     const p = state.prev.get(key);
     const fig = { achieved: null, delay: null, loss: null };
@@ -299,7 +341,6 @@ async function poll() {
   pushPoint("delay", t, delay);
   pushPoint("loss", t, loss);
   drawTopology(s.topology, upState);
-  addEvents(s.events);
   for (const panel of ["servers", "scheduler", "handoffs", "policy"]) {
     if (s[panel] != null) {
       const p = document.querySelector(`[data-panel="${panel}"] .na`);

@@ -14,6 +14,7 @@ use super::{assets, Web};
 use crate::host::supervisor::Supervisor;
 use crate::metrics::{Format, TakeSnapshot};
 use actix::Addr;
+use edgemu_config::Cluster;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -34,6 +35,8 @@ pub struct Head {
     pub websocket: bool,
     /// The `/metrics` format the `Accept` header asks for.
     pub format: Format,
+    /// The `Origin` header (a page of another origin asking).
+    pub origin: Option<String>,
     /// Length of the head in bytes (to consume it before answering).
     pub len: usize,
 }
@@ -54,17 +57,21 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
                     && std::str::from_utf8(h.value)
                         .is_ok_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
             });
-            let accept = req
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("accept"))
-                .and_then(|h| std::str::from_utf8(h.value).ok());
+            let header = |name: &str| {
+                req.headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case(name))
+                    .and_then(|h| std::str::from_utf8(h.value).ok())
+            };
+            let accept = header("accept");
+            let origin = header("origin").map(str::to_string);
             Ok(Some(Head {
                 method: req.method.unwrap_or("").to_string(),
                 path,
                 query,
                 websocket,
                 format: Format::from_accept(accept),
+                origin,
                 len,
             }))
         }
@@ -111,6 +118,8 @@ pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Vec<u8>,
+    /// The page of another host of the run (its origin) may read this.
+    pub allow_origin: Option<String>,
 }
 
 impl Response {
@@ -119,8 +128,17 @@ impl Response {
             status,
             content_type,
             body: body.into(),
+            allow_origin: None,
         }
     }
+    /// Lets the dashboard of another host of the run read this response.
+    fn for_origin(mut self, origin: Option<&str>, cluster: &Cluster) -> Self {
+        self.allow_origin = origin
+            .filter(|o| is_run_origin(o, cluster))
+            .map(str::to_string);
+        self
+    }
+
     fn text(status: u16, body: &str) -> Self {
         Response::new(status, "text/plain; charset=utf-8", body.as_bytes())
     }
@@ -146,8 +164,15 @@ impl Response {
             self.body.len()
         );
         if self.content_type.starts_with("text/html") {
-            // The page loads only its own assets and talks only to its host.
-            out.push_str("Content-Security-Policy: default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'\r\n");
+            // The page loads only its own assets; it talks to this host's
+            // websocket and reads the other hosts' snapshots.
+            out.push_str("Content-Security-Policy: default-src 'self'; connect-src 'self' ws: wss: http: https:; img-src 'self' data:; frame-ancestors 'none'\r\n");
+        }
+        if let Some(origin) = &self.allow_origin {
+            // The dashboard of another host of the run reads this one.
+            out.push_str(&format!(
+                "Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n"
+            ));
         }
         out.push_str("Connection: close\r\n\r\n");
         let mut bytes = out.into_bytes();
@@ -156,6 +181,21 @@ impl Response {
         }
         bytes
     }
+}
+
+/// Whether `origin` is the dashboard of a host of this run: its control
+/// address, or any name with its port when it listens on all addresses.
+pub fn is_run_origin(origin: &str, cluster: &Cluster) -> bool {
+    let Some(rest) = origin.strip_prefix("http://") else {
+        return false;
+    };
+    cluster.hosts.iter().filter_map(|h| h.control).any(|addr| {
+        rest == addr.to_string()
+            || (addr.ip().is_unspecified()
+                && rest
+                    .rsplit_once(':')
+                    .is_some_and(|(_, port)| port == addr.port().to_string()))
+    })
 }
 
 /// `since=N` from a query string.
@@ -201,7 +241,8 @@ async fn route(head: &Head, web: &Web, sup: &Addr<Supervisor>) -> Response {
     match head.path.as_str() {
         "/metrics" => match tokio::time::timeout(SNAPSHOT_TIMEOUT, sup.send(TakeSnapshot)).await {
             Ok(Ok(snapshot)) => match web.metrics.encode_as(&snapshot, head.format) {
-                Ok(text) => Response::new(200, head.format.content_type(), text),
+                Ok(text) => Response::new(200, head.format.content_type(), text)
+                    .for_origin(head.origin.as_deref(), &web.cluster),
                 Err(e) => Response::text(503, &format!("encoding metrics: {e}\n")),
             },
             _ => Response::text(503, "the host did not answer (run ending?)\n"),
@@ -211,6 +252,7 @@ async fn route(head: &Head, web: &Web, sup: &Addr<Supervisor>) -> Response {
                 Ok(Ok(snapshot)) => {
                     let v = web.snapshot_json(&snapshot, since(head.query.as_deref()));
                     Response::new(200, "application/json", v.to_string())
+                        .for_origin(head.origin.as_deref(), &web.cluster)
                 }
                 _ => Response::text(503, "the host did not answer (run ending?)\n"),
             }
@@ -255,5 +297,22 @@ mod tests {
         let html = Response::new(200, "text/html; charset=utf-8", "<p>");
         let text = String::from_utf8(html.to_bytes(false)).expect("utf8");
         assert!(text.contains("Content-Security-Policy: default-src 'self'"));
+        assert!(!text.contains("Access-Control-Allow-Origin"));
+    }
+
+    #[test]
+    fn only_pages_of_the_runs_hosts_may_read_across_origins() {
+        let text = "[run]\nduration = \"1s\"\n[[hosts]]\nname = \"a\"\nlisten = \"127.0.0.1:7101\"\ncontrol = \"127.0.0.1:7201\"\n[[hosts]]\nname = \"b\"\nlisten = \"127.0.0.1:7102\"\ncontrol = \"0.0.0.0:7202\"\n";
+        let c = Cluster::from_str(text, std::path::Path::new("t.toml")).expect("cluster");
+        assert!(is_run_origin("http://127.0.0.1:7201", &c));
+        assert!(is_run_origin("http://box.lan:7202", &c));
+        assert!(!is_run_origin("http://127.0.0.1:7202x", &c));
+        assert!(!is_run_origin("http://evil.example", &c));
+        assert!(!is_run_origin("https://127.0.0.1:7201", &c));
+        let r = Response::text(200, "x").for_origin(Some("http://127.0.0.1:7201"), &c);
+        let bytes = String::from_utf8(r.to_bytes(false)).expect("utf8");
+        assert!(bytes.contains("Access-Control-Allow-Origin: http://127.0.0.1:7201\r\n"));
+        let r = Response::text(200, "x").for_origin(Some("http://evil.example"), &c);
+        assert!(r.allow_origin.is_none());
     }
 }

@@ -18,9 +18,11 @@
 //!
 //! Reading is open, like a Prometheus target: the page, the snapshot and
 //! `/metrics` change nothing and are served only on the control address.
-//! Every command needs the token. The page shows the link directions this
-//! host carries (a link direction's actor lives on its sending host); each
-//! host of a multi-host run serves its own page.
+//! Every command needs the token. A link direction's counters live on the
+//! host that carries it (its sending host), so the page reads the other
+//! hosts' `/api/snapshot` from their control addresses in `cluster.toml`;
+//! those answers allow only the origins of the run's own control addresses
+//! (CORS). Commands for any host go to this one, which forwards them.
 
 pub mod assets;
 pub mod http;
