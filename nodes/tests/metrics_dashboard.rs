@@ -126,6 +126,29 @@ fn metrics_move_during_a_run_and_show_a_kill() {
     assert!(head.starts_with("HTTP/1.1 200") && js.contains("uPlot"));
     let (head, _) = get(control, "/nope").expect("404");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    // Plain HTTP changes nothing: other methods are refused; garbage that is
+    // no HTTP goes to the websocket handshake, which closes the connection.
+    {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", control)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
+        .expect("w");
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", control)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(b"\x16\x03\x01\x00\xa5garbage\r\n\r\n")
+            .expect("w");
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(!rest.starts_with(b"HTTP/1.1 200"));
+    }
 
     let delivered = r#"edgemu_link_delivered_packets_total{host="edge",link="wan",dir="ab"}"#;
     let offered = r#"edgemu_link_offered_packets_total{host="edge",link="wan",dir="ab"}"#;

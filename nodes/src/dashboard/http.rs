@@ -284,6 +284,50 @@ mod tests {
         assert!(parse_head(b"\x00\x01garbage\r\n\r\n").is_err());
     }
 
+    #[tokio::test]
+    async fn a_head_that_arrives_in_pieces_is_peeked_whole_and_not_consumed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = tokio::spawn(async move {
+            let mut c = TcpStream::connect(addr).await.expect("connect");
+            c.write_all(b"GET /metrics HTTP/1.1\r\nHo")
+                .await
+                .expect("w");
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            c.write_all(b"st: a\r\nAccept: application/openmetrics-text\r\n\r\n")
+                .await
+                .expect("w");
+            c
+        });
+        let (server, _) = listener.accept().await.expect("accept");
+        let head = peek_head(&server, Duration::from_secs(5))
+            .await
+            .expect("peek")
+            .expect("head");
+        assert_eq!(head.path, "/metrics");
+        assert_eq!(head.format, Format::OpenMetrics);
+        assert!(!head.websocket);
+        // Still unread: the websocket handshake would see every byte.
+        let mut buf = vec![0u8; head.len];
+        let n = server.peek(&mut buf).await.expect("peek again");
+        assert_eq!(n, head.len);
+        drop(client.await);
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_times_out() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let _client = TcpStream::connect(addr).await.expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        let r = peek_head(&server, Duration::from_millis(50)).await;
+        assert!(r.is_err_and(|e| e.kind() == std::io::ErrorKind::TimedOut));
+    }
+
     #[test]
     fn responses_close_and_state_their_length() {
         let r = Response::text(404, "nope\n");
