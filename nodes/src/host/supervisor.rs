@@ -460,7 +460,11 @@ impl Supervisor {
             t_ns: self.clock.now_ns(),
             links: self.actors.links.values().cloned().collect(),
             router: self.actors.router.clone(),
-            mesh: self.forwarder.as_ref().map(|f| f.counters()),
+            // Through serde, so the snapshot reads whatever shape `status` gives.
+            mesh: self
+                .forwarder
+                .as_ref()
+                .and_then(|f| serde_json::to_value(f.counters()).ok()),
         }
     }
 }
