@@ -439,6 +439,54 @@ fn curves_csv(runs: &[SeedRun]) -> (String, String) {
     (a, b)
 }
 
+/// Fig. 2 as images: mean latency and mean virtual-queue length per episode,
+/// the mean over seeds as the line and the min–max over seeds as the band.
+fn convergence_plots(out: &Path, variant: Variant, runs: &[SeedRun]) -> Result<Vec<PathBuf>> {
+    use crate::plots::{lines_with_ci, CiPoint, CiSeries, Formats, Labels};
+    let eps = runs.iter().map(|r| r.curve.len()).min().unwrap_or(0);
+    let series = |f: fn(&CurvePoint) -> f64| CiSeries {
+        label: format!(
+            "{} (mean; band: min–max over {} seeds)",
+            variant.name(),
+            runs.len()
+        ),
+        points: (0..eps)
+            .map(|e| {
+                let v: Vec<f64> = runs.iter().map(|r| f(&r.curve[e])).collect();
+                CiPoint {
+                    x: e as f64,
+                    mean: v.iter().sum::<f64>() / v.len() as f64,
+                    lo: v.iter().copied().fold(f64::INFINITY, f64::min),
+                    hi: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                }
+            })
+            .collect(),
+    };
+    let mut files = lines_with_ci(
+        out,
+        &format!("{}-convergence-latency", variant.name()),
+        Formats::default(),
+        &Labels::new(
+            format!("{} training: mean end-to-end latency", variant.name()),
+            "episode",
+            "mean latency (s)",
+        ),
+        &[series(|p| p.lat_mean_s)],
+    )?;
+    files.extend(lines_with_ci(
+        out,
+        &format!("{}-convergence-z", variant.name()),
+        Formats::default(),
+        &Labels::new(
+            format!("{} training: mean virtual-queue length Z", variant.name()),
+            "episode",
+            "mean Z",
+        ),
+        &[series(|p| p.z_mean)],
+    )?);
+    Ok(files)
+}
+
 /// The seed whose last episode had the lowest mean latency.
 fn best(runs: &[SeedRun]) -> Option<&SeedRun> {
     runs.iter().min_by(|a, b| {
@@ -536,6 +584,15 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
             a.out.display()
         );
     }
+    // After the weights: a plot that cannot be drawn loses nothing already written.
+    match convergence_plots(&a.out, variant, &runs) {
+        Ok(files) => println!(
+            "convergence plots: {} files in {}",
+            files.len(),
+            a.out.display()
+        ),
+        Err(e) => eprintln!("warning: convergence plots not drawn: {e:#}"),
+    }
     Ok(())
 }
 
@@ -579,6 +636,20 @@ mod tests {
             );
         }
         out
+    }
+
+    #[test]
+    fn convergence_plots_are_drawn_from_the_curves() {
+        let mut cfg = tiny(Variant::LyPpo);
+        cfg.seeds = vec![3, 4];
+        let runs = train(&cfg, |_| {}).unwrap();
+        let dir = std::env::temp_dir().join(format!("edgemu-conv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = convergence_plots(&dir, Variant::LyPpo, &runs).unwrap();
+        assert_eq!(files.len(), 4, "latency and Z, PNG and SVG: {files:?}");
+        let svg = std::fs::read_to_string(dir.join("ly-ppo-convergence-latency.svg")).unwrap();
+        assert!(svg.contains("mean latency (s)") && svg.contains("2 seeds"));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
