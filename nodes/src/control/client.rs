@@ -76,3 +76,70 @@ pub async fn subscribe(
     }
     Ok(())
 }
+
+/// `edgemu ctl policy …`: the policy commands of an actor's slot.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum PolicyCmd {
+    /// The active policy of ACTOR: name, version hash, when loaded, by whom.
+    Get { actor: String },
+    /// Swap ACTOR's policy (validated on its host; the old one stays on any error).
+    Swap {
+        actor: String,
+        /// Policy name, e.g. least-loaded, lyreo, priorityfec-ddqn (default: keep the active one).
+        #[arg(long)]
+        policy: Option<String>,
+        /// Weights file on the actor's host, relative to its cluster.toml's folder.
+        #[arg(long, conflicts_with = "upload")]
+        weights: Option<String>,
+        /// A local safetensors file sent inline (base64; at most 512 KiB).
+        #[arg(long)]
+        upload: Option<std::path::PathBuf>,
+    },
+    /// Return ACTOR's policy to its previous version.
+    Rollback { actor: String },
+}
+
+impl PolicyCmd {
+    /// The request this subcommand sends.
+    pub fn request(&self) -> Result<serde_json::Value> {
+        use base64::Engine as _;
+        Ok(match self {
+            PolicyCmd::Get { actor } => serde_json::json!({ "cmd": "policy.get", "actor": actor }),
+            PolicyCmd::Rollback { actor } => {
+                serde_json::json!({ "cmd": "policy.rollback", "actor": actor })
+            }
+            PolicyCmd::Swap {
+                actor,
+                policy,
+                weights,
+                upload,
+            } => {
+                let mut v = serde_json::json!({ "cmd": "policy.swap", "actor": actor });
+                if let Some(p) = policy {
+                    v["policy"] = p.clone().into();
+                }
+                if let Some(w) = weights {
+                    v["weights"] = w.clone().into();
+                }
+                if let Some(path) = upload {
+                    let max = edgemu_config::command::MAX_INLINE_WEIGHTS_BYTES as u64;
+                    let len = std::fs::metadata(path)
+                        .with_context(|| format!("reading {}", path.display()))?
+                        .len();
+                    if len > max {
+                        bail!(
+                            "{}: {len} bytes, more than the {max}-byte limit for inline weights; copy it next to the host's cluster.toml and use --weights",
+                            path.display()
+                        );
+                    }
+                    let bytes = std::fs::read(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    v["weights_base64"] = base64::engine::general_purpose::STANDARD
+                        .encode(bytes)
+                        .into();
+                }
+                v
+            }
+        })
+    }
+}

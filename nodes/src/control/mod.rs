@@ -8,7 +8,8 @@
 //! Commands: `status`, `metrics`, `metrics.subscribe` (then a
 //! `{"event": "metrics", …}` message every `interval`, default 1 s),
 //! `link.set`, `link.kill`, `link.restore`, `link.flap`, `host.partition`,
-//! `host.heal`, `run.stop`. A command whose target another host owns is
+//! `host.heal`, `policy.get`, `policy.swap`, `policy.rollback`, `run.stop`
+//! (see `docs/control.md`). A command whose target another host owns is
 //! forwarded to it over the mesh. A missing or wrong token, malformed JSON or
 //! an unknown command or link gets an error reply; the connection and the run
 //! go on.

@@ -21,6 +21,8 @@ pub struct HostActors {
     pub links: BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
     pub senders: Vec<Recipient<StopSending>>,
     pub flushers: Vec<Recipient<Flush>>,
+    /// Policy slots of this host's actors (see [`super::policies`]).
+    pub policies: super::policies::PolicyRegistry,
 }
 
 /// Mixes the run seed with an object's index so every link direction has its
@@ -197,6 +199,7 @@ pub fn spawn_host_actors(
         links,
         senders,
         flushers,
+        policies: Default::default(),
     }
 }
 
