@@ -735,6 +735,19 @@ pub struct MeshPeerStatus {
     pub silences: u64,
 }
 
+/// What a host's control socket refused (zero without a control address).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ControlStatus {
+    /// Requests that were not a JSON object (or were binary frames).
+    pub malformed_requests: u64,
+    /// Requests with a missing or wrong token.
+    pub unauthorized: u64,
+    /// Connections closed because a message or frame was over the size limit.
+    pub oversized_messages: u64,
+    /// Connections, requests and subscriptions refused by a limit.
+    pub refused_busy: u64,
+}
+
 /// The counters of one host, or why they are missing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HostStatus {
@@ -746,6 +759,9 @@ pub struct HostStatus {
     pub router: RouterStatus,
     /// Mesh sessions by peer host name (empty in virtual time).
     pub mesh: BTreeMap<String, MeshPeerStatus>,
+    /// The host's control socket.
+    #[serde(default)]
+    pub control: ControlStatus,
     /// Set when the host could not be asked; then the counters are empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

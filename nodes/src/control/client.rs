@@ -143,3 +143,56 @@ impl PolicyCmd {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgemu_config::command::Command;
+
+    #[test]
+    fn policy_subcommands_build_typed_requests() {
+        let dir = std::env::temp_dir().join(format!("edgemu-ctl-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let small = dir.join("w.safetensors");
+        std::fs::write(&small, [1u8, 2, 3]).unwrap();
+        let big = dir.join("big.safetensors");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(edgemu_config::command::MAX_INLINE_WEIGHTS_BYTES as u64 + 1)
+            .unwrap();
+        let swap = PolicyCmd::Swap {
+            actor: "sched".into(),
+            policy: Some("lyreo".into()),
+            weights: None,
+            upload: Some(small),
+        };
+        let req = swap.request().unwrap();
+        assert_eq!(req["weights_base64"], "AQID");
+        let Command::PolicySwap(s) = Command::from_request(&req).unwrap() else {
+            panic!("{req}")
+        };
+        assert_eq!(
+            (s.actor.as_str(), s.policy.as_deref()),
+            ("sched", Some("lyreo"))
+        );
+        for cmd in [
+            PolicyCmd::Get {
+                actor: "sched".into(),
+            },
+            PolicyCmd::Rollback {
+                actor: "sched".into(),
+            },
+        ] {
+            let req = cmd.request().unwrap();
+            assert!(Command::from_request(&req).is_ok(), "{req}");
+        }
+        let too_big = PolicyCmd::Swap {
+            actor: "sched".into(),
+            policy: None,
+            weights: None,
+            upload: Some(big),
+        };
+        assert!(too_big.request().unwrap_err().to_string().contains("limit"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

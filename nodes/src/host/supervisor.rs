@@ -89,6 +89,8 @@ pub struct Supervisor {
     /// How long the stop sequence waits for packets in flight: twice the
     /// longest one-way delay plus jitter, plus 0.3 s, at most 3 s.
     drain_ns: u64,
+    /// What this host's control socket refused (it asks for this at start).
+    control: Arc<crate::control::ControlCounters>,
 }
 
 impl Supervisor {
@@ -138,6 +140,7 @@ impl Supervisor {
                 .saturating_mul(2)
                 .saturating_add(300_000_000)
                 .min(3_000_000_000),
+            control: Default::default(),
         }
     }
 
@@ -338,6 +341,7 @@ impl Supervisor {
                     .as_ref()
                     .map(|f| f.counters())
                     .unwrap_or_default();
+                let control = self.control.clone();
                 let peers: Vec<(HostId, String)> = peers
                     .into_iter()
                     .map(|p| {
@@ -356,6 +360,7 @@ impl Supervisor {
                                 links: links.iter().map(commands::link_status).collect(),
                                 router: commands::router_status(&counters),
                                 mesh,
+                                control: control.status(),
                                 error: None,
                             }],
                         };
@@ -373,6 +378,7 @@ impl Supervisor {
                                         links: Vec::new(),
                                         router: Default::default(),
                                         mesh: BTreeMap::new(),
+                                        control: Default::default(),
                                         error: Some(e),
                                     }),
                                 }
@@ -553,6 +559,17 @@ impl Handler<Control> for Supervisor {
     type Result = ResponseActFuture<Self, Result<serde_json::Value, String>>;
     fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) -> Self::Result {
         self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
+    }
+}
+
+impl Handler<crate::control::GetControlCounters> for Supervisor {
+    type Result = MessageResult<crate::control::GetControlCounters>;
+    fn handle(
+        &mut self,
+        _: crate::control::GetControlCounters,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        MessageResult(self.control.clone())
     }
 }
 
