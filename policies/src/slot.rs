@@ -617,4 +617,57 @@ mod tests {
             assert_eq!(slot.get().spec.build().name(), *name);
         }
     }
+
+    #[test]
+    fn decisions_during_swaps_see_whole_versions_in_order() {
+        use crate::repair::{ActionMask, RepairObservation};
+        let nets: Vec<Vec<u8>> = (0..20).map(ddqn_bytes).collect();
+        let versions: Vec<String> = nets
+            .iter()
+            .map(|w| version_hash("priorityfec-ddqn", w))
+            .collect();
+        let slot = Arc::new(
+            PolicySlot::new(
+                RepairPolicies,
+                "priorityfec-ddqn",
+                Some(&nets[0]),
+                &label(),
+                0,
+                "config",
+            )
+            .unwrap(),
+        );
+        let decider = {
+            let slot = slot.clone();
+            std::thread::spawn(move || {
+                // A decider: reads the slot at each decision boundary and
+                // rebuilds its scheduler only when the version changed.
+                let mut seen = slot.get();
+                let mut sched = seen.spec.build();
+                let obs = RepairObservation::default();
+                let mut order = vec![seen.version.clone()];
+                for _ in 0..20_000 {
+                    if let Some(now) = slot.changed_since(&seen) {
+                        sched = now.spec.build();
+                        order.push(now.version.clone());
+                        seen = now;
+                    }
+                    let _ = sched.decide(&obs, ActionMask([true; 4]));
+                }
+                order
+            })
+        };
+        for (i, w) in nets.iter().enumerate().skip(1) {
+            slot.swap(None, Some(w), &label(), i as u64, "control")
+                .unwrap();
+        }
+        let order = decider.join().unwrap();
+        // Every version a decision used is a whole, known one, in swap order.
+        let idx: Vec<usize> = order
+            .iter()
+            .map(|v| versions.iter().position(|k| k == v).expect("known version"))
+            .collect();
+        assert!(idx.windows(2).all(|w| w[0] < w[1]), "{idx:?}");
+        assert_eq!(slot.get().version, versions[19]);
+    }
 }
