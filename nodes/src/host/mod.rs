@@ -153,13 +153,13 @@ pub async fn run_host_real(
     let actors = spawn_host_actors(&cluster, host, clock, &timer, false, &events, &|| {
         Box::new(probes.clone())
     });
-    actors.policies.extend_from(&opts.policies);
     for (h, s) in mesh.peer_senders() {
         actors.router.do_send(SetPeer {
             host: h,
             sender: Some(s),
         });
     }
+    actors.policies.extend_from(&opts.policies);
     let (done_tx, done_rx) = oneshot::channel();
     let sup = Supervisor::new(
         cluster.clone(),

@@ -50,6 +50,8 @@ pub fn spawn_host_actors(
     let inbound = router.inbound_gate();
     let router = router.start();
     let route = router.clone().recipient();
+    // Actors with a swappable policy register their slot here.
+    let policies = super::policies::PolicyRegistry::default();
 
     let mut links = BTreeMap::new();
     for l in &cluster.links {
@@ -196,10 +198,10 @@ pub fn spawn_host_actors(
     HostActors {
         router,
         inbound,
+        policies,
         links,
         senders,
         flushers,
-        policies: Default::default(),
     }
 }
 
