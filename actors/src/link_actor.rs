@@ -12,7 +12,9 @@
 use crate::clock::{Clock, Timer, Wake};
 use crate::events::{Event, EventLog};
 use crate::link_overrides::{LayerId, LinkOverrides};
-use crate::messages::{GetLinkStats, LinkControl, LinkStats, Route, SetLead};
+use crate::messages::{
+    DelayHistogram, GetDelayHistogram, GetLinkStats, LinkControl, LinkStats, Route, SetLead,
+};
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
 use edgemu_codec::wire::Envelope;
@@ -313,6 +315,13 @@ impl Handler<GetLinkStats> for LinkActor {
             delay_max_ns: c.delay_ns.max(),
             expected_loss: expected_loss(&p.loss),
         }
+    }
+}
+
+impl Handler<GetDelayHistogram> for LinkActor {
+    type Result = DelayHistogram;
+    fn handle(&mut self, _: GetDelayHistogram, _: &mut Context<Self>) -> DelayHistogram {
+        DelayHistogram::from_hdr(self.link, self.dir, &self.model.counters().delay_ns)
     }
 }
 

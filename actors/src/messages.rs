@@ -82,6 +82,75 @@ pub struct LinkStats {
     pub expected_loss: Option<f64>,
 }
 
+/// Ask a link actor for its delivered-packet delay distribution as
+/// cumulative buckets (for Prometheus `/metrics`).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "DelayHistogram")]
+pub struct GetDelayHistogram;
+
+/// Upper bounds (ns) of the delay buckets a link reports: 100 µs to 10 s.
+pub const DELAY_BUCKETS_NS: [u64; 16] = [
+    100_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    u64::MAX,
+];
+
+/// Delivered-packet delays of one link direction: `cumulative[i]` packets
+/// took at most [`DELAY_BUCKETS_NS`]`[i]` (the last bucket is +Inf), out of
+/// `count`, with `sum_ns` their (histogram-resolution) total.
+#[derive(Debug, Clone, Serialize, MessageResponse)]
+pub struct DelayHistogram {
+    pub link: LinkId,
+    pub dir: Direction,
+    pub count: u64,
+    pub sum_ns: f64,
+    pub cumulative: Vec<u64>,
+}
+
+impl DelayHistogram {
+    /// Buckets from a link's delay histogram in one pass over its recorded
+    /// values, so a scrape costs the link actor little whatever the run length.
+    pub fn from_hdr(link: LinkId, dir: Direction, h: &hdrhistogram::Histogram<u64>) -> Self {
+        let count = h.len();
+        let mut per_bucket = [0u64; DELAY_BUCKETS_NS.len()];
+        for v in h.iter_recorded() {
+            let at = v.value_iterated_to();
+            let i = DELAY_BUCKETS_NS
+                .iter()
+                .position(|&le| at <= le)
+                .unwrap_or(DELAY_BUCKETS_NS.len() - 1);
+            per_bucket[i] += v.count_at_value();
+        }
+        let cumulative = per_bucket
+            .iter()
+            .scan(0u64, |sum, n| {
+                *sum += n;
+                Some(*sum)
+            })
+            .collect();
+        DelayHistogram {
+            link,
+            dir,
+            count,
+            sum_ns: h.mean() * count as f64,
+            cumulative,
+        }
+    }
+}
+
 /// Change what the router does with traffic to a peer host.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "u64")]
@@ -112,3 +181,39 @@ pub struct StopSending;
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "Vec<crate::probes::FlowSummary>")]
 pub struct Flush;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_buckets_are_cumulative_and_end_with_everything() {
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
+        for _ in 0..10 {
+            h.record(300_000).expect("record"); // 0.3 ms
+        }
+        for _ in 0..5 {
+            h.record(15_000_000).expect("record"); // 15 ms
+        }
+        h.record(60_000_000_000).expect("record"); // 60 s: only +Inf
+        let d = DelayHistogram::from_hdr(LinkId(1), Direction::BtoA, &h);
+        assert_eq!(d.count, 16);
+        assert_eq!(d.cumulative.len(), DELAY_BUCKETS_NS.len());
+        let at = |le: u64| {
+            d.cumulative[DELAY_BUCKETS_NS
+                .iter()
+                .position(|&b| b == le)
+                .expect("bound")]
+        };
+        assert_eq!(at(100_000), 0);
+        assert_eq!(at(500_000), 10);
+        assert_eq!(at(10_000_000), 10);
+        assert_eq!(at(20_000_000), 15);
+        assert_eq!(at(10_000_000_000), 15);
+        assert_eq!(at(u64::MAX), 16);
+        assert!(d.cumulative.windows(2).all(|w| w[0] <= w[1]));
+        let mean_ms = d.sum_ns / d.count as f64 / 1e6;
+        let want = (10.0 * 0.3 + 5.0 * 15.0 + 60_000.0) / 16.0;
+        assert!((mean_ms - want).abs() < want * 2e-3, "{mean_ms} vs {want}");
+    }
+}

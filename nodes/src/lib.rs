@@ -4,11 +4,13 @@
 
 pub mod bench;
 pub mod control;
+pub mod dashboard;
 pub mod experiment;
 pub mod generate;
 pub mod host;
 pub mod kv_retention;
 pub mod mesh;
+pub mod metrics;
 pub mod plots;
 pub mod profile_kv;
 pub mod report;

@@ -201,6 +201,8 @@ enum BenchCmd {
     Mesh(bench::BenchArgs),
     /// Data-path release jitter with and without a hostile control client.
     Hostile(bench::BenchArgs),
+    /// Link goodput and jitter with and without a dashboard and a 1 s Prometheus scrape.
+    Dashboard(bench::BenchArgs),
     /// Simulated seconds per wall second for a saturated 100 Mb/s link in virtual time.
     Virtual(bench::BenchArgs),
     /// GF(2^8) region kernels vs memcpy, and streaming RLC encode/decode per 1000 packets.
@@ -269,6 +271,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Link(a) => bench::link::run(&a),
             BenchCmd::Mesh(a) => bench::mesh::run(&a),
             BenchCmd::Hostile(a) => bench::hostile::run(&a),
+            BenchCmd::Dashboard(a) => bench::dashboard::run(&a),
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
             BenchCmd::Fec(a) => bench::fec(&a),
             BenchCmd::Decode(a) => bench::decode::run(&a),

@@ -25,11 +25,18 @@
 //! total) and subscriptions are bounded; a connection that does not finish
 //! its upgrade within 5 s, or stays idle (no request, no subscription) for
 //! 60 s, is closed.
+//!
+//! The same address answers plain HTTP `GET`s (a request without
+//! `Upgrade: websocket`): the dashboard page, `/api/snapshot` and
+//! `/metrics` ([`crate::dashboard::http`]). Every answered command is
+//! counted for `/metrics` by command and result.
 
 pub mod client;
 
+use crate::dashboard::Web;
 use crate::host::commands;
 use crate::host::supervisor::{Control, Supervisor};
+use crate::metrics::CommandResult;
 use actix::Addr;
 use anyhow::Result;
 use edgemu_codec::ids::HostId;
@@ -133,6 +140,7 @@ struct Shared {
     in_flight: Arc<Semaphore>,
     subscriptions: Arc<Semaphore>,
     counters: Arc<ControlCounters>,
+    web: Web,
 }
 
 /// The control socket served on its own thread (its own actix system), so
@@ -159,13 +167,14 @@ pub async fn serve_on_own_thread(
     control_key: Vec<u8>,
     cluster: Arc<Cluster>,
     host: HostId,
+    web: Web,
 ) -> Result<ControlThread> {
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<Result<()>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let name = format!("control-{}", cluster.host(host).name);
     std::thread::Builder::new().name(name).spawn(move || {
         actix::System::new().block_on(async move {
-            match serve(addr, sup, control_key, cluster, host).await {
+            match serve(addr, sup, control_key, cluster, host, web).await {
                 Ok(()) => {
                     let _ = bound_tx.send(Ok(()));
                     let _ = stop_rx.await;
@@ -191,8 +200,9 @@ pub async fn serve(
     token: Vec<u8>,
     cluster: Arc<Cluster>,
     host: HostId,
+    web: Web,
 ) -> Result<()> {
-    serve_with(addr, sup, token, cluster, host, Limits::default()).await
+    serve_with(addr, sup, token, cluster, host, web, Limits::default()).await
 }
 
 pub async fn serve_with(
@@ -201,6 +211,7 @@ pub async fn serve_with(
     token: Vec<u8>,
     cluster: Arc<Cluster>,
     host: HostId,
+    web: Web,
     limits: Limits,
 ) -> Result<()> {
     let listener = TcpListener::bind(addr).await?;
@@ -216,6 +227,7 @@ pub async fn serve_with(
         subscriptions: Arc::new(Semaphore::new(limits.max_subscriptions)),
         counters,
         limits,
+        web,
     });
     actix_rt::spawn(async move {
         loop {
@@ -266,6 +278,13 @@ fn upgrade_token(
 
 async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<()> {
     let limits = shared.limits;
+    // Plain HTTP (dashboard, /metrics) unless the client asks for a websocket.
+    if let Some(head) = crate::dashboard::http::peek_head(&tcp, limits.upgrade_timeout).await? {
+        if !head.websocket {
+            crate::dashboard::http::serve(tcp, head, &shared.web, &shared.sup).await;
+            return Ok(());
+        }
+    }
     let config = WebSocketConfig::default()
         .max_message_size(Some(limits.max_message_bytes))
         .max_frame_size(Some(limits.max_message_bytes));
@@ -379,6 +398,7 @@ async fn handle_text(
     conn_subs: Arc<Semaphore>,
 ) {
     let null = serde_json::Value::Null;
+    let count = |cmd: Option<&str>, r: CommandResult| shared.web.metrics.count_command(cmd, r);
     // JSON parsing happens on the blocking pool, never on the actors' thread.
     let parsed =
         tokio::task::spawn_blocking(move || serde_json::from_str::<serde_json::Value>(&text)).await;
@@ -388,12 +408,14 @@ async fn handle_text(
     let request = match parsed {
         Ok(Ok(v @ serde_json::Value::Object(_))) => v,
         Ok(Ok(_)) => {
+            count(None, CommandResult::BadRequest);
             let _ = out
                 .send(reply(&null, Err("a request must be a JSON object".into())))
                 .await;
             return;
         }
         Ok(Err(e)) => {
+            count(None, CommandResult::BadRequest);
             let _ = out
                 .send(reply(&null, Err(format!("malformed JSON: {e}"))))
                 .await;
@@ -410,6 +432,10 @@ async fn handle_text(
         .get("id")
         .cloned()
         .unwrap_or(serde_json::Value::Null);
+    let cmd = request
+        .get("cmd")
+        .and_then(|c| c.as_str())
+        .map(str::to_string);
     if !authenticated {
         let given = request.get("token").and_then(|t| t.as_str()).unwrap_or("");
         if !token_ok(&shared.token, given) {
@@ -420,6 +446,7 @@ async fn handle_text(
             };
             tracing::warn!("control request refused: {why}");
             ControlCounters::bump(&shared.counters.unauthorized);
+            count(cmd.as_deref(), CommandResult::Unauthorized);
             let _ = out
                 .send(reply(&id, Err(format!("unauthorized: {why}"))))
                 .await;
@@ -428,6 +455,7 @@ async fn handle_text(
     }
     let is_subscribe = request.get("cmd").and_then(|c| c.as_str()) == Some("metrics.subscribe");
     if is_subscribe {
+        count(cmd.as_deref(), CommandResult::Ok);
         subscribe(request, id, shared, out, conn_subs).await;
         return;
     }
@@ -435,6 +463,7 @@ async fn handle_text(
     let (parsed, raw) = match commands::parse_off_thread(shared.cluster.clone(), request).await {
         Ok(v) => v,
         Err(e) => {
+            count(cmd.as_deref(), CommandResult::BadRequest);
             let _ = out.send(reply(&id, Err(e))).await;
             return;
         }
@@ -454,6 +483,12 @@ async fn handle_text(
         Ok(Err(e)) => Err(format!("host is shutting down: {e}")),
         Err(_) => Err(format!("no reply within {:?}", limits.reply_timeout)),
     };
+    let outcome = if result.is_ok() {
+        CommandResult::Ok
+    } else {
+        CommandResult::Error
+    };
+    count(cmd.as_deref(), outcome);
     let _ = out.send(reply(&id, result)).await;
 }
 

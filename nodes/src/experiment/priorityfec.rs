@@ -390,7 +390,8 @@ impl TransportGrid<'_> {
                         if have == 0 {
                             vec![]
                         } else {
-                            vec![0..have]
+                            // One byte range per block (a Vec of ranges, not of indices).
+                            std::iter::once(0..have).collect()
                         }
                     })
                     .collect();

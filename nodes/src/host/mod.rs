@@ -143,8 +143,14 @@ pub async fn run_host_real(
     let run_dir =
         results::create_run_dir(&cluster, &run_id, run_facts(&cluster, Some(start_unix)))?;
     let shared_events = SharedEvents::default();
-    let events = EventLog::new(Box::new(shared_events.clone()));
+    let recent = crate::dashboard::RecentEvents::default();
+    let events = EventLog::new(recent.tee(Box::new(shared_events.clone())));
     let res = HostResults::create(&run_dir, &host_name, &shared_events, actor_names(&cluster))?;
+    let web = crate::dashboard::Web::new(
+        cluster.clone(),
+        crate::metrics::HostMetrics::new(&host_name),
+        recent,
+    );
     let timer =
         Timer::Precise(PreciseTimer::start(&host_name).context("starting the timer thread")?);
     tokio::time::sleep_until(clock.epoch()).await;
@@ -200,6 +206,7 @@ pub async fn run_host_real(
                 keys.control.clone(),
                 cluster.clone(),
                 host,
+                web.clone(),
             )
             .await
             .with_context(|| format!("starting the control websocket on {addr}"))?,

@@ -526,6 +526,24 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// What a `/metrics` scrape or dashboard poll reads, taken the way
+    /// `status` takes it (see [`crate::metrics::snapshot`]).
+    pub(crate) fn snapshot_sources(&self) -> crate::metrics::snapshot::Sources {
+        crate::metrics::snapshot::Sources {
+            host: self.host_name.clone(),
+            t_ns: self.clock.now_ns(),
+            links: self.actors.links.values().cloned().collect(),
+            router: self.actors.router.clone(),
+            // Through serde, so the snapshot reads whatever shape `status` gives.
+            mesh: self
+                .forwarder
+                .as_ref()
+                .and_then(|f| serde_json::to_value(f.counters()).ok()),
+        }
+    }
+}
+
 fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, String> {
     serde_json::to_value(v).map_err(|e| e.to_string())
 }

@@ -174,6 +174,18 @@ impl LearnedModel {
         w
     }
 
+    /// The actor's logit for one (request, server) row of [`ACTOR_INPUT`]
+    /// raw features; normalizes the row in place with `obs_mean`/`obs_std`
+    /// first (the row then holds what the network saw, for training).
+    pub fn actor_logit(&self, row: &mut [f32], scratch: &mut MlpScratch) -> f32 {
+        for (k, v) in row.iter_mut().enumerate() {
+            *v = (*v - self.obs_mean[k]) / self.obs_std[k];
+        }
+        let mut y = [0.0f32];
+        self.actor.forward(row, &mut y, scratch);
+        y[0]
+    }
+
     pub fn save(&self, path: &Path, notes: &str) -> Result<(), PolicyError> {
         self.to_weights(notes).save(path)
     }
@@ -387,7 +399,6 @@ impl SchedulingPolicy for LearnedPolicy {
         self.logp.resize(ns, 0.0);
         let mut summary = [0.0f32; ACTOR_INPUT];
         let mut f = [0.0f32; PAIR_FEATURES];
-        let mut y = [0.0f32];
         let mut decisions = Vec::new();
         for r in 0..view.requests.len() {
             self.inputs.clear();
@@ -397,11 +408,7 @@ impl SchedulingPolicy for LearnedPolicy {
                 self.inputs.extend_from_slice(&f);
                 self.inputs.push(self.placed[s] as f32);
                 let row = &mut self.inputs[start..];
-                for (k, v) in row.iter_mut().enumerate() {
-                    *v = (*v - self.model.obs_mean[k]) / self.model.obs_std[k];
-                }
-                self.model.actor.forward(row, &mut y, &mut self.scratch);
-                self.logits[s] = y[0];
+                self.logits[s] = self.model.actor_logit(row, &mut self.scratch);
             }
             let a = match self.rng.as_mut() {
                 Some(rng) => {

@@ -1,0 +1,451 @@
+//! A [`HostSnapshot`] as Prometheus metric families (see the crate's
+//! `metrics` module docs for the two kinds of families).
+//!
+//! Families (all prefixed `edgemu_`, all with a `host` label):
+//! - per link direction (`link`, `dir` = `ab`|`ba`): `link_{offered,
+//!   delivered,lost,queue_dropped,down_dropped}_packets_total`,
+//!   `link_{offered,delivered}_bytes_total`, `link_up`,
+//!   `link_configured_rate_bps` (fixed-rate links only), `link_queued_bytes`,
+//!   and the histogram `link_delay_seconds` of delivered packets;
+//! - mesh, per peer host (`peer`): `mesh_peer_up`, `mesh_malformed_frames_total`,
+//!   `mesh_control_dropped_frames_total`, `mesh_write_timeouts_total`,
+//!   `mesh_silences_total`; per host: `mesh_peers_up`,
+//!   `mesh_envelopes_sent_total`, `mesh_envelopes_received_total`, and
+//!   `router_dropped_envelopes_total` by `reason` (`queue_full` is the mesh's
+//!   outbound queue drop).
+//!
+//! Values are the cores' own monotonic counters copied at scrape time, so
+//! they are exposed as constant metrics of a registry built per scrape.
+
+use super::HostSnapshot;
+use edgemu_actors::messages::{DelayHistogram, DELAY_BUCKETS_NS};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::borrow::Cow;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LinkLabels {
+    pub link: String,
+    pub dir: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabels {
+    peer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Delay histograms of all link directions as one family, from the link
+/// actors' cumulative buckets.
+#[derive(Debug, Default)]
+struct DelayFamily(Vec<(LinkLabels, DelayHistogram)>);
+
+impl EncodeMetric for DelayFamily {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, h) in &self.0 {
+            // The encoder wants per-bucket counts; it sums them itself.
+            let mut prev = 0;
+            let buckets: Vec<(f64, u64)> = DELAY_BUCKETS_NS
+                .iter()
+                .zip(&h.cumulative)
+                .map(|(&le, &cum)| {
+                    let n = cum.saturating_sub(prev);
+                    prev = prev.max(cum);
+                    let le_s = if le == u64::MAX {
+                        f64::MAX
+                    } else {
+                        le as f64 / 1e9
+                    };
+                    (le_s, n)
+                })
+                .collect();
+            encoder
+                .encode_family(labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    h.sum_ns / 1e9,
+                    h.count,
+                    &buckets,
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+fn counter_family<L, T>(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    items: impl IntoIterator<Item = (L, T)>,
+    value: impl Fn(&T) -> u64,
+) where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+{
+    let f = Family::<L, Counter>::default();
+    for (l, t) in items {
+        f.get_or_create(&l).inc_by(value(&t));
+    }
+    reg.register(name, help, f);
+}
+
+fn gauge_family<L, T>(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    items: impl IntoIterator<Item = (L, T)>,
+    value: impl Fn(&T) -> Option<i64>,
+) where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+{
+    let f = Family::<L, Gauge>::default();
+    for (l, t) in items {
+        if let Some(v) = value(&t) {
+            f.get_or_create(&l).set(v);
+        }
+    }
+    reg.register(name, help, f);
+}
+
+fn labels(link: &str, dir: impl std::fmt::Display) -> LinkLabels {
+    LinkLabels {
+        link: link.to_string(),
+        dir: dir.to_string(),
+    }
+}
+
+fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The snapshot's families in a registry of their own (prefix `edgemu`,
+/// label `host`).
+pub fn registry(s: &HostSnapshot) -> Registry {
+    let host = std::iter::once((Cow::Borrowed("host"), Cow::Owned(s.host.clone())));
+    let mut reg = Registry::with_prefix_and_labels("edgemu", host);
+    let links: Vec<(LinkLabels, &edgemu_actors::messages::LinkStats)> = s
+        .links
+        .iter()
+        .map(|l| (labels(&l.name, l.dir), l))
+        .collect();
+    type Field = fn(&&edgemu_actors::messages::LinkStats) -> u64;
+    let counters: [(&str, &str, Field); 7] = [
+        (
+            "link_offered_packets",
+            "Packets offered to the link direction",
+            |l| l.offered,
+        ),
+        (
+            "link_delivered_packets",
+            "Packets the link direction delivered",
+            |l| l.delivered,
+        ),
+        ("link_lost_packets", "Packets the loss model dropped", |l| {
+            l.lost
+        }),
+        (
+            "link_queue_dropped_packets",
+            "Packets dropped at the full drop-tail queue",
+            |l| l.queue_dropped,
+        ),
+        (
+            "link_down_dropped_packets",
+            "Packets dropped because the link was down (including in flight)",
+            |l| l.down_dropped,
+        ),
+        (
+            "link_offered_bytes",
+            "Bytes offered to the link direction",
+            |l| l.bytes_offered,
+        ),
+        (
+            "link_delivered_bytes",
+            "Bytes the link direction delivered",
+            |l| l.bytes_delivered,
+        ),
+    ];
+    for (name, help, field) in counters {
+        counter_family(&mut reg, name, help, links.iter().cloned(), field);
+    }
+    gauge_family(
+        &mut reg,
+        "link_up",
+        "1 while the link direction is up, 0 while killed",
+        links.iter().cloned(),
+        |l| Some(i64::from(l.up)),
+    );
+    gauge_family(
+        &mut reg,
+        "link_configured_rate_bps",
+        "Configured rate of the link direction now, bits/s (fixed-rate links)",
+        links.iter().cloned(),
+        |l| l.rate_bps.map(clamp_i64),
+    );
+    gauge_family(
+        &mut reg,
+        "link_queued_bytes",
+        "Bytes waiting in the link direction's queue",
+        links.iter().cloned(),
+        |l| Some(clamp_i64(l.queued_bytes)),
+    );
+    let names: std::collections::HashMap<_, _> = s
+        .links
+        .iter()
+        .map(|l| ((l.link, l.dir), l.name.as_str()))
+        .collect();
+    let delay = DelayFamily(
+        s.delay
+            .iter()
+            .filter_map(|h| {
+                let name = names.get(&(h.link, h.dir))?;
+                Some((labels(name, h.dir), h.clone()))
+            })
+            .collect(),
+    );
+    reg.register(
+        "link_delay_seconds",
+        "One-way delay of delivered packets (enqueue to delivery), seconds",
+        delay,
+    );
+
+    let peers: Vec<(PeerLabels, &super::snapshot::PeerMesh)> = s
+        .mesh
+        .iter()
+        .map(|p| {
+            (
+                PeerLabels {
+                    peer: p.peer.clone(),
+                },
+                p,
+            )
+        })
+        .collect();
+    gauge_family(
+        &mut reg,
+        "mesh_peer_up",
+        "1 while the mesh session to the peer host is up",
+        peers.iter().cloned(),
+        |p| Some(i64::from(p.up)),
+    );
+    let up = Gauge::<i64>::default();
+    up.set(s.mesh.iter().filter(|p| p.up).count() as i64);
+    reg.register("mesh_peers_up", "Peer hosts whose mesh session is up", up);
+    type PeerField = fn(&&super::snapshot::PeerMesh) -> u64;
+    let peer_counters: [(&str, &str, PeerField); 4] = [
+        (
+            "mesh_malformed_frames",
+            "Mesh frames from the peer that could not be decoded (dropped)",
+            |p| p.malformed_frames,
+        ),
+        (
+            "mesh_control_dropped_frames",
+            "Control frames to the peer dropped at its full control queue",
+            |p| p.control_dropped,
+        ),
+        (
+            "mesh_write_timeouts",
+            "Mesh sessions to the peer ended by a write timeout",
+            |p| p.write_timeouts,
+        ),
+        (
+            "mesh_silences",
+            "Mesh sessions to the peer ended because it was silent",
+            |p| p.silences,
+        ),
+    ];
+    for (name, help, field) in peer_counters {
+        counter_family(&mut reg, name, help, peers.iter().cloned(), field);
+    }
+    let r = &s.router;
+    let one = |v: u64| {
+        let c = Counter::<u64>::default();
+        c.inc_by(v);
+        c
+    };
+    reg.register(
+        "mesh_envelopes_sent",
+        "Envelopes the router handed to the mesh for peer hosts",
+        one(r.sent_remote),
+    );
+    reg.register(
+        "mesh_envelopes_received",
+        "Envelopes the router received from peer hosts",
+        one(r.received_remote),
+    );
+    counter_family(
+        &mut reg,
+        "router_dropped_envelopes",
+        "Envelopes the router dropped, by reason (queue_full: the mesh's outbound queue)",
+        [
+            ("queue_full", r.dropped_queue_full),
+            ("peer_down", r.dropped_peer_down),
+            ("partition", r.dropped_partition),
+            ("unknown_destination", r.dropped_unknown),
+            ("bad_route", r.dropped_bad_route),
+            ("inbound_full", r.dropped_inbound_full),
+        ]
+        .map(|(reason, v)| (ReasonLabels { reason }, v)),
+        |v| *v,
+    );
+    reg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::snapshot::PeerMesh;
+    use super::*;
+    use edgemu_actors::messages::LinkStats;
+    use edgemu_actors::router::RouterCounters;
+    use edgemu_codec::ids::{Direction, LinkId};
+
+    fn stats(dir: Direction, up: bool) -> LinkStats {
+        LinkStats {
+            link: LinkId(0),
+            name: "wan".into(),
+            dir,
+            t_ns: 1_000_000_000,
+            up,
+            rate_bps: Some(10_000_000),
+            delay_ns: 5_000_000,
+            offered: 100,
+            delivered: 90,
+            lost: 6,
+            queue_dropped: 3,
+            down_dropped: 1,
+            retransmissions: 0,
+            bytes_offered: 100_000,
+            bytes_delivered: 90_000,
+            queued_bytes: 2_000,
+            delay_p50_ns: 5_100_000,
+            delay_p99_ns: 6_000_000,
+            delay_max_ns: 7_000_000,
+            expected_loss: Some(0.05),
+        }
+    }
+
+    fn snapshot() -> HostSnapshot {
+        // 90 delivered: 60 within 5 ms, 85 within 10 ms, all within 20 ms.
+        let cumulative = DELAY_BUCKETS_NS
+            .iter()
+            .map(|&le| match le {
+                0..=2_000_000 => 0,
+                5_000_000 => 60,
+                10_000_000 => 85,
+                _ => 90,
+            })
+            .collect();
+        HostSnapshot {
+            host: "alpha".into(),
+            t_ns: 1_000_000_000,
+            links: vec![stats(Direction::AtoB, true), stats(Direction::BtoA, false)],
+            delay: vec![DelayHistogram {
+                link: LinkId(0),
+                dir: Direction::AtoB,
+                count: 90,
+                sum_ns: 90.0 * 5.5e6,
+                cumulative,
+            }],
+            router: RouterCounters {
+                sent_remote: 77,
+                dropped_queue_full: 4,
+                ..Default::default()
+            },
+            mesh: vec![PeerMesh {
+                peer: "beta".into(),
+                up: true,
+                malformed_frames: 2,
+                ..Default::default()
+            }],
+        }
+    }
+
+    fn encode(s: &HostSnapshot) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry(s)).expect("encode");
+        out
+    }
+
+    #[test]
+    fn link_counters_are_exposed_per_direction() {
+        let text = encode(&snapshot());
+        for line in [
+            "# TYPE edgemu_link_offered_packets counter",
+            r#"edgemu_link_offered_packets_total{host="alpha",link="wan",dir="ab"} 100"#,
+            r#"edgemu_link_delivered_packets_total{host="alpha",link="wan",dir="ba"} 90"#,
+            r#"edgemu_link_lost_packets_total{host="alpha",link="wan",dir="ab"} 6"#,
+            r#"edgemu_link_queue_dropped_packets_total{host="alpha",link="wan",dir="ab"} 3"#,
+            r#"edgemu_link_down_dropped_packets_total{host="alpha",link="wan",dir="ab"} 1"#,
+            r#"edgemu_link_delivered_bytes_total{host="alpha",link="wan",dir="ab"} 90000"#,
+            r#"edgemu_link_up{host="alpha",link="wan",dir="ab"} 1"#,
+            r#"edgemu_link_up{host="alpha",link="wan",dir="ba"} 0"#,
+            r#"edgemu_link_configured_rate_bps{host="alpha",link="wan",dir="ab"} 10000000"#,
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_delay_histogram_is_cumulative_in_seconds() {
+        let text = encode(&snapshot());
+        for line in [
+            "# TYPE edgemu_link_delay_seconds histogram",
+            r#"edgemu_link_delay_seconds_count{host="alpha",link="wan",dir="ab"} 90"#,
+            r#"edgemu_link_delay_seconds_bucket{host="alpha",le="0.002",link="wan",dir="ab"} 0"#,
+            r#"edgemu_link_delay_seconds_bucket{host="alpha",le="0.005",link="wan",dir="ab"} 60"#,
+            r#"edgemu_link_delay_seconds_bucket{host="alpha",le="0.01",link="wan",dir="ab"} 85"#,
+            r#"edgemu_link_delay_seconds_bucket{host="alpha",le="0.02",link="wan",dir="ab"} 90"#,
+            r#"edgemu_link_delay_seconds_bucket{host="alpha",le="+Inf",link="wan",dir="ab"} 90"#,
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        let sum = text
+            .lines()
+            .find(|l| l.starts_with("edgemu_link_delay_seconds_sum"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("sum line");
+        assert!((sum - 0.495).abs() < 1e-9, "{sum}");
+        // The direction without a histogram has no series.
+        assert!(!text.contains(r#"delay_seconds_count{host="alpha",link="wan",dir="ba"}"#));
+    }
+
+    #[test]
+    fn mesh_and_router_counters_are_exposed() {
+        let text = encode(&snapshot());
+        for line in [
+            r#"edgemu_mesh_peer_up{host="alpha",peer="beta"} 1"#,
+            r#"edgemu_mesh_peers_up{host="alpha"} 1"#,
+            r#"edgemu_mesh_malformed_frames_total{host="alpha",peer="beta"} 2"#,
+            r#"edgemu_mesh_envelopes_sent_total{host="alpha"} 77"#,
+            r#"edgemu_router_dropped_envelopes_total{host="alpha",reason="queue_full"} 4"#,
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_sample_line_is_well_formed() {
+        let text = encode(&snapshot());
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (name_labels, value) = line.rsplit_once(' ').expect("name and value");
+            assert!(value.parse::<f64>().is_ok(), "bad value in {line:?}");
+            assert!(name_labels.starts_with("edgemu_"), "{line:?}");
+            assert_eq!(
+                name_labels.matches('{').count(),
+                name_labels.matches('}').count(),
+                "{line:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! One snapshot of a host's counters, taken the way `status` takes them:
+//! one message to each link actor and the router, answered between packets
+//! (a handful of integer copies), and the mesh's atomics read without a
+//! lock. Nothing here waits on the data path or holds a lock it takes.
+
+use crate::host::supervisor::Supervisor;
+use actix::prelude::*;
+use edgemu_actors::link_actor::LinkActor;
+use edgemu_actors::messages::{DelayHistogram, GetDelayHistogram, GetLinkStats, LinkStats};
+use edgemu_actors::router::{GetRouterCounters, Router, RouterCounters};
+use serde::Serialize;
+
+/// Where the counters live (from [`Supervisor::snapshot_sources`]).
+pub struct Sources {
+    pub host: String,
+    pub t_ns: u64,
+    pub links: Vec<Addr<LinkActor>>,
+    pub router: Addr<Router>,
+    /// The mesh's per-peer counters as `status` shows them (None in virtual time).
+    pub mesh: Option<serde_json::Value>,
+}
+
+/// The mesh counters of one peer host.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PeerMesh {
+    pub peer: String,
+    pub up: bool,
+    pub malformed_frames: u64,
+    pub control_dropped: u64,
+    pub write_timeouts: u64,
+    pub silences: u64,
+}
+
+impl PeerMesh {
+    /// From the `status` JSON of the mesh (`{"beta": {"up": true, …}}`);
+    /// fields it lacks read as zero.
+    pub fn from_status(mesh: &serde_json::Value) -> Vec<PeerMesh> {
+        let Some(peers) = mesh.as_object() else {
+            return Vec::new();
+        };
+        let n = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+        peers
+            .iter()
+            .map(|(name, v)| PeerMesh {
+                peer: name.clone(),
+                up: v.get("up").and_then(|u| u.as_bool()).unwrap_or(false),
+                malformed_frames: n(v, "malformed_frames"),
+                control_dropped: n(v, "control_dropped"),
+                write_timeouts: n(v, "write_timeouts"),
+                silences: n(v, "silences"),
+            })
+            .collect()
+    }
+}
+
+/// Everything `/metrics` and the dashboard show about one host at one time.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HostSnapshot {
+    pub host: String,
+    pub t_ns: u64,
+    pub links: Vec<LinkStats>,
+    pub delay: Vec<DelayHistogram>,
+    pub router: RouterCounters,
+    pub mesh: Vec<PeerMesh>,
+}
+
+impl Sources {
+    pub async fn collect(self) -> HostSnapshot {
+        let mut links = Vec::with_capacity(self.links.len());
+        let mut delay = Vec::with_capacity(self.links.len());
+        for a in &self.links {
+            if let Ok(s) = a.send(GetLinkStats).await {
+                links.push(s);
+            }
+            if let Ok(h) = a.send(GetDelayHistogram).await {
+                delay.push(h);
+            }
+        }
+        let router = self
+            .router
+            .send(GetRouterCounters)
+            .await
+            .unwrap_or_default();
+        HostSnapshot {
+            host: self.host,
+            t_ns: self.t_ns,
+            links,
+            delay,
+            router,
+            mesh: self
+                .mesh
+                .as_ref()
+                .map(PeerMesh::from_status)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Ask a host's supervisor for a [`HostSnapshot`].
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "HostSnapshot")]
+pub struct TakeSnapshot;
+
+impl Handler<TakeSnapshot> for Supervisor {
+    type Result = ResponseFuture<HostSnapshot>;
+    fn handle(&mut self, _: TakeSnapshot, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.snapshot_sources().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mesh_counters_are_read_from_the_status_shape() {
+        let v = serde_json::json!({
+            "beta": {"up": true, "malformed_frames": 3, "control_dropped": 1, "write_timeouts": 0, "silences": 2},
+            "gamma": {"up": false},
+        });
+        let mut peers = PeerMesh::from_status(&v);
+        peers.sort_by(|a, b| a.peer.cmp(&b.peer));
+        assert_eq!(peers.len(), 2);
+        assert_eq!(peers[0].malformed_frames, 3);
+        assert_eq!(peers[0].silences, 2);
+        assert!(peers[0].up);
+        assert!(!peers[1].up);
+        assert_eq!(peers[1].malformed_frames, 0);
+        assert!(PeerMesh::from_status(&serde_json::Value::Null).is_empty());
+    }
+}

@@ -1,0 +1,287 @@
+//! `/metrics`, `/api/snapshot` and the dashboard page on the control
+//! address of a real run over loopback: counters move between scrapes, a
+//! kill over the control websocket shows in the next scrape, commands are
+//! counted by result, and the websocket still works on the same port.
+
+mod common;
+
+use common::*;
+use edgemu_nodes::control::client;
+use edgemu_nodes::run::{load, run_all};
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+const TOKEN_VAR: &str = "EDGEMU_TEST_METRICS_TOKEN";
+
+fn cluster_text(results: &str, mesh: u16, control: u16) -> String {
+    format!(
+        r#"
+[run]
+name = "metrics"
+duration = "60s"
+seed = 11
+results = "{results}"
+token_env = "{TOKEN_VAR}"
+
+[[hosts]]
+name = "edge"
+listen = "127.0.0.1:{mesh}"
+control = "127.0.0.1:{control}"
+
+[[actors]]
+name = "cbr"
+host = "edge"
+kind = "constant"
+to = "sink"
+via = "wan"
+rate = "4Mbps"
+size = "1000B"
+
+[[actors]]
+name = "sink"
+host = "edge"
+kind = "sink"
+
+[[links]]
+name = "wan"
+a = "cbr"
+b = "sink"
+rate = "10Mbps"
+delay = "5ms"
+loss = {{ model = "bernoulli", p = 0.02 }}
+"#
+    )
+}
+
+/// One plain HTTP GET; returns (status line and headers, body).
+fn get(port: u16, path: &str) -> std::io::Result<(String, String)> {
+    get_accepting(port, path, "*/*")
+}
+
+fn get_accepting(port: u16, path: &str, accept: &str) -> std::io::Result<(String, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .map(|(h, b)| (h.to_string(), b.to_string()))
+        .unwrap_or((text, String::new()));
+    Ok((head, body))
+}
+
+/// The value of the sample line that starts with `series` (name and labels).
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// `/metrics` as Prometheus asks for it (OpenMetrics).
+fn scrape(port: u16) -> String {
+    let (head, body) = get_accepting(
+        port,
+        "/metrics",
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+    )
+    .expect("GET /metrics");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    body
+}
+
+#[test]
+fn metrics_move_during_a_run_and_show_a_kill() {
+    let token = "metrics-token";
+    std::env::set_var(TOKEN_VAR, token);
+    let dir = temp_dir("metrics-dashboard");
+    let (mesh, control) = (free_port(), free_port());
+    let cfg = write(
+        &dir,
+        "cluster.toml",
+        &cluster_text(&dir.join("results").display().to_string(), mesh, control),
+    );
+    let cluster = load(&cfg).expect("load");
+    let run = std::thread::spawn(move || run_all(cluster, Some("metrics".into()), false));
+
+    // Wait for the control address to answer plain HTTP.
+    let t0 = Instant::now();
+    let page = loop {
+        match get(control, "/") {
+            Ok((head, body)) if head.starts_with("HTTP/1.1 200") => break body,
+            _ if t0.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            other => panic!("the dashboard never answered: {other:?}"),
+        }
+    };
+    assert!(page.contains("/assets/uPlot.iife.min.js"), "{page}");
+    assert!(!page.contains(token));
+    let (head, js) = get(control, "/assets/uPlot.iife.min.js").expect("uPlot");
+    assert!(head.starts_with("HTTP/1.1 200") && js.contains("uPlot"));
+    let (head, _) = get(control, "/nope").expect("404");
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    // Plain HTTP changes nothing: other methods are refused; garbage that is
+    // no HTTP goes to the websocket handshake, which closes the connection.
+    {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", control)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
+        .expect("w");
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", control)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(b"\x16\x03\x01\x00\xa5garbage\r\n\r\n")
+            .expect("w");
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(!rest.starts_with(b"HTTP/1.1 200"));
+    }
+
+    let delivered = r#"edgemu_link_delivered_packets_total{host="edge",link="wan",dir="ab"}"#;
+    let offered = r#"edgemu_link_offered_packets_total{host="edge",link="wan",dir="ab"}"#;
+    let delay_count = r#"edgemu_link_delay_seconds_count{host="edge",link="wan",dir="ab"}"#;
+    let up = r#"edgemu_link_up{host="edge",link="wan",dir="ab"}"#;
+
+    // Counters move between scrapes.
+    let first = scrape(control);
+    assert!(first.ends_with("# EOF\n"));
+    let d0 = value(&first, delivered).expect("delivered series");
+    let mut moved = None;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(100));
+        let text = scrape(control);
+        let d1 = value(&text, delivered).expect("delivered series");
+        if d1 > d0 {
+            moved = Some(text);
+            break;
+        }
+    }
+    let text = moved.expect("delivered packets never moved between scrapes");
+    assert!(value(&text, offered).expect("offered") >= value(&text, delivered).expect("d"));
+    assert!(value(&text, delay_count).expect("delay histogram") > 0.0);
+    assert_eq!(value(&text, up), Some(1.0));
+
+    // The snapshot the page polls has the link and the run.start event.
+    let (_, snap) = get(control, "/api/snapshot?since=0").expect("snapshot");
+    let snap: serde_json::Value = serde_json::from_str(&snap).expect("snapshot JSON");
+    assert_eq!(snap["host"], "edge");
+    assert_eq!(snap["links"][0]["name"], "wan");
+    assert_eq!(snap["links"][0]["dir"], "ab");
+    assert!(snap["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .any(|e| e["kind"] == "run.start"));
+
+    let url = format!("ws://127.0.0.1:{control}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        // The websocket still answers on the same port; a bad token is counted.
+        let e = client::request(&url, serde_json::json!({"cmd": "status"}), Some("wrong")).await;
+        assert!(e.is_err());
+        client::request(
+            &url,
+            serde_json::json!({"cmd": "link.kill", "link": "wan", "dir": "ab"}),
+            Some(token),
+        )
+        .await
+        .expect("kill");
+    });
+    let text = scrape(control);
+    assert_eq!(value(&text, up), Some(0.0), "{text}");
+    // Without an OpenMetrics Accept header: the classic text format, which
+    // Prometheus's own linter accepts.
+    let (head, classic) = get(control, "/metrics").expect("GET /metrics");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(classic.contains("# TYPE edgemu_link_delivered_packets_total counter"));
+    assert!(!classic.contains("# EOF"));
+    promtool_check(&classic);
+    assert_eq!(
+        value(
+            &text,
+            r#"edgemu_control_commands_total{host="edge",command="link.kill",result="ok"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"edgemu_control_commands_total{host="edge",command="status",result="unauthorized"}"#
+        ),
+        Some(1.0)
+    );
+    // Packets offered to the killed direction are now counted as down-dropped.
+    let dd = r#"edgemu_link_down_dropped_packets_total{host="edge",link="wan",dir="ab"}"#;
+    let mut dropped = false;
+    for _ in 0..100 {
+        if value(&scrape(control), dd).unwrap_or(0.0) > 0.0 {
+            dropped = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(dropped, "no down-dropped packets after the kill");
+    let (_, snap) = get(control, "/api/snapshot?since=0").expect("snapshot");
+    assert!(snap.contains("\"link.kill\""), "{snap}");
+
+    rt.block_on(async {
+        client::request(&url, serde_json::json!({"cmd": "run.stop"}), Some(token))
+            .await
+            .expect("stop");
+    });
+    let out = run.join().expect("run thread").expect("run result");
+    assert!(out.hosts.iter().all(|h| h.stop_reason.contains("run.stop")));
+}
+
+/// `promtool check metrics` on `text` where Prometheus's linter is installed
+/// (CI installs the Debian package `prometheus`; there it must be present).
+fn promtool_check(text: &str) {
+    let Ok(out) = std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+    else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "promtool is not installed (Debian package prometheus)"
+        );
+        eprintln!("promtool check skipped: promtool not installed");
+        return;
+    };
+    assert!(out.status.success());
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool output");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
