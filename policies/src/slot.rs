@@ -24,6 +24,44 @@
 //! (the PriorityFEC DDQN and the baseline repair schedulers, as
 //! [`RepairSpec`]s). [`ControlledPolicy`] is the object-safe face the host's
 //! control plane uses, whatever the kind.
+//!
+//! An actor with a swappable policy (on the host, register the slot with
+//! `HostActors::policies.register(actor_id, slot.clone())`):
+//!
+//! ```
+//! use std::{path::Path, sync::Arc};
+//! use edgemu_policies::lyreo::SlotObservation;
+//! use edgemu_policies::slot::{LyreoPolicies, PolicySlot};
+//!
+//! let slot = Arc::new(
+//!     PolicySlot::new(LyreoPolicies, "least-loaded", None, Path::new("-"), 0, "config")
+//!         .expect("a known policy"),
+//! );
+//! // The decider's state: the version it built from, and what it built.
+//! let mut seen = slot.get();
+//! let mut policy = seen.spec.build(7);
+//! let mut out = Vec::new();
+//! let obs = SlotObservation {
+//!     slot: 0,
+//!     slot_s: 1.0,
+//!     requests: vec![],
+//!     servers: vec![],
+//!     z: vec![],
+//!     epsilon: 0.01,
+//!     nu: 1.0,
+//! };
+//! for _slot in 0..3 {
+//!     // Decision boundary: pick up a swap, if one landed.
+//!     if let Some(now) = slot.changed_since(&seen) {
+//!         policy = now.spec.build(7);
+//!         seen = now;
+//!     }
+//!     policy.assign(&obs, &mut out);
+//!     // Record `seen.version` with each decision.
+//! }
+//! slot.swap(Some("random"), None, Path::new("-"), 1_000, "control").unwrap();
+//! assert!(slot.changed_since(&seen).is_some());
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
