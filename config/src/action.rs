@@ -1,26 +1,14 @@
-//! The command vocabulary shared by `[[chaos]]` entries and the control
-//! plane ([`parse_action`]), and the link-parameter keys shared by
-//! `[[links]]` tables and `link.set`.
+//! What the typed commands ([`crate::command::Command`]) and `[[links]]`
+//! tables share: the link-parameter keys and their parser, name resolution,
+//! and the confined reading of files a config or a command names.
 
 use crate::error::ActionError;
 use crate::fields::*;
-use crate::model::{ChaosAction, Cluster, LinkPatch};
-use edgemu_codec::ids::{Direction, HostId, LinkId};
+use crate::model::Cluster;
+use edgemu_codec::ids::{ActorId, HostId, LinkId};
 use edgemu_links::{Delivery, LinkParams, LossSpec, LossTrace, RateSpec, RateTrace};
-use serde_json::{Map, Value};
 use std::path::Path;
 use std::sync::Arc;
-
-/// Every command [`parse_action`] knows.
-pub const COMMANDS: &[&str] = &[
-    "link.kill",
-    "link.restore",
-    "link.set",
-    "host.partition",
-    "host.heal",
-    "link.flap",
-    "run.stop",
-];
 
 /// Keys of a link direction, in `[[links]]`, `[links.ab]` and `[links.ba]`.
 pub(crate) const PARAM_KEYS: &[&str] = &[
@@ -34,20 +22,6 @@ pub(crate) const PARAM_KEYS: &[&str] = &[
     "loss",
     "delivery",
     "reorder",
-];
-
-/// Keys of `link.set`: the link, the direction, and what a [`LinkPatch`] can change.
-const LINK_SET_KEYS: &[&str] = &[
-    "link",
-    "dir",
-    "rate",
-    "rate_trace",
-    "rate_steps",
-    "delay",
-    "rtt",
-    "jitter",
-    "queue",
-    "loss",
 ];
 
 /// The keys of a link direction that were given; `None` = not given.
@@ -87,7 +61,7 @@ impl ParamLayer {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rate.is_none()
             && self.delay_ns.is_none()
             && self.jitter_ns.is_none()
@@ -108,18 +82,55 @@ pub const MAX_TRACE_BYTES: u64 = 16 * 1024 * 1024;
 /// folder through a symbolic link; the file may hold at most
 /// [`MAX_TRACE_BYTES`]. No error quotes what the file holds.
 fn read_file(base_dir: &Path, key: &str, name: &str) -> Result<String, ActionError> {
-    use std::io::Read as _;
+    let bytes = read_confined(base_dir, key, "trace file", name, MAX_TRACE_BYTES)?;
+    String::from_utf8(bytes)
+        .map_err(|_| ActionError::invalid(key, format!("trace file {name:?}: not UTF-8 text")))
+}
+
+/// Checks that `name` may name a file of the run: relative, without `..`.
+pub(crate) fn check_run_file_name(key: &str, name: &str) -> Result<(), ActionError> {
     use std::path::Component;
-    let bad = |why: String| ActionError::invalid(key, format!("trace file {name:?}: {why}"));
     let rel = Path::new(name);
     let plain = rel
         .components()
         .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
     if name.is_empty() || rel.is_absolute() || !plain {
-        return Err(bad(
-            "expected a path relative to the config file's folder, without `..`".into(),
+        return Err(ActionError::invalid(
+            key,
+            format!(
+                "file {name:?}: expected a path relative to the config file's folder, without `..`"
+            ),
         ));
     }
+    Ok(())
+}
+
+/// Reads a file a command names (a `policy.swap` weights file) under the
+/// same rules as trace files: inside the config file's folder, a regular
+/// file of at most `max_bytes`; no error quotes what the file holds.
+pub fn read_run_file(
+    cluster: &Cluster,
+    key: &str,
+    name: &str,
+    max_bytes: u64,
+) -> Result<Vec<u8>, ActionError> {
+    let base_dir = cluster.source.parent().unwrap_or(Path::new(""));
+    read_confined(base_dir, key, "file", name, max_bytes)
+}
+
+fn read_confined(
+    base_dir: &Path,
+    key: &str,
+    what: &str,
+    name: &str,
+    max_bytes: u64,
+) -> Result<Vec<u8>, ActionError> {
+    use std::io::Read as _;
+    let bad = |why: String| ActionError::invalid(key, format!("{what} {name:?}: {why}"));
+    check_run_file_name(key, name).map_err(|_| {
+        bad("expected a path relative to the config file's folder, without `..`".into())
+    })?;
+    let rel = Path::new(name);
     let base = if base_dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -139,23 +150,21 @@ fn read_file(base_dir: &Path, key: &str, name: &str) -> Result<String, ActionErr
     if !meta.is_file() {
         return Err(bad("not a regular file".into()));
     }
-    if meta.len() > MAX_TRACE_BYTES {
+    if meta.len() > max_bytes {
         return Err(bad(format!(
-            "{} bytes, more than the limit of {MAX_TRACE_BYTES}",
+            "{} bytes, more than the limit of {max_bytes}",
             meta.len()
         )));
     }
     let file = std::fs::File::open(&path).map_err(|e| bad(format!("cannot open: {e}")))?;
     let mut bytes = Vec::new();
-    file.take(MAX_TRACE_BYTES + 1)
+    file.take(max_bytes + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| bad(format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > MAX_TRACE_BYTES {
-        return Err(bad(format!(
-            "more than the limit of {MAX_TRACE_BYTES} bytes"
-        )));
+    if bytes.len() as u64 > max_bytes {
+        return Err(bad(format!("more than the limit of {max_bytes} bytes")));
     }
-    String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))
+    Ok(bytes)
 }
 
 /// A trace parse error that names the line and what was expected, never
@@ -348,141 +357,11 @@ pub(crate) fn resolve_host(
     resolve(key, "host", name, names).map(|i| HostId(i as u16))
 }
 
-fn req_link(cluster: &Cluster, obj: &Obj) -> Result<LinkId, ActionError> {
-    let name = req_str(obj, "link", "the name of a link")?;
-    resolve_link(cluster, "link", name)
-}
-
-fn opt_dir(obj: &Obj) -> Result<Option<Direction>, ActionError> {
-    Ok(opt_enum(obj, "dir", &["ab", "ba"])?.map(|d| match d {
-        "ab" => Direction::AtoB,
-        _ => Direction::BtoA,
-    }))
-}
-
-fn two_hosts(cluster: &Cluster, obj: &Obj) -> Result<(HostId, HostId), ActionError> {
-    let expected = "two host names, like [\"alpha\", \"beta\"]";
-    let v = obj.get("hosts").ok_or_else(|| missing("hosts", expected))?;
-    let list = match v {
-        Value::Array(list) if list.len() == 2 => list,
-        other => {
-            return Err(ActionError::invalid(
-                "hosts",
-                format!("expected {expected}, found {}", describe_value(other)),
-            ))
-        }
-    };
-    let mut ids = Vec::with_capacity(2);
-    for item in list {
-        let Value::String(name) = item else {
-            return Err(ActionError::invalid(
-                "hosts",
-                format!("expected {expected}, found {}", describe_value(item)),
-            ));
-        };
-        ids.push(resolve_host(cluster, "hosts", name)?);
-    }
-    if ids[0] == ids[1] {
-        return Err(ActionError::invalid(
-            "hosts",
-            format!(
-                "expected two different hosts, found {:?} twice",
-                cluster.hosts[ids[0].0 as usize].name
-            ),
-        ));
-    }
-    Ok((ids[0], ids[1]))
-}
-
-/// Turns a control command and its fields into a [`ChaosAction`], resolving
-/// names against `cluster`. `fields` holds only the command's own keys
-/// (strip any request id or envelope keys first); an unknown key is an error.
-/// `[[chaos]]` entries go through this same function (with `at`, `command`,
-/// `for` and `every` taken out), so both accept the same vocabulary:
-///
-/// | command | keys |
-/// |---|---|
-/// | `link.kill`, `link.restore` | `link`, optional `dir` (`"ab"` / `"ba"`; default both) |
-/// | `link.set` | `link`, optional `dir`, and at least one of `rate`, `rate_trace`, `rate_steps`, `delay`, `rtt`, `jitter`, `queue`, `loss` (as in `[[links]]`) |
-/// | `host.partition`, `host.heal` | `hosts = ["alpha", "beta"]` |
-/// | `link.flap` | `link`, `mtbf`, `mttr`, optional `seed` (default: the run's seed), optional `until` |
-/// | `run.stop` | — |
-///
-/// Trace files named by `link.set` are relative to the config file's folder.
-pub fn parse_action(
+pub(crate) fn resolve_actor(
     cluster: &Cluster,
-    command: &str,
-    fields: &Map<String, Value>,
-) -> Result<ChaosAction, ActionError> {
-    let base_dir = cluster.source.parent().unwrap_or(Path::new(""));
-    let keys: &[&'static str] = match command {
-        "link.kill" | "link.restore" => &["link", "dir"],
-        "link.set" => LINK_SET_KEYS,
-        "host.partition" | "host.heal" => &["hosts"],
-        "link.flap" => &["link", "mtbf", "mttr", "seed", "until"],
-        "run.stop" => &[],
-        _ => {
-            return Err(ActionError::UnknownCommand {
-                command: command.to_string(),
-                valid: COMMANDS.to_vec(),
-            })
-        }
-    };
-    let mut errs = Errs::default();
-    check_keys(fields, keys, &format!("command {command:?}"), &mut errs);
-    if let Some(e) = errs.0.into_iter().next() {
-        return Err(e);
-    }
-    Ok(match command {
-        "link.kill" => ChaosAction::LinkKill {
-            link: req_link(cluster, fields)?,
-            dir: opt_dir(fields)?,
-        },
-        "link.restore" => ChaosAction::LinkRestore {
-            link: req_link(cluster, fields)?,
-            dir: opt_dir(fields)?,
-        },
-        "link.set" => {
-            let link = req_link(cluster, fields)?;
-            let dir = opt_dir(fields)?;
-            let mut errs = Errs::default();
-            let layer = parse_layer(fields, base_dir, &mut errs);
-            if let Some(e) = errs.0.into_iter().next() {
-                return Err(e);
-            }
-            if layer.is_empty() {
-                return Err(missing(
-                    "rate",
-                    "at least one of `rate`, `rate_trace`, `rate_steps`, `delay`, `rtt`, `jitter`, `queue`, `loss`",
-                ));
-            }
-            ChaosAction::LinkSet {
-                link,
-                dir,
-                patch: LinkPatch {
-                    rate: layer.rate,
-                    delay_ns: layer.delay_ns,
-                    jitter_ns: layer.jitter_ns,
-                    queue_bytes: layer.queue_bytes,
-                    loss: layer.loss,
-                },
-            }
-        }
-        "host.partition" => {
-            let (a, b) = two_hosts(cluster, fields)?;
-            ChaosAction::HostPartition { a, b }
-        }
-        "host.heal" => {
-            let (a, b) = two_hosts(cluster, fields)?;
-            ChaosAction::HostHeal { a, b }
-        }
-        "link.flap" => ChaosAction::LinkFlap {
-            link: req_link(cluster, fields)?,
-            mtbf_ns: req_duration(fields, "mtbf", true)?,
-            mttr_ns: req_duration(fields, "mttr", true)?,
-            seed: opt_u64(fields, "seed")?.unwrap_or(cluster.run.seed),
-            until_ns: opt_duration(fields, "until", false)?,
-        },
-        _ => ChaosAction::RunStop,
-    })
+    key: &str,
+    name: &str,
+) -> Result<ActorId, ActionError> {
+    let names = cluster.actors.iter().map(|a| a.name.as_str());
+    resolve(key, "actor", name, names).map(|i| ActorId(i as u32))
 }

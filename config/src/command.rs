@@ -1,27 +1,36 @@
 //! The control protocol as types: one serde-tagged [`Command`] enum shared by
 //! the control websocket, the mesh (a forwarded command is the same JSON) and
-//! `[[chaos]]` entries (same keys, checked by the same [`parse_action`]), and
-//! the typed [`Reply`]. `docs/control-schema.json` is generated from these
-//! types (`edgemu_config::command::json_schema`), and a test keeps it current.
+//! `[[chaos]]` entries, and the typed replies ([`Reply`], [`Applied`],
+//! [`StatusReply`], [`PolicyReply`]). `docs/control-schema.json` is
+//! generated from these types ([`json_schema`]), and a test keeps it current.
 //!
-//! A request on the wire is `{"id": …, "token": …, "cmd": "<name>", <keys>}`.
-//! [`Command::from_request`] strips the envelope keys (`id`, `token`),
-//! deserializes the rest (unknown keys and wrong types are errors) and
-//! [`Command::resolve`] resolves names against the cluster into a
-//! [`Resolved`] command — the only place a command's meaning is decided, so
-//! the edge parses once and every host acts on the same typed value.
+//! One vocabulary, one parser: a request on the wire is `{"id": …, "token":
+//! …, "cmd": "<name>", <keys>}`, a chaos entry is `command = "<name>"` plus
+//! the same keys (and its own `at`, `every`, `for`). Both become a
+//! [`Command`] through [`Command::from_fields`] (serde: unknown keys and
+//! wrong types are errors that name the key, so `edgemu check` can point at
+//! it), and [`Command::resolve`] resolves names and units against the
+//! cluster into a [`Resolved`] command — the only place a command's meaning
+//! is decided, so the edge parses once and every host acts on the same
+//! typed value.
 //!
 //! Adding a command: add a variant here (its keys as fields, doc comments
-//! become the schema's descriptions), a case in [`Command::resolve`], and
-//! — for a new kind of target — one variant of the router's target enum and
-//! one handler on the host (see `nodes/src/host/route.rs`).
+//! become the schema's descriptions), its name in [`Command::NAMES`] and
+//! [`Command::name`], a case in [`Command::resolve`], and — for a new kind
+//! of target — one variant of the router's target enum and one handler on
+//! the host (see `nodes/src/host/route.rs`).
 
-use crate::action::parse_action;
+use crate::action::{check_run_file_name, parse_layer, resolve_actor, resolve_host, resolve_link};
 use crate::error::ActionError;
-use crate::model::{ChaosAction, Cluster};
+use crate::fields::{describe_value, duration_value, missing, Errs, Obj};
+use crate::model::{Cluster, LinkPatch, NetAction};
+use base64::Engine as _;
+use edgemu_codec::ids::{ActorId, Direction};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Which direction of a link (`"ab"`: from `a` to `b`); both when absent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -29,6 +38,15 @@ use serde_json::{Map, Value};
 pub enum Dir {
     Ab,
     Ba,
+}
+
+impl From<Dir> for Direction {
+    fn from(d: Dir) -> Direction {
+        match d {
+            Dir::Ab => Direction::AtoB,
+            Dir::Ba => Direction::BtoA,
+        }
+    }
 }
 
 /// A link command's target.
@@ -82,7 +100,9 @@ pub struct LinkSet {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostPair {
-    pub hosts: [String; 2],
+    /// Two different host names, like `["alpha", "beta"]`.
+    #[schemars(length(min = 2, max = 2))]
+    pub hosts: Vec<String>,
     /// Heal after this long; `host.partition` only.
     #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
     pub for_: Option<String>,
@@ -97,6 +117,7 @@ pub struct LinkFlap {
     pub mtbf: String,
     /// Mean down time (a duration).
     pub mttr: String,
+    /// Default: the run's seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// Stop flapping at this run time (a duration from the start).
@@ -113,6 +134,36 @@ pub struct Subscribe {
     pub interval: Option<String>,
 }
 
+/// `policy.get`, `policy.rollback`: the actor whose policy slot is meant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyTarget {
+    /// The name of an actor that holds a policy (a request scheduler, a
+    /// handoff sender).
+    pub actor: String,
+}
+
+/// `policy.swap`: a policy name and/or weights (a file or inline bytes);
+/// validated on the owning host before the atomic swap, the old policy
+/// kept on any error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySwap {
+    pub actor: String,
+    /// The policy to run (`"least-loaded"`, `"lyreo"`, `"priorityfec-ddqn"`,
+    /// …); absent: the active policy's name with new weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// A safetensors weights file, relative to the config file's folder
+    /// (no `..`, at most 64 MiB), read on the host that owns `actor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<String>,
+    /// The safetensors bytes inline, standard base64; at most 512 KiB
+    /// decoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_base64: Option<String>,
+}
+
 /// Nothing but the command name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -122,7 +173,7 @@ pub struct NoKeys {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "cmd")]
 pub enum Command {
-    /// Counters of every host (links, router, mesh).
+    /// Counters of every host (links, router, mesh): a [`StatusReply`].
     #[serde(rename = "status")]
     Status(NoKeys),
     /// The same as `status`.
@@ -142,13 +193,22 @@ pub enum Command {
     HostPartition(HostPair),
     #[serde(rename = "host.heal")]
     HostHeal(HostPair),
+    /// The active policy of an actor: a [`PolicyReply`].
+    #[serde(rename = "policy.get")]
+    PolicyGet(PolicyTarget),
+    /// Swap an actor's policy: a [`PolicyReply`] with the new version.
+    #[serde(rename = "policy.swap")]
+    PolicySwap(PolicySwap),
+    /// Return an actor's policy to its previous version: a [`PolicyReply`].
+    #[serde(rename = "policy.rollback")]
+    PolicyRollback(PolicyTarget),
     /// End the run on every host.
     #[serde(rename = "run.stop")]
     RunStop(NoKeys),
 }
 
 /// A command with names resolved against the cluster: what hosts act on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
     Status,
     Subscribe {
@@ -157,30 +217,116 @@ pub enum Resolved {
     RunStop,
     /// A command on links or hosts, with its optional self-heal delay.
     Action {
-        action: ChaosAction,
+        action: NetAction,
         for_ns: Option<u64>,
     },
+    /// A command on the policy slot of `actor` (owned by the actor's host).
+    Policy {
+        actor: ActorId,
+        op: PolicyOp,
+    },
 }
+
+/// What to do with a policy slot.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyOp {
+    Get,
+    Rollback,
+    /// At least one of the two is given.
+    Swap {
+        policy: Option<String>,
+        weights: Option<Weights>,
+    },
+}
+
+/// Where `policy.swap` weights come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Weights {
+    /// A file relative to the config file's folder (name checked; read with
+    /// [`crate::read_run_file`] on the owning host, off its actors' thread).
+    File(String),
+    /// Decoded inline bytes.
+    Inline(Arc<[u8]>),
+}
+
+/// Largest decoded `weights_base64` of a `policy.swap`.
+pub const MAX_INLINE_WEIGHTS_BYTES: usize = 512 * 1024;
+/// Largest weights file a `policy.swap` may name (as the policies crate).
+pub const MAX_WEIGHTS_FILE_BYTES: u64 = 64 << 20;
 
 /// The request envelope keys that are not part of a command.
 pub const ENVELOPE_KEYS: &[&str] = &["id", "token"];
 
+/// Commands whose fault `for` can heal.
+pub const HEALABLE: &[&str] = &["link.kill", "link.set", "host.partition"];
+
+/// The error for `for` on a command with nothing to heal.
+pub(crate) fn nothing_to_heal(name: &str) -> ActionError {
+    ActionError::invalid(
+        "for",
+        format!(
+            "{name:?} has no fault to heal; `for` is valid only with {}",
+            HEALABLE.join(", ")
+        ),
+    )
+}
+
 impl Command {
+    /// Every command name, in schema order.
+    pub const NAMES: &'static [&'static str] = &[
+        "status",
+        "metrics",
+        "metrics.subscribe",
+        "link.kill",
+        "link.restore",
+        "link.set",
+        "link.flap",
+        "host.partition",
+        "host.heal",
+        "policy.get",
+        "policy.swap",
+        "policy.rollback",
+        "run.stop",
+    ];
+
     /// Deserializes a request object (envelope keys are ignored).
-    pub fn from_request(request: &Value) -> Result<Command, String> {
+    pub fn from_request(request: &Value) -> Result<Command, ActionError> {
         let Value::Object(obj) = request else {
-            return Err("a request must be a JSON object".into());
+            return Err(ActionError::invalid(
+                "cmd",
+                "a request must be a JSON object",
+            ));
         };
         let mut obj = obj.clone();
         for k in ENVELOPE_KEYS {
             obj.remove(*k);
         }
-        match obj.get("cmd") {
-            None => return Err("missing \"cmd\"".into()),
-            Some(Value::String(_)) => {}
-            Some(_) => return Err("\"cmd\" must be a string".into()),
+        Command::from_fields(&obj)
+    }
+
+    /// Deserializes `{"cmd": name, <keys>}`. Errors name the key at fault
+    /// (serde's own message, with the key found), so a `[[chaos]]` entry's
+    /// error points at its line.
+    pub fn from_fields(obj: &Map<String, Value>) -> Result<Command, ActionError> {
+        let name = match obj.get("cmd") {
+            None => return Err(missing("cmd", "a command name")),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => {
+                return Err(ActionError::invalid(
+                    "cmd",
+                    format!("expected a string, found {}", describe_value(v)),
+                ))
+            }
+        };
+        if !Command::NAMES.contains(&name.as_str()) {
+            return Err(ActionError::UnknownCommand {
+                command: name,
+                valid: Command::NAMES.iter().map(|s| s.to_string()).collect(),
+            });
         }
-        serde_json::from_value(Value::Object(obj)).map_err(|e| e.to_string())
+        let attempt =
+            |o: &Map<String, Value>| serde_json::from_value::<Command>(Value::Object(o.clone()));
+        attempt(obj).map_err(|e| locate_error(&name, obj, &e.to_string(), attempt))
     }
 
     /// The command's name (`cmd`).
@@ -195,44 +341,292 @@ impl Command {
             Command::LinkFlap(_) => "link.flap",
             Command::HostPartition(_) => "host.partition",
             Command::HostHeal(_) => "host.heal",
+            Command::PolicyGet(_) => "policy.get",
+            Command::PolicySwap(_) => "policy.swap",
+            Command::PolicyRollback(_) => "policy.rollback",
             Command::RunStop(_) => "run.stop",
         }
     }
 
-    /// Resolves names and units against `cluster` (may read trace files
-    /// that `link.set` names: call it off an actor's thread).
-    pub fn resolve(&self, cluster: &Cluster) -> Result<Resolved, ActionError> {
+    /// The command's `for` key, for the commands that have one (a chaos
+    /// entry sets it from its own `for`).
+    pub fn heal_after_mut(&mut self) -> Option<&mut Option<String>> {
         match self {
-            Command::Status(_) | Command::Metrics(_) => return Ok(Resolved::Status),
-            Command::RunStop(_) => return Ok(Resolved::RunStop),
+            Command::LinkKill(t) | Command::LinkRestore(t) => Some(&mut t.for_),
+            Command::LinkSet(s) => Some(&mut s.for_),
+            Command::HostPartition(p) | Command::HostHeal(p) => Some(&mut p.for_),
+            _ => None,
+        }
+    }
+
+    /// Whether a `[[chaos]]` entry may run this command (not the ones that
+    /// only answer a client).
+    pub fn in_chaos(&self) -> bool {
+        !matches!(
+            self,
+            Command::Status(_) | Command::Metrics(_) | Command::MetricsSubscribe(_)
+        )
+    }
+
+    /// Resolves names and units against `cluster` (may read trace files
+    /// that `link.set` names: call it off an actor's thread). Weights files
+    /// are only checked by name here; the owning host reads them.
+    pub fn resolve(&self, cluster: &Cluster) -> Result<Resolved, ActionError> {
+        let base_dir = cluster.source.parent().unwrap_or(std::path::Path::new(""));
+        let for_ns = |f: &Option<String>| -> Result<Option<u64>, ActionError> {
+            f.as_deref()
+                .map(|s| duration_value("for", &Value::String(s.into()), true))
+                .transpose()
+        };
+        let no_for = |f: &Option<String>| match f {
+            Some(_) => Err(nothing_to_heal(self.name())),
+            None => Ok(()),
+        };
+        let action = |action: NetAction, for_ns: Option<u64>| Resolved::Action { action, for_ns };
+        Ok(match self {
+            Command::Status(_) | Command::Metrics(_) => Resolved::Status,
+            Command::RunStop(_) => Resolved::RunStop,
             Command::MetricsSubscribe(s) => {
                 let ns = match &s.interval {
                     None => 1_000_000_000,
-                    Some(i) => crate::units::parse_duration_ns(i)
-                        .map_err(|e| ActionError::invalid("interval", e.to_string()))?,
+                    Some(i) => duration_value("interval", &Value::String(i.clone()), false)?,
                 };
-                return Ok(Resolved::Subscribe {
+                Resolved::Subscribe {
                     interval_ns: ns.max(10_000_000),
-                });
+                }
             }
-            _ => {}
-        }
-        // One validation path for control and chaos: the keys go through
-        // `parse_action`, exactly as a `[[chaos]]` entry's do.
-        let Ok(Value::Object(mut fields)) = serde_json::to_value(self) else {
-            return Err(ActionError::invalid("cmd", "not an object"));
-        };
-        fields.remove("cmd");
-        let for_ns = match fields.remove("for") {
-            Some(Value::String(s)) => Some(
-                crate::units::parse_duration_ns(&s)
-                    .map_err(|e| ActionError::invalid("for", e.to_string()))?,
+            Command::LinkKill(t) => action(
+                NetAction::LinkKill {
+                    link: resolve_link(cluster, "link", &t.link)?,
+                    dir: t.dir.map(Into::into),
+                },
+                for_ns(&t.for_)?,
             ),
-            _ => None,
-        };
-        let action = parse_action(cluster, self.name(), &fields)?;
-        Ok(Resolved::Action { action, for_ns })
+            Command::LinkRestore(t) => {
+                no_for(&t.for_)?;
+                action(
+                    NetAction::LinkRestore {
+                        link: resolve_link(cluster, "link", &t.link)?,
+                        dir: t.dir.map(Into::into),
+                    },
+                    None,
+                )
+            }
+            Command::LinkSet(s) => {
+                let link = resolve_link(cluster, "link", &s.link)?;
+                let mut obj = Obj::new();
+                for (k, v) in [
+                    ("rate", &s.rate),
+                    ("rate_trace", &s.rate_trace),
+                    ("rate_steps", &s.rate_steps),
+                    ("delay", &s.delay),
+                    ("rtt", &s.rtt),
+                    ("jitter", &s.jitter),
+                    ("queue", &s.queue),
+                ] {
+                    if let Some(v) = v {
+                        obj.insert(k.into(), Value::String(v.clone()));
+                    }
+                }
+                if let Some(l) = &s.loss {
+                    obj.insert("loss".into(), Value::Object(l.clone()));
+                }
+                let mut errs = Errs::default();
+                let layer = parse_layer(&obj, base_dir, &mut errs);
+                if let Some(e) = errs.0.into_iter().next() {
+                    return Err(e);
+                }
+                if layer.is_empty() {
+                    return Err(missing(
+                        "rate",
+                        "at least one of `rate`, `rate_trace`, `rate_steps`, `delay`, `rtt`, `jitter`, `queue`, `loss`",
+                    ));
+                }
+                action(
+                    NetAction::LinkSet {
+                        link,
+                        dir: s.dir.map(Into::into),
+                        patch: LinkPatch {
+                            rate: layer.rate,
+                            delay_ns: layer.delay_ns,
+                            jitter_ns: layer.jitter_ns,
+                            queue_bytes: layer.queue_bytes,
+                            loss: layer.loss,
+                        },
+                    },
+                    for_ns(&s.for_)?,
+                )
+            }
+            Command::LinkFlap(f) => action(
+                NetAction::LinkFlap {
+                    link: resolve_link(cluster, "link", &f.link)?,
+                    mtbf_ns: duration_value("mtbf", &Value::String(f.mtbf.clone()), true)?,
+                    mttr_ns: duration_value("mttr", &Value::String(f.mttr.clone()), true)?,
+                    seed: f.seed.unwrap_or(cluster.run.seed),
+                    until_ns: f
+                        .until
+                        .as_deref()
+                        .map(|u| duration_value("until", &Value::String(u.into()), false))
+                        .transpose()?,
+                },
+                None,
+            ),
+            Command::HostPartition(p) => {
+                let (a, b) = two_hosts(cluster, &p.hosts)?;
+                action(NetAction::HostPartition { a, b }, for_ns(&p.for_)?)
+            }
+            Command::HostHeal(p) => {
+                no_for(&p.for_)?;
+                let (a, b) = two_hosts(cluster, &p.hosts)?;
+                action(NetAction::HostHeal { a, b }, None)
+            }
+            Command::PolicyGet(t) => Resolved::Policy {
+                actor: resolve_actor(cluster, "actor", &t.actor)?,
+                op: PolicyOp::Get,
+            },
+            Command::PolicyRollback(t) => Resolved::Policy {
+                actor: resolve_actor(cluster, "actor", &t.actor)?,
+                op: PolicyOp::Rollback,
+            },
+            Command::PolicySwap(s) => Resolved::Policy {
+                actor: resolve_actor(cluster, "actor", &s.actor)?,
+                op: resolve_swap(s)?,
+            },
+        })
     }
+}
+
+fn resolve_swap(s: &PolicySwap) -> Result<PolicyOp, ActionError> {
+    if let Some(p) = &s.policy {
+        if p.trim().is_empty() {
+            return Err(ActionError::invalid(
+                "policy",
+                "expected a policy name, found an empty string",
+            ));
+        }
+    }
+    let weights = match (&s.weights, &s.weights_base64) {
+        (Some(_), Some(_)) => {
+            return Err(ActionError::invalid(
+                "weights_base64",
+                "give either `weights` (a file) or `weights_base64` (the bytes), not both",
+            ))
+        }
+        (Some(name), None) => {
+            check_run_file_name("weights", name)?;
+            Some(Weights::File(name.clone()))
+        }
+        (None, Some(b64)) => Some(Weights::Inline(decode_inline(b64)?.into())),
+        (None, None) => None,
+    };
+    if s.policy.is_none() && weights.is_none() {
+        return Err(missing(
+            "policy",
+            "a policy name, weights (`weights` or `weights_base64`), or both",
+        ));
+    }
+    Ok(PolicyOp::Swap {
+        policy: s.policy.clone(),
+        weights,
+    })
+}
+
+/// Decodes inline weights, refusing an oversized blob before decoding it.
+fn decode_inline(b64: &str) -> Result<Vec<u8>, ActionError> {
+    let key = "weights_base64";
+    let decoded_len = b64.len() / 4 * 3;
+    if decoded_len > MAX_INLINE_WEIGHTS_BYTES + 3 {
+        return Err(ActionError::invalid(
+            key,
+            format!(
+                "about {decoded_len} bytes, more than the {MAX_INLINE_WEIGHTS_BYTES}-byte limit for inline weights; name a file under the config's folder with `weights`"
+            ),
+        ));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| ActionError::invalid(key, format!("not valid base64: {e}")))?;
+    if bytes.len() > MAX_INLINE_WEIGHTS_BYTES {
+        return Err(ActionError::invalid(
+            key,
+            format!(
+                "{} bytes, more than the {MAX_INLINE_WEIGHTS_BYTES}-byte limit for inline weights",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn two_hosts(
+    cluster: &Cluster,
+    hosts: &[String],
+) -> Result<(edgemu_codec::ids::HostId, edgemu_codec::ids::HostId), ActionError> {
+    let [a, b] = hosts else {
+        return Err(ActionError::invalid(
+            "hosts",
+            format!(
+                "expected two host names, like [\"alpha\", \"beta\"], found {} names",
+                hosts.len()
+            ),
+        ));
+    };
+    let (a, b) = (
+        resolve_host(cluster, "hosts", a)?,
+        resolve_host(cluster, "hosts", b)?,
+    );
+    if a == b {
+        return Err(ActionError::invalid(
+            "hosts",
+            format!(
+                "expected two different hosts, found {:?} twice",
+                cluster.host(a).name
+            ),
+        ));
+    }
+    Ok((a, b))
+}
+
+/// Turns serde's error for command `name` into one that names the key.
+/// Serde names the key for unknown and missing keys; for a wrong type or
+/// value it does not, so the key whose removal changes the outcome is
+/// found by trying without each one (commands have a dozen keys at most;
+/// a larger object is not searched).
+fn locate_error(
+    name: &str,
+    obj: &Map<String, Value>,
+    msg: &str,
+    attempt: impl Fn(&Map<String, Value>) -> Result<Command, serde_json::Error>,
+) -> ActionError {
+    let ticked: Vec<&str> = msg.split('`').skip(1).step_by(2).collect();
+    if msg.starts_with("unknown field `") {
+        if let Some((field, valid)) = ticked.split_first() {
+            return ActionError::UnknownField {
+                field: field.to_string(),
+                context: format!("command {name:?}"),
+                valid: valid.iter().map(|s| s.to_string()).collect(),
+            };
+        }
+    }
+    if msg.starts_with("missing field `") {
+        if let Some(field) = ticked.first() {
+            return missing(field, &format!("a value (see {name:?} in docs/control.md)"));
+        }
+    }
+    if obj.len() <= 16 {
+        for key in obj.keys().filter(|k| *k != "cmd") {
+            let mut without = obj.clone();
+            without.remove(key);
+            let culprit = match attempt(&without) {
+                Ok(_) => true,
+                Err(e) => e.to_string() == format!("missing field `{key}`"),
+            };
+            if culprit {
+                return ActionError::invalid(key, msg.to_string());
+            }
+        }
+    }
+    ActionError::invalid("cmd", format!("{name:?}: {msg}"))
 }
 
 /// What one target of a command did (an element of `applied`).
@@ -248,7 +642,7 @@ pub struct AppliedTarget {
     pub error: Option<String>,
 }
 
-/// The result of a command that acts on targets.
+/// The result of a command that acts on links or hosts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Applied {
     pub applied: Vec<AppliedTarget>,
@@ -257,13 +651,136 @@ pub struct Applied {
     pub errors: Vec<String>,
 }
 
+/// The result of `policy.get`, `policy.swap` and `policy.rollback`: the
+/// slot's active version after the command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PolicyReply {
+    /// The host that owns the actor.
+    pub host: String,
+    pub actor: String,
+    /// The decision problem (`"request scheduling"`, `"repair"`).
+    pub problem: String,
+    /// The active policy's name.
+    pub policy: String,
+    /// SHA-256 (hex) of the name, a zero byte and the weights bytes.
+    pub version: String,
+    /// Run time (ns) at which this version became active.
+    pub loaded_at_ns: u64,
+    /// Who asked for it: `"config"`, `"control"`, `"control (via alpha)"`,
+    /// `"chaos#3"`.
+    pub requested_by: String,
+    /// The version `policy.rollback` would return to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+}
+
+/// One direction of a link, as `status` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LinkStatus {
+    /// The link's id (its position in `cluster.toml`).
+    pub link: u32,
+    pub name: String,
+    /// `"ab"` or `"ba"`.
+    pub dir: String,
+    /// Run time of the reading (ns).
+    pub t_ns: u64,
+    pub up: bool,
+    /// Configured rate now, bits/s (absent: unlimited or a trace).
+    pub rate_bps: Option<u64>,
+    pub delay_ns: u64,
+    /// Packets offered, delivered, lost to the loss model, dropped by the
+    /// full queue, dropped while down; retransmissions (reliable delivery).
+    pub offered: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub queue_dropped: u64,
+    pub down_dropped: u64,
+    pub retransmissions: u64,
+    pub bytes_offered: u64,
+    pub bytes_delivered: u64,
+    pub queued_bytes: u64,
+    pub delay_p50_ns: u64,
+    pub delay_p99_ns: u64,
+    pub delay_max_ns: u64,
+    /// The loss model's stationary loss, if it has one.
+    pub expected_loss: Option<f64>,
+}
+
+/// A host's router: envelopes delivered and dropped, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RouterStatus {
+    pub delivered_local: u64,
+    pub sent_remote: u64,
+    pub received_remote: u64,
+    pub dropped_unknown: u64,
+    pub dropped_queue_full: u64,
+    pub dropped_peer_down: u64,
+    pub dropped_partition: u64,
+    pub dropped_bad_route: u64,
+    /// Envelopes from peers dropped because the router was too far behind.
+    pub dropped_inbound_full: u64,
+}
+
+/// The mesh session with one peer host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MeshPeerStatus {
+    pub up: bool,
+    /// Frames that could not be decoded (dropped).
+    pub malformed_frames: u64,
+    /// Control frames dropped because the control queue to the peer was full.
+    pub control_dropped: u64,
+    /// Sessions ended because a write did not finish in time.
+    pub write_timeouts: u64,
+    /// Sessions ended because the peer was silent too long.
+    pub silences: u64,
+}
+
+/// What a host's control socket refused (zero without a control address).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ControlStatus {
+    /// Requests that were not a JSON object (or were binary frames).
+    pub malformed_requests: u64,
+    /// Requests with a missing or wrong token.
+    pub unauthorized: u64,
+    /// Connections closed because a message or frame was over the size limit.
+    pub oversized_messages: u64,
+    /// Connections, requests and subscriptions refused by a limit.
+    pub refused_busy: u64,
+}
+
+/// The counters of one host, or why they are missing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HostStatus {
+    pub host: String,
+    /// Run time of the reading (ns).
+    pub t_ns: u64,
+    /// The link directions this host sends.
+    pub links: Vec<LinkStatus>,
+    pub router: RouterStatus,
+    /// Mesh sessions by peer host name (empty in virtual time).
+    pub mesh: BTreeMap<String, MeshPeerStatus>,
+    /// The host's control socket.
+    #[serde(default)]
+    pub control: ControlStatus,
+    /// Set when the host could not be asked; then the counters are empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The result of `status` and `metrics` (and each metrics event).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StatusReply {
+    pub hosts: Vec<HostStatus>,
+}
+
 /// The reply to one request: `ok` with a `result`, or an `error`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Reply {
     /// The request's `id`, echoed.
     pub id: Value,
     pub ok: bool,
-    /// `status`: `{"hosts": [...]}`; link and host commands: an [`Applied`];
+    /// `status`, `metrics`: a [`StatusReply`]; link and host commands and
+    /// `run.stop`: an [`Applied`]; `policy.*`: a [`PolicyReply`];
     /// `metrics.subscribe`: `{"subscribed": true}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
@@ -300,7 +817,12 @@ pub fn json_schema() -> String {
         /// websocket upgrade), and one command.
         request: Command,
         reply: Reply,
+        /// `result` of link, host and `run.stop` commands.
         applied: Applied,
+        /// `result` of `status` and `metrics`.
+        status: StatusReply,
+        /// `result` of `policy.get`, `policy.swap`, `policy.rollback`.
+        policy: PolicyReply,
     }
     let schema = schemars::schema_for!(ControlProtocol);
     let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
@@ -330,15 +852,80 @@ mod tests {
             &serde_json::json!({"cmd": "link.kill", "link": "wan", "rate": "1Mbps"}),
         )
         .unwrap_err();
-        assert!(e.contains("rate"), "{e}");
+        assert_eq!(e.field(), Some("rate"));
+        assert!(e.to_string().contains("valid keys: link, dir, for"), "{e}");
         let e = Command::from_request(&serde_json::json!({"cmd": "link.zap"})).unwrap_err();
-        assert!(e.contains("link.zap"), "{e}");
+        assert!(matches!(e, ActionError::UnknownCommand { .. }), "{e}");
+        assert!(e.to_string().contains("link.zap"), "{e}");
         assert!(Command::from_request(&serde_json::json!({"cmd": 3})).is_err());
         assert!(Command::from_request(&serde_json::json!([1])).is_err());
         assert_eq!(
             Command::from_request(&serde_json::json!({"cmd": "status"})).unwrap(),
             Command::Status(NoKeys {})
         );
+    }
+
+    #[test]
+    fn errors_name_the_key_at_fault() {
+        let at = |v: Value| {
+            Command::from_request(&v)
+                .unwrap_err()
+                .field()
+                .map(str::to_string)
+        };
+        use serde_json::json;
+        assert_eq!(
+            at(json!({"cmd": "link.kill", "link": "wan", "dir": "up"})),
+            Some("dir".into())
+        );
+        assert_eq!(
+            at(json!({"cmd": "link.kill", "link": 5})),
+            Some("link".into())
+        );
+        assert_eq!(
+            at(json!({"cmd": "link.flap", "link": "wan", "mtbf": "1s"})),
+            Some("mttr".into())
+        );
+        assert_eq!(
+            at(json!({"cmd": "link.flap", "link": "wan", "mtbf": "1s", "mttr": "1s", "seed": -1})),
+            Some("seed".into())
+        );
+        assert_eq!(
+            at(json!({"cmd": "policy.swap", "actor": "s", "weights": ["x"]})),
+            Some("weights".into())
+        );
+    }
+
+    #[test]
+    fn names_list_every_variant() {
+        // Every listed name is a variant (serde does not call it unknown)
+        // and `name()` agrees.
+        for name in Command::NAMES {
+            let e = serde_json::from_value::<Command>(serde_json::json!({ "cmd": name }));
+            if let Err(e) = &e {
+                assert!(!e.to_string().contains("unknown variant"), "{name}: {e}");
+            }
+            if let Ok(c) = e {
+                assert_eq!(c.name(), *name);
+            }
+        }
+        let schema: Value = serde_json::from_str(&json_schema()).unwrap();
+        let variants = schema["$defs"]["Command"]["oneOf"]
+            .as_array()
+            .map_or(0, |a| a.len());
+        assert_eq!(variants, Command::NAMES.len());
+    }
+
+    #[test]
+    fn inline_weights_are_capped_before_decoding() {
+        let big = "A".repeat(MAX_INLINE_WEIGHTS_BYTES / 3 * 4 + 64);
+        let e = decode_inline(&big).unwrap_err();
+        assert!(e.to_string().contains("limit"), "{e}");
+        assert!(decode_inline("%%%")
+            .unwrap_err()
+            .to_string()
+            .contains("base64"));
+        assert_eq!(decode_inline("AAEC").unwrap(), vec![0, 1, 2]);
     }
 
     #[test]

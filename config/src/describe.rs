@@ -1,6 +1,7 @@
 //! The normalized form behind [`Cluster::digest`] and the human description
 //! that `edgemu check` prints.
 
+use crate::command::{Command, Resolved};
 use crate::model::*;
 use crate::units::{fmt_bytes, fmt_duration, fmt_rate};
 use edgemu_codec::ids::Direction;
@@ -67,8 +68,8 @@ impl Cluster {
         for c in &self.chaos {
             writeln!(
                 w,
-                "chaos {} at_ns={} for_ns={:?} every_ns={:?} action={:?}",
-                c.index, c.at_ns, c.for_ns, c.every_ns, c.action
+                "chaos {} at_ns={} every_ns={:?} request={:?}",
+                c.index, c.at_ns, c.every_ns, c.request
             )?;
         }
         Ok(())
@@ -156,9 +157,9 @@ impl Cluster {
                 "  {:>8}  #{} {}",
                 fmt_duration(c.at_ns),
                 c.index,
-                self.describe_action(&c.action)
+                self.describe_request(&c.command, &c.request)
             )?;
-            if let Some(f) = c.for_ns {
+            if let Some(f) = c.for_ns() {
                 write!(w, ", heals after {}", fmt_duration(f))?;
             }
             if let Some(e) = c.every_ns {
@@ -235,17 +236,41 @@ impl Cluster {
         }
     }
 
-    fn describe_action(&self, action: &ChaosAction) -> String {
+    fn describe_request(&self, command: &Command, request: &Resolved) -> String {
+        let cmd = command.name();
+        match (command, request) {
+            (_, Resolved::Action { action, .. }) => self.describe_action(action),
+            (Command::PolicySwap(s), _) => {
+                let mut what = Vec::new();
+                if let Some(p) = &s.policy {
+                    what.push(format!("policy {p}"));
+                }
+                if let Some(w) = &s.weights {
+                    what.push(format!("weights {w}"));
+                }
+                if s.weights_base64.is_some() {
+                    what.push("inline weights".into());
+                }
+                format!("{cmd} {}: {}", s.actor, what.join(", "))
+            }
+            (Command::PolicyGet(t) | Command::PolicyRollback(t), _) => {
+                format!("{cmd} {}", t.actor)
+            }
+            _ => cmd.into(),
+        }
+    }
+
+    fn describe_action(&self, action: &NetAction) -> String {
         let dir = |d: &Option<Direction>| match d {
             Some(d) => format!(" {d}"),
             None => " (both directions)".into(),
         };
         let cmd = action.command();
         match action {
-            ChaosAction::LinkKill { link, dir: d } | ChaosAction::LinkRestore { link, dir: d } => {
+            NetAction::LinkKill { link, dir: d } | NetAction::LinkRestore { link, dir: d } => {
                 format!("{cmd} {}{}", self.link(*link).name, dir(d))
             }
-            ChaosAction::LinkSet {
+            NetAction::LinkSet {
                 link,
                 dir: d,
                 patch,
@@ -257,10 +282,10 @@ impl Cluster {
                     describe_patch(patch)
                 )
             }
-            ChaosAction::HostPartition { a, b } | ChaosAction::HostHeal { a, b } => {
+            NetAction::HostPartition { a, b } | NetAction::HostHeal { a, b } => {
                 format!("{cmd} {} | {}", self.host(*a).name, self.host(*b).name)
             }
-            ChaosAction::LinkFlap {
+            NetAction::LinkFlap {
                 link,
                 mtbf_ns,
                 mttr_ns,
@@ -276,7 +301,6 @@ impl Cluster {
                     None => ", until the end".into(),
                 }
             ),
-            ChaosAction::RunStop => cmd.into(),
         }
     }
 }

@@ -70,20 +70,17 @@ impl ConfigError {
 }
 
 /// A control command (or `[[chaos]]` entry) that cannot be turned into a
-/// [`crate::ChaosAction`]. `field` is the key at fault, dotted for nested
+/// [`crate::command::Resolved`]. `field` is the key at fault, dotted for nested
 /// tables (`"loss.p"`).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ActionError {
     #[error("unknown command {command:?}; expected one of: {}", valid.join(", "))]
-    UnknownCommand {
-        command: String,
-        valid: Vec<&'static str>,
-    },
+    UnknownCommand { command: String, valid: Vec<String> },
     #[error("key `{}` is not valid for {context}; valid keys: {}", leaf(field), valid.join(", "))]
     UnknownField {
         field: String,
         context: String,
-        valid: Vec<&'static str>,
+        valid: Vec<String>,
     },
     #[error("missing required key `{field}`: expected {expected}")]
     MissingField { field: String, expected: String },

@@ -33,7 +33,7 @@ pub(crate) fn check_keys(obj: &Obj, valid: &[&'static str], context: &str, errs:
             errs.push(ActionError::UnknownField {
                 field: key.clone(),
                 context: context.to_string(),
-                valid: valid.to_vec(),
+                valid: valid.iter().map(|s| s.to_string()).collect(),
             });
         }
     }
@@ -137,9 +137,13 @@ pub(crate) fn opt_duration(
     key: &str,
     nonzero: bool,
 ) -> Result<Option<u64>, ActionError> {
-    let Some(v) = obj.get(key) else {
-        return Ok(None);
-    };
+    obj.get(key)
+        .map(|v| duration_value(key, v, nonzero))
+        .transpose()
+}
+
+/// A duration value of `key`; `nonzero` rejects `"0s"`.
+pub(crate) fn duration_value(key: &str, v: &Value, nonzero: bool) -> Result<u64, ActionError> {
     let expected = "a duration like \"20ms\" (ns, us, ms, s, m)";
     let Value::String(s) = v else {
         return Err(wrong_type(key, expected, v));
@@ -151,7 +155,7 @@ pub(crate) fn opt_duration(
             format!("expected a duration greater than 0, found {s:?}"),
         ));
     }
-    Ok(Some(ns))
+    Ok(ns)
 }
 
 pub(crate) fn req_duration(obj: &Obj, key: &str, nonzero: bool) -> Result<u64, ActionError> {

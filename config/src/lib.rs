@@ -2,7 +2,7 @@
 //!
 //! Entry points: [`Cluster::load`] / [`Cluster::from_str`] (a [`Cluster`] or a
 //! [`ConfigError`] whose [`Diagnostic`]s carry file, line and column),
-//! [`Cluster::describe`] (what `edgemu check` prints), [`parse_action`] (the
+//! [`Cluster::describe`] (what `edgemu check` prints), [`command::Command`] (the
 //! control-plane command vocabulary, shared with `[[chaos]]`), and the units in
 //! [`units`]. This doc is also `docs/cluster-toml.md`.
 //!
@@ -140,7 +140,9 @@
 //! ### `[[chaos]]`
 //!
 //! Each entry runs one control command at a time offset. The command keys are exactly those
-//! of the control plane (both go through [`parse_action`]).
+//! of the control plane: an entry (less `at`, `command`, `every`) is parsed into the same typed
+//! [`command::Command`] as a control request and resolved by the same
+//! [`command::Command::resolve`], so both accept the same vocabulary and give the same errors.
 //!
 //! | key       | type     | default | meaning |
 //! |-----------|----------|---------|---------|
@@ -157,6 +159,9 @@
 //! | `host.partition` | `hosts = ["alpha", "beta"]` (two different hosts) |
 //! | `host.heal`      | `hosts = ["alpha", "beta"]` |
 //! | `link.flap`      | `link` (required), `mtbf` (required, > 0: mean up time), `mttr` (required, > 0: mean down time), `seed` (default: the run's seed), `until` (duration from the run's start, after `at`; default the end) — up for Exp(mtbf), down for Exp(mttr) |
+//! | `policy.swap`    | `actor` (required: an actor with a policy slot), `policy` (a policy name), `weights` (a safetensors file relative to the config file's folder, read on the actor's host) or `weights_base64` (inline, at most 512 KiB); at least one of `policy` and the weights — see `docs/control.md` |
+//! | `policy.rollback`| `actor` (required) — back to the previous policy version |
+//! | `policy.get`     | `actor` (required) — records the active version in the event log |
 //! | `run.stop`       | — |
 //!
 //! ### Validation
@@ -267,7 +272,7 @@ mod model;
 mod node;
 pub mod units;
 
-pub use action::{parse_action, COMMANDS, MAX_TRACE_BYTES};
+pub use action::{read_run_file, MAX_TRACE_BYTES};
 pub use describe::ge_stationary_loss;
 pub use error::{ActionError, ConfigError, Diagnostic, Diagnostics};
 pub use load::{default_queue_bytes, MIN_EVERY_NS};

@@ -1,6 +1,7 @@
 //! From TOML text to a validated [`Cluster`].
 
-use crate::action::{parse_action, parse_layer, PARAM_KEYS};
+use crate::action::{parse_layer, PARAM_KEYS};
+use crate::command::{Command, Resolved};
 use crate::error::{ActionError, ConfigError, Diagnostic, Diagnostics};
 use crate::fields::*;
 use crate::model::*;
@@ -43,8 +44,6 @@ pub fn default_queue_bytes(rate: &edgemu_links::RateSpec) -> u64 {
 /// command is a control action, not a traffic generator, and each firing
 /// costs a round of actor messages (and, for remote targets, the mesh).
 pub const MIN_EVERY_NS: u64 = 100_000_000;
-/// Commands whose fault `for` can heal.
-const HEALABLE: &[&str] = &["link.kill", "link.set", "host.partition"];
 
 fn actor_keys(kind: &str) -> &'static [&'static str] {
     match kind {
@@ -749,26 +748,47 @@ impl<'a> Loader<'a> {
                 ));
             }
         }
-        let command = errs.ok(req_str(
+        let chaos_names: Vec<&str> = Command::NAMES
+            .iter()
+            .copied()
+            .filter(|n| !matches!(*n, "status" | "metrics" | "metrics.subscribe"))
+            .collect();
+        let name = errs.ok(req_str(
             obj,
             "command",
-            &format!("one of {}", crate::action::COMMANDS.join(", ")),
+            &format!("one of {}", chaos_names.join(", ")),
         ));
-        let mut action = None;
-        if let Some(command) = command {
-            let fields: Obj = obj
+        let mut request = None;
+        let mut command = None;
+        if let Some(name) = name {
+            // The entry's keys, less its own, are a control request's: one
+            // typed parse for both.
+            let mut fields: Obj = obj
                 .iter()
                 .filter(|(k, _)| !CHAOS_KEYS.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            match parse_action(cluster, command, &fields) {
-                Ok(a) => action = Some(a),
-                Err(ActionError::UnknownCommand { command, valid }) => {
+            fields.insert("cmd".into(), Value::String(name.to_string()));
+            match Command::from_fields(&fields) {
+                Ok(mut cmd) if cmd.in_chaos() => {
+                    if let (Some(f), Some(v)) = (for_ns, obj.get("for")) {
+                        match (cmd.heal_after_mut(), v) {
+                            (Some(slot), Value::String(s)) if f > 0 => *slot = Some(s.clone()),
+                            _ => errs.push(crate::command::nothing_to_heal(name)),
+                        }
+                    }
+                    match cmd.resolve(cluster) {
+                        Ok(r) => request = Some(r),
+                        Err(e) => errs.push(e),
+                    }
+                    command = Some(cmd);
+                }
+                Ok(_) | Err(ActionError::UnknownCommand { .. }) => {
                     errs.push(ActionError::invalid(
                         "command",
                         format!(
-                            "unknown command {command:?}; expected one of: {}",
-                            valid.join(", ")
+                            "unknown command {name:?}; expected one of: {}",
+                            chaos_names.join(", ")
                         ),
                     ));
                 }
@@ -777,7 +797,11 @@ impl<'a> Loader<'a> {
                     context,
                     mut valid,
                 }) => {
-                    valid.extend_from_slice(CHAOS_KEYS);
+                    for k in CHAOS_KEYS {
+                        if !valid.iter().any(|v| v == k) {
+                            valid.push(k.to_string());
+                        }
+                    }
                     errs.push(ActionError::UnknownField {
                         field,
                         context,
@@ -786,28 +810,23 @@ impl<'a> Loader<'a> {
                 }
                 Err(other) => errs.push(other),
             }
-            if for_ns.is_some() && !HEALABLE.contains(&command) {
-                errs.push(ActionError::invalid(
-                    "for",
-                    format!(
-                        "{command:?} has no fault to heal; `for` is valid only with {}",
-                        HEALABLE.join(", ")
-                    ),
-                ));
-            }
-            if every_ns.is_some() && matches!(command, "link.flap" | "run.stop") {
+            if every_ns.is_some() && matches!(name, "link.flap" | "run.stop") {
                 errs.push(ActionError::invalid(
                     "every",
-                    format!("{command:?} cannot repeat; remove `every`"),
+                    format!("{name:?} cannot repeat; remove `every`"),
                 ));
             }
             if let (
-                Some(ChaosAction::LinkFlap {
-                    until_ns: Some(until),
+                Some(Resolved::Action {
+                    action:
+                        NetAction::LinkFlap {
+                            until_ns: Some(until),
+                            ..
+                        },
                     ..
                 }),
                 Some(at),
-            ) = (&action, at_ns)
+            ) = (&request, at_ns)
             {
                 if *until <= at {
                     errs.push(ActionError::invalid(
@@ -823,12 +842,12 @@ impl<'a> Loader<'a> {
         }
         let ok = errs.0.is_empty();
         self.report_all(e.node, errs);
-        match (ok, at_ns, action) {
-            (true, Some(at_ns), Some(action)) => Some(ChaosSpec {
+        match (ok, at_ns, command, request) {
+            (true, Some(at_ns), Some(command), Some(request)) => Some(ChaosSpec {
                 index: i + 1,
                 at_ns,
-                action,
-                for_ns,
+                command,
+                request,
                 every_ns,
             }),
             _ => None,

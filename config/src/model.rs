@@ -1,6 +1,7 @@
 //! The resolved topology: what the runtime builds actors and links from.
 //! All durations are nanoseconds, rates bits per second, sizes bytes.
 
+use crate::command::{Command, Resolved};
 use crate::error::ConfigError;
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_links::LinkParams;
@@ -115,21 +116,43 @@ pub struct LinkSpec {
     pub ba: LinkParams,
 }
 
-/// One `[[chaos]]` entry.
+/// One `[[chaos]]` entry: a typed control [`Command`] at a time offset.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChaosSpec {
     /// 1-based index in the file, for the event log.
     pub index: usize,
     pub at_ns: u64,
-    pub action: ChaosAction,
-    /// Heal automatically after this long (`for = "5s"`).
-    pub for_ns: Option<u64>,
+    /// The command as written (with the entry's `for`).
+    pub command: Command,
+    /// The command resolved against the cluster: what hosts act on (the
+    /// same value a control request with these keys resolves to).
+    pub request: Resolved,
     /// Repeat with this period (`every = "10s"`).
     pub every_ns: Option<u64>,
 }
 
+impl ChaosSpec {
+    /// The link or host action, if the command is one.
+    pub fn action(&self) -> Option<&NetAction> {
+        match &self.request {
+            Resolved::Action { action, .. } => Some(action),
+            _ => None,
+        }
+    }
+
+    /// Heal automatically after this long (`for = "5s"`).
+    pub fn for_ns(&self) -> Option<u64> {
+        match &self.request {
+            Resolved::Action { for_ns, .. } => *for_ns,
+            _ => None,
+        }
+    }
+}
+
+/// A link or host command with names resolved to ids (see
+/// [`crate::command::Resolved::Action`]).
 #[derive(Clone, Debug, PartialEq)]
-pub enum ChaosAction {
+pub enum NetAction {
     LinkKill {
         link: LinkId,
         dir: Option<Direction>,
@@ -159,7 +182,6 @@ pub enum ChaosAction {
         seed: u64,
         until_ns: Option<u64>,
     },
-    RunStop,
 }
 
 /// A partial change of a link direction (`link.set`); `None` keeps the value.
@@ -277,17 +299,16 @@ impl LinkSpec {
     }
 }
 
-impl ChaosAction {
+impl NetAction {
     /// The control command this action is (`"link.kill"`, …).
     pub fn command(&self) -> &'static str {
         match self {
-            ChaosAction::LinkKill { .. } => "link.kill",
-            ChaosAction::LinkRestore { .. } => "link.restore",
-            ChaosAction::LinkSet { .. } => "link.set",
-            ChaosAction::HostPartition { .. } => "host.partition",
-            ChaosAction::HostHeal { .. } => "host.heal",
-            ChaosAction::LinkFlap { .. } => "link.flap",
-            ChaosAction::RunStop => "run.stop",
+            NetAction::LinkKill { .. } => "link.kill",
+            NetAction::LinkRestore { .. } => "link.restore",
+            NetAction::LinkSet { .. } => "link.set",
+            NetAction::HostPartition { .. } => "host.partition",
+            NetAction::HostHeal { .. } => "host.heal",
+            NetAction::LinkFlap { .. } => "link.flap",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! the control-plane vocabulary.
 
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
+use edgemu_config::command::{Command, Resolved};
 use edgemu_config::*;
 use edgemu_links::{Delivery, LossSpec, RateSpec};
 use std::path::{Path, PathBuf};
@@ -284,28 +285,30 @@ fn full_fixture_resolves() {
 
     assert_eq!(c.chaos.len(), 7);
     assert_eq!(
-        c.chaos[0],
-        ChaosSpec {
-            index: 1,
-            at_ns: 2_000_000_000,
-            action: ChaosAction::LinkKill {
+        (c.chaos[0].index, c.chaos[0].at_ns, c.chaos[0].every_ns),
+        (1, 2_000_000_000, Some(5_000_000_000))
+    );
+    assert_eq!(
+        c.chaos[0].request,
+        Resolved::Action {
+            action: NetAction::LinkKill {
                 link: wan,
                 dir: Some(Direction::AtoB)
             },
             for_ns: Some(1_000_000_000),
-            every_ns: Some(5_000_000_000),
         }
     );
+    assert_eq!(c.chaos[0].command.name(), "link.kill");
     assert_eq!(
-        c.chaos[1].action,
-        ChaosAction::LinkRestore {
+        *c.chaos[1].action().unwrap(),
+        NetAction::LinkRestore {
             link: cell,
             dir: None
         }
     );
     assert_eq!(
-        c.chaos[2].action,
-        ChaosAction::LinkSet {
+        *c.chaos[2].action().unwrap(),
+        NetAction::LinkSet {
             link: wan,
             dir: Some(Direction::BtoA),
             patch: LinkPatch {
@@ -317,24 +320,24 @@ fn full_fixture_resolves() {
             },
         }
     );
-    assert_eq!(c.chaos[2].for_ns, Some(3_000_000_000));
+    assert_eq!(c.chaos[2].for_ns(), Some(3_000_000_000));
     assert_eq!(
-        c.chaos[3].action,
-        ChaosAction::HostPartition {
+        *c.chaos[3].action().unwrap(),
+        NetAction::HostPartition {
             a: HostId(0),
             b: HostId(1)
         }
     );
     assert_eq!(
-        c.chaos[4].action,
-        ChaosAction::HostHeal {
+        *c.chaos[4].action().unwrap(),
+        NetAction::HostHeal {
             a: HostId(1),
             b: HostId(2)
         }
     );
     assert_eq!(
-        c.chaos[5].action,
-        ChaosAction::LinkFlap {
+        *c.chaos[5].action().unwrap(),
+        NetAction::LinkFlap {
             link: steps,
             mtbf_ns: 5_000_000_000,
             mttr_ns: 1_000_000_000,
@@ -342,7 +345,7 @@ fn full_fixture_resolves() {
             until_ns: Some(18_000_000_000),
         }
     );
-    assert_eq!(c.chaos[6].action, ChaosAction::RunStop);
+    assert_eq!(c.chaos[6].request, Resolved::RunStop);
     assert_eq!(c.chaos[6].at_ns, 19_500_000_000);
     assert!(
         c.requires_token(),
@@ -555,7 +558,7 @@ fn unknown_keys_everywhere() {
         0,
         &[
             "key `hosts` is not valid for command \"link.kill\"",
-            "link, dir, at, command, for, every",
+            "valid keys: link, dir, for, at, command, every",
         ],
     );
 }
@@ -657,7 +660,7 @@ fn bad_enum_values() {
         &["unknown command \"link.explode\"", "link.kill"],
     );
     let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = \"wan\"\ndir = \"up\"\n");
-    expect_error(&t, "\"up\"", 0, &["`dir`", "\"ab\" or \"ba\""]);
+    expect_error(&t, "\"up\"", 0, &["`dir`", "`ab` or `ba`"]);
 }
 
 #[test]
@@ -971,7 +974,7 @@ fn trace_files_outside_the_config_folder_are_refused() {
         } else {
             serde_json::json!({ "link": "wan", key: name })
         };
-        parse_action(&c, "link.set", f.as_object().unwrap())
+        resolve(&c, "link.set", f.as_object().unwrap())
             .unwrap_err()
             .to_string()
     };
@@ -1023,13 +1026,36 @@ fn fields(json: &str) -> serde_json::Map<String, serde_json::Value> {
     serde_json::from_str(json).unwrap()
 }
 
+/// A control command through the one typed path: parse, then resolve.
+fn resolve(
+    c: &Cluster,
+    cmd: &str,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Resolved, ActionError> {
+    let mut f = fields.clone();
+    f.insert("cmd".into(), cmd.into());
+    Command::from_fields(&f)?.resolve(c)
+}
+
+/// [`resolve`] for a link or host command: its action.
+fn parse_action(
+    c: &Cluster,
+    cmd: &str,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<NetAction, ActionError> {
+    match resolve(c, cmd, fields)? {
+        Resolved::Action { action, .. } => Ok(action),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn control_commands_use_the_chaos_vocabulary() {
     let c = parse(BASE).unwrap();
     let a = parse_action(&c, "link.set", &fields(r#"{"link":"wan","dir":"ab","rate":"20Mbps","queue":"unlimited","loss":{"model":"bernoulli","p":0.1}}"#)).unwrap();
     assert_eq!(
         a,
-        ChaosAction::LinkSet {
+        NetAction::LinkSet {
             link: LinkId(0),
             dir: Some(Direction::AtoB),
             patch: LinkPatch {
@@ -1042,21 +1068,21 @@ fn control_commands_use_the_chaos_vocabulary() {
     );
     assert_eq!(
         parse_action(&c, "link.kill", &fields(r#"{"link":"wan"}"#)).unwrap(),
-        ChaosAction::LinkKill {
+        NetAction::LinkKill {
             link: LinkId(0),
             dir: None
         }
     );
     assert_eq!(
         parse_action(&c, "host.heal", &fields(r#"{"hosts":["beta","alpha"]}"#)).unwrap(),
-        ChaosAction::HostHeal {
+        NetAction::HostHeal {
             a: HostId(1),
             b: HostId(0)
         }
     );
     assert_eq!(
-        parse_action(&c, "run.stop", &fields("{}")).unwrap(),
-        ChaosAction::RunStop
+        resolve(&c, "run.stop", &fields("{}")).unwrap(),
+        Resolved::RunStop
     );
     let flap = parse_action(
         &c,
@@ -1066,7 +1092,7 @@ fn control_commands_use_the_chaos_vocabulary() {
     .unwrap();
     assert!(matches!(
         flap,
-        ChaosAction::LinkFlap {
+        NetAction::LinkFlap {
             seed: 0,
             until_ns: None,
             ..
@@ -1162,4 +1188,73 @@ fn root_cluster_toml_is_valid() {
         assert!(!c.hosts.is_empty());
         println!("{}", c.describe());
     }
+}
+
+#[test]
+fn chaos_entries_are_typed_commands() {
+    // A policy swap on the timeline: the same typed command as over control.
+    let t = with(
+        "[[chaos]]\nat = \"2s\"\ncommand = \"policy.swap\"\nactor = \"sink\"\npolicy = \"least-loaded\"\nweights = \"w/ll.safetensors\"\nevery = \"5s\"\n",
+    );
+    let c = parse(&t).unwrap();
+    let spec = &c.chaos[0];
+    assert_eq!(spec.command.name(), "policy.swap");
+    assert_eq!(
+        spec.request,
+        Resolved::Policy {
+            actor: ActorId(1),
+            op: edgemu_config::command::PolicyOp::Swap {
+                policy: Some("least-loaded".into()),
+                weights: Some(edgemu_config::command::Weights::File(
+                    "w/ll.safetensors".into()
+                )),
+            },
+        }
+    );
+    // The control request with the same keys resolves to the same value.
+    let same = resolve(
+        &c,
+        "policy.swap",
+        &fields(r#"{"actor":"sink","policy":"least-loaded","weights":"w/ll.safetensors"}"#),
+    )
+    .unwrap();
+    assert_eq!(same, spec.request);
+    assert!(c
+        .describe()
+        .contains("policy.swap sink: policy least-loaded"));
+
+    // Located errors through the typed parse.
+    let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"policy.swap\"\nactor = \"sink\"\nweights = \"../w.safetensors\"\n");
+    expect_error(
+        &t,
+        "\"../w.safetensors\"",
+        0,
+        &["`weights`", "relative to the config file's folder"],
+    );
+    let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"policy.swap\"\nactor = \"nobody\"\npolicy = \"random\"\n");
+    expect_error(&t, "\"nobody\"", 0, &["`actor`: no actor named \"nobody\""]);
+    let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"policy.swap\"\nactor = \"sink\"\n");
+    expect_error(&t, "[[chaos]]", 0, &["missing required key `policy`"]);
+    let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"link.kill\"\nlink = 5\n");
+    expect_error(&t, "5\n", 0, &["`link`", "expected a string"]);
+    let t =
+        with("[[chaos]]\nat = \"1s\"\ncommand = \"link.restore\"\nlink = \"wan\"\nfor = \"1s\"\n");
+    let d = errors(&t);
+    assert!(
+        d.iter()
+            .any(|d| d.message.contains("`for`") && d.message.contains("no fault to heal")),
+        "{}",
+        Diagnostics(d.clone())
+    );
+    // Commands that only answer a client are not chaos commands.
+    let t = with("[[chaos]]\nat = \"1s\"\ncommand = \"status\"\n");
+    expect_error(&t, "\"status\"", 0, &["unknown command \"status\""]);
+    // A control `link.restore` with `for` is refused the same way.
+    let e = resolve(
+        &parse(BASE).unwrap(),
+        "link.restore",
+        &fields(r#"{"link":"wan","for":"1s"}"#),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no fault to heal"), "{e}");
 }

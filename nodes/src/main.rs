@@ -141,6 +141,9 @@ enum CtlCmd {
     },
     /// Undo a partition.
     Heal { a: String, b: String },
+    /// Get, swap or roll back an actor's policy.
+    #[command(subcommand)]
+    Policy(client::PolicyCmd),
     /// End the run on every host (results are written).
     Stop,
     /// Send a raw JSON request, e.g. '{"cmd":"status"}'.
@@ -334,6 +337,7 @@ fn ctl(a: CtlArgs) -> Result<()> {
             serde_json::json!({ "cmd": "host.partition", "hosts": [x, y], "for": for_ })
         }
         CtlCmd::Heal { a: x, b: y } => serde_json::json!({ "cmd": "host.heal", "hosts": [x, y] }),
+        CtlCmd::Policy(p) => p.request()?,
         CtlCmd::Stop => serde_json::json!({ "cmd": "run.stop" }),
         CtlCmd::Raw { json } => serde_json::from_str(&json).context("the request must be JSON")?,
     };

@@ -64,6 +64,7 @@ pub fn run_all(
                     run_id: Some(run_id.clone()),
                     wait_peers: Some(Duration::from_secs(10)),
                     progress: if i == 0 { pb.clone() } else { None },
+                    ..Default::default()
                 };
                 let id = h.id;
                 let name = h.name.clone();
@@ -126,6 +127,7 @@ pub fn run_node(
         run_id,
         wait_peers: Some(wait_peers),
         progress: progress_bar(&cluster, show_progress),
+        ..Default::default()
     };
     let pb = opts.progress.clone();
     let r = actix::System::new().block_on(run_host_real(cluster, spec.id, opts));

@@ -224,6 +224,12 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
             "{alpha_st}"
         );
         assert_eq!(alpha_st["mesh"]["beta"]["control_dropped"], 0, "{alpha_st}");
+        // What alpha's control socket refused above: two bad tokens, one
+        // malformed request, one oversized message.
+        assert_eq!(alpha_st["control"]["unauthorized"], 2, "{alpha_st}");
+        assert_eq!(alpha_st["control"]["malformed_requests"], 1, "{alpha_st}");
+        assert_eq!(alpha_st["control"]["oversized_messages"], 1, "{alpha_st}");
+        assert_eq!(st["hosts"][1]["control"]["unauthorized"], 0, "{st}");
 
         tokio::time::sleep(Duration::from_secs(2)).await;
         // wan a→b is owned by beta (the sender's host): alpha forwards it.

@@ -7,3 +7,4 @@ pub mod lyreo;
 pub mod nn;
 pub mod repair;
 pub mod rl;
+pub mod slot;

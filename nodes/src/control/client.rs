@@ -76,3 +76,123 @@ pub async fn subscribe(
     }
     Ok(())
 }
+
+/// `edgemu ctl policy …`: the policy commands of an actor's slot.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum PolicyCmd {
+    /// The active policy of ACTOR: name, version hash, when loaded, by whom.
+    Get { actor: String },
+    /// Swap ACTOR's policy (validated on its host; the old one stays on any error).
+    Swap {
+        actor: String,
+        /// Policy name, e.g. least-loaded, lyreo, priorityfec-ddqn (default: keep the active one).
+        #[arg(long)]
+        policy: Option<String>,
+        /// Weights file on the actor's host, relative to its cluster.toml's folder.
+        #[arg(long, conflicts_with = "upload")]
+        weights: Option<String>,
+        /// A local safetensors file sent inline (base64; at most 512 KiB).
+        #[arg(long)]
+        upload: Option<std::path::PathBuf>,
+    },
+    /// Return ACTOR's policy to its previous version.
+    Rollback { actor: String },
+}
+
+impl PolicyCmd {
+    /// The request this subcommand sends.
+    pub fn request(&self) -> Result<serde_json::Value> {
+        use base64::Engine as _;
+        Ok(match self {
+            PolicyCmd::Get { actor } => serde_json::json!({ "cmd": "policy.get", "actor": actor }),
+            PolicyCmd::Rollback { actor } => {
+                serde_json::json!({ "cmd": "policy.rollback", "actor": actor })
+            }
+            PolicyCmd::Swap {
+                actor,
+                policy,
+                weights,
+                upload,
+            } => {
+                let mut v = serde_json::json!({ "cmd": "policy.swap", "actor": actor });
+                if let Some(p) = policy {
+                    v["policy"] = p.clone().into();
+                }
+                if let Some(w) = weights {
+                    v["weights"] = w.clone().into();
+                }
+                if let Some(path) = upload {
+                    let max = edgemu_config::command::MAX_INLINE_WEIGHTS_BYTES as u64;
+                    let len = std::fs::metadata(path)
+                        .with_context(|| format!("reading {}", path.display()))?
+                        .len();
+                    if len > max {
+                        bail!(
+                            "{}: {len} bytes, more than the {max}-byte limit for inline weights; copy it next to the host's cluster.toml and use --weights",
+                            path.display()
+                        );
+                    }
+                    let bytes = std::fs::read(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    v["weights_base64"] = base64::engine::general_purpose::STANDARD
+                        .encode(bytes)
+                        .into();
+                }
+                v
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgemu_config::command::Command;
+
+    #[test]
+    fn policy_subcommands_build_typed_requests() {
+        let dir = std::env::temp_dir().join(format!("edgemu-ctl-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let small = dir.join("w.safetensors");
+        std::fs::write(&small, [1u8, 2, 3]).unwrap();
+        let big = dir.join("big.safetensors");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(edgemu_config::command::MAX_INLINE_WEIGHTS_BYTES as u64 + 1)
+            .unwrap();
+        let swap = PolicyCmd::Swap {
+            actor: "sched".into(),
+            policy: Some("lyreo".into()),
+            weights: None,
+            upload: Some(small),
+        };
+        let req = swap.request().unwrap();
+        assert_eq!(req["weights_base64"], "AQID");
+        let Command::PolicySwap(s) = Command::from_request(&req).unwrap() else {
+            panic!("{req}")
+        };
+        assert_eq!(
+            (s.actor.as_str(), s.policy.as_deref()),
+            ("sched", Some("lyreo"))
+        );
+        for cmd in [
+            PolicyCmd::Get {
+                actor: "sched".into(),
+            },
+            PolicyCmd::Rollback {
+                actor: "sched".into(),
+            },
+        ] {
+            let req = cmd.request().unwrap();
+            assert!(Command::from_request(&req).is_ok(), "{req}");
+        }
+        let too_big = PolicyCmd::Swap {
+            actor: "sched".into(),
+            policy: None,
+            weights: None,
+            upload: Some(big),
+        };
+        assert!(too_big.request().unwrap_err().to_string().contains("limit"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -8,7 +8,8 @@
 //! Commands: `status`, `metrics`, `metrics.subscribe` (then a
 //! `{"event": "metrics", …}` message every `interval`, default 1 s),
 //! `link.set`, `link.kill`, `link.restore`, `link.flap`, `host.partition`,
-//! `host.heal`, `run.stop`. A command whose target another host owns is
+//! `host.heal`, `policy.get`, `policy.swap`, `policy.rollback`, `run.stop`
+//! (see `docs/control.md`). A command whose target another host owns is
 //! forwarded to it over the mesh. A missing or wrong token, malformed JSON or
 //! an unknown command or link gets an error reply; the connection and the run
 //! go on.
@@ -42,6 +43,7 @@ use edgemu_codec::ids::HostId;
 use edgemu_config::Cluster;
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -59,6 +61,37 @@ fn reply(id: &serde_json::Value, result: Result<serde_json::Value, String>) -> S
     let r = edgemu_config::command::Reply::new(id.clone(), result);
     serde_json::to_string(&r).unwrap_or_else(|e| format!("{{\"ok\":false,\"error\":\"{e}\"}}"))
 }
+
+/// What a control socket refused, shared with the host's supervisor (which
+/// reports it in `status`).
+#[derive(Debug, Default)]
+pub struct ControlCounters {
+    pub malformed_requests: AtomicU64,
+    pub unauthorized: AtomicU64,
+    pub oversized_messages: AtomicU64,
+    pub refused_busy: AtomicU64,
+}
+
+impl ControlCounters {
+    fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters as `status` reports them.
+    pub fn status(&self) -> edgemu_config::command::ControlStatus {
+        edgemu_config::command::ControlStatus {
+            malformed_requests: self.malformed_requests.load(Ordering::Relaxed),
+            unauthorized: self.unauthorized.load(Ordering::Relaxed),
+            oversized_messages: self.oversized_messages.load(Ordering::Relaxed),
+            refused_busy: self.refused_busy.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Asks the supervisor for the counters its control socket should bump.
+#[derive(actix::Message)]
+#[rtype(result = "Arc<ControlCounters>")]
+pub struct GetControlCounters;
 
 /// Bounds on what control clients may hold.
 #[derive(Clone, Copy, Debug)]
@@ -106,6 +139,7 @@ struct Shared {
     connections: Arc<Semaphore>,
     in_flight: Arc<Semaphore>,
     subscriptions: Arc<Semaphore>,
+    counters: Arc<ControlCounters>,
     web: Web,
 }
 
@@ -182,6 +216,7 @@ pub async fn serve_with(
 ) -> Result<()> {
     let listener = TcpListener::bind(addr).await?;
     let host_name = cluster.host(host).name.clone();
+    let counters = sup.send(GetControlCounters).await.unwrap_or_default();
     tracing::info!(host = %host_name, %addr, "control websocket listening");
     let shared = Arc::new(Shared {
         sup,
@@ -190,6 +225,7 @@ pub async fn serve_with(
         connections: Arc::new(Semaphore::new(limits.max_connections)),
         in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
         subscriptions: Arc::new(Semaphore::new(limits.max_subscriptions)),
+        counters,
         limits,
         web,
     });
@@ -205,6 +241,7 @@ pub async fn serve_with(
             };
             let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
                 tracing::warn!(%peer, "control connection refused: too many connections");
+                ControlCounters::bump(&shared.counters.refused_busy);
                 drop(tcp);
                 continue;
             };
@@ -302,9 +339,15 @@ async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<(
             rx.next().await
         };
         let Some(msg) = next else { break };
-        let text = match msg? {
+        let msg = msg.inspect_err(|e| {
+            if matches!(e, tokio_tungstenite::tungstenite::Error::Capacity(_)) {
+                ControlCounters::bump(&shared.counters.oversized_messages);
+            }
+        })?;
+        let text = match msg {
             Message::Text(t) => t.to_string(),
             Message::Binary(_) => {
+                ControlCounters::bump(&shared.counters.malformed_requests);
                 let _ = out_tx.try_send(reply(
                     &serde_json::Value::Null,
                     Err("binary frames are not accepted; send JSON text".into()),
@@ -315,6 +358,7 @@ async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<(
             _ => continue,
         };
         let Ok(conn_permit) = conn_in_flight.clone().try_acquire_owned() else {
+            ControlCounters::bump(&shared.counters.refused_busy);
             let _ = out_tx.try_send(reply(
                 &serde_json::Value::Null,
                 Err(format!(
@@ -325,6 +369,7 @@ async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<(
             continue;
         };
         let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
+            ControlCounters::bump(&shared.counters.refused_busy);
             let _ = out_tx.try_send(reply(
                 &serde_json::Value::Null,
                 Err("the host is busy: too many control requests in flight".into()),
@@ -357,6 +402,9 @@ async fn handle_text(
     // JSON parsing happens on the blocking pool, never on the actors' thread.
     let parsed =
         tokio::task::spawn_blocking(move || serde_json::from_str::<serde_json::Value>(&text)).await;
+    if !matches!(parsed, Ok(Ok(serde_json::Value::Object(_)))) {
+        ControlCounters::bump(&shared.counters.malformed_requests);
+    }
     let request = match parsed {
         Ok(Ok(v @ serde_json::Value::Object(_))) => v,
         Ok(Ok(_)) => {
@@ -397,6 +445,7 @@ async fn handle_text(
                 "wrong token"
             };
             tracing::warn!("control request refused: {why}");
+            ControlCounters::bump(&shared.counters.unauthorized);
             count(cmd.as_deref(), CommandResult::Unauthorized);
             let _ = out
                 .send(reply(&id, Err(format!("unauthorized: {why}"))))
@@ -468,6 +517,7 @@ async fn subscribe(
         conn_subs.try_acquire_owned(),
         shared.subscriptions.clone().try_acquire_owned(),
     ) else {
+        ControlCounters::bump(&shared.counters.refused_busy);
         let _ = out
             .send(reply(&id, Err("too many metrics subscriptions".into())))
             .await;

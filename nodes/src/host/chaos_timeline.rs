@@ -74,14 +74,14 @@ impl ChaosTimeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgemu_config::ChaosAction;
+    use edgemu_config::command::{Command, NoKeys, Resolved};
 
     fn spec(index: usize, at_ns: u64, every_ns: Option<u64>) -> ChaosSpec {
         ChaosSpec {
             index,
             at_ns,
-            action: ChaosAction::RunStop,
-            for_ns: None,
+            command: Command::RunStop(NoKeys {}),
+            request: Resolved::RunStop,
             every_ns,
         }
     }

@@ -1,11 +1,15 @@
 //! Control commands: which host owns what a command touches, and applying
 //! the local part of it. `[[chaos]]` entries and control requests share one
-//! vocabulary (`edgemu_config::parse_action`).
+//! typed vocabulary (`edgemu_config::command::Command`) and, once resolved,
+//! one execution path on the host (`Supervisor::handle_request`).
 
 use super::spawn::HostActors;
+use edgemu_actors::messages::LinkStats;
 use edgemu_actors::messages::{LinkControl, PeerControl};
+use edgemu_actors::router::RouterCounters;
 use edgemu_codec::ids::{Direction, HostId, LinkId};
-use edgemu_config::{ChaosAction, Cluster};
+use edgemu_config::command::{LinkStatus, RouterStatus};
+use edgemu_config::{Cluster, NetAction};
 
 /// One thing a command acts on, on the host that owns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,12 +64,12 @@ pub fn link_owner(cluster: &Cluster, link: LinkId, dir: Direction) -> Option<Hos
 }
 
 /// Every target of an action, with its owning host.
-pub fn all_targets(cluster: &Cluster, action: &ChaosAction) -> Vec<(HostId, Target)> {
+pub fn all_targets(cluster: &Cluster, action: &NetAction) -> Vec<(HostId, Target)> {
     let mut out = Vec::new();
     match action {
-        ChaosAction::LinkKill { link, dir }
-        | ChaosAction::LinkRestore { link, dir }
-        | ChaosAction::LinkSet { link, dir, .. } => {
+        NetAction::LinkKill { link, dir }
+        | NetAction::LinkRestore { link, dir }
+        | NetAction::LinkSet { link, dir, .. } => {
             for d in dirs(*dir) {
                 if let Some(h) = link_owner(cluster, *link, d) {
                     out.push((
@@ -78,7 +82,7 @@ pub fn all_targets(cluster: &Cluster, action: &ChaosAction) -> Vec<(HostId, Targ
                 }
             }
         }
-        ChaosAction::LinkFlap { link, .. } => {
+        NetAction::LinkFlap { link, .. } => {
             for d in dirs(None) {
                 if let Some(h) = link_owner(cluster, *link, d) {
                     out.push((
@@ -91,17 +95,15 @@ pub fn all_targets(cluster: &Cluster, action: &ChaosAction) -> Vec<(HostId, Targ
                 }
             }
         }
-        ChaosAction::HostPartition { a, b } | ChaosAction::HostHeal { a, b } => {
+        NetAction::HostPartition { a, b } | NetAction::HostHeal { a, b } => {
             out.push((*a, Target::Peer { peer: *b }));
             out.push((*b, Target::Peer { peer: *a }));
         }
-        // Every host stops itself; the supervisor handles it without targets.
-        ChaosAction::RunStop => {}
     }
     out
 }
 
-pub fn local_targets(cluster: &Cluster, action: &ChaosAction, host: HostId) -> Vec<Target> {
+pub fn local_targets(cluster: &Cluster, action: &NetAction, host: HostId) -> Vec<Target> {
     all_targets(cluster, action)
         .into_iter()
         .filter(|(h, _)| *h == host)
@@ -109,7 +111,7 @@ pub fn local_targets(cluster: &Cluster, action: &ChaosAction, host: HostId) -> V
         .collect()
 }
 
-pub fn owner_hosts(cluster: &Cluster, action: &ChaosAction) -> Vec<HostId> {
+pub fn owner_hosts(cluster: &Cluster, action: &NetAction) -> Vec<HostId> {
     let mut v: Vec<HostId> = all_targets(cluster, action)
         .into_iter()
         .map(|(h, _)| h)
@@ -119,8 +121,61 @@ pub fn owner_hosts(cluster: &Cluster, action: &ChaosAction) -> Vec<HostId> {
     v
 }
 
-pub fn concerns_host(cluster: &Cluster, action: &ChaosAction, host: HostId) -> bool {
-    matches!(action, ChaosAction::RunStop) || !local_targets(cluster, action, host).is_empty()
+/// Whether `host` has a part in `request` (the chaos timeline of a host
+/// holds only the entries it acts on).
+pub fn concerns_host(cluster: &Cluster, request: &Request, host: HostId) -> bool {
+    match request {
+        Request::RunStop => true,
+        Request::Action { action, .. } => !local_targets(cluster, action, host).is_empty(),
+        Request::Policy { actor, .. } => policy_owner(cluster, *actor) == Some(host),
+        Request::Status | Request::Subscribe { .. } => false,
+    }
+}
+
+/// The host that owns `actor`'s policy slot (the actor's host).
+pub fn policy_owner(cluster: &Cluster, actor: edgemu_codec::ids::ActorId) -> Option<HostId> {
+    cluster.get_actor(actor).map(|a| a.host)
+}
+
+/// One link direction's counters as `status` reports them.
+pub fn link_status(s: &LinkStats) -> LinkStatus {
+    LinkStatus {
+        link: s.link.0,
+        name: s.name.clone(),
+        dir: s.dir.to_string(),
+        t_ns: s.t_ns,
+        up: s.up,
+        rate_bps: s.rate_bps,
+        delay_ns: s.delay_ns,
+        offered: s.offered,
+        delivered: s.delivered,
+        lost: s.lost,
+        queue_dropped: s.queue_dropped,
+        down_dropped: s.down_dropped,
+        retransmissions: s.retransmissions,
+        bytes_offered: s.bytes_offered,
+        bytes_delivered: s.bytes_delivered,
+        queued_bytes: s.queued_bytes,
+        delay_p50_ns: s.delay_p50_ns,
+        delay_p99_ns: s.delay_p99_ns,
+        delay_max_ns: s.delay_max_ns,
+        expected_loss: s.expected_loss,
+    }
+}
+
+/// The router's counters as `status` reports them.
+pub fn router_status(c: &RouterCounters) -> RouterStatus {
+    RouterStatus {
+        delivered_local: c.delivered_local,
+        sent_remote: c.sent_remote,
+        received_remote: c.received_remote,
+        dropped_unknown: c.dropped_unknown,
+        dropped_queue_full: c.dropped_queue_full,
+        dropped_peer_down: c.dropped_peer_down,
+        dropped_partition: c.dropped_partition,
+        dropped_bad_route: c.dropped_bad_route,
+        dropped_inbound_full: c.dropped_inbound_full,
+    }
 }
 
 /// A control request after parsing and resolving: what the supervisor acts on.
@@ -131,7 +186,8 @@ pub use edgemu_config::command::Resolved as Request;
 /// May read trace files: call it through [`parse_off_thread`] from an
 /// actor's thread.
 pub fn parse_request(cluster: &Cluster, request: &serde_json::Value) -> Result<Request, String> {
-    let command = edgemu_config::command::Command::from_request(request)?;
+    let command =
+        edgemu_config::command::Command::from_request(request).map_err(|e| e.to_string())?;
     command.resolve(cluster).map_err(|e| e.to_string())
 }
 
@@ -173,7 +229,7 @@ pub async fn apply(
     cluster: std::sync::Arc<Cluster>,
     host_name: String,
     targets: Vec<Target>,
-    action: ChaosAction,
+    action: NetAction,
     for_ns: Option<u64>,
 ) -> Vec<Applied> {
     let mut out = Vec::new();
@@ -182,15 +238,15 @@ pub async fn apply(
         let result: Result<u64, String> = match (&t, &action) {
             (Target::Link { link, dir }, a) => {
                 let msg = match a {
-                    ChaosAction::LinkKill { .. } => Some(LinkControl::Kill {
+                    NetAction::LinkKill { .. } => Some(LinkControl::Kill {
                         heal_after_ns: for_ns,
                     }),
-                    ChaosAction::LinkRestore { .. } => Some(LinkControl::Restore),
-                    ChaosAction::LinkSet { patch, .. } => Some(LinkControl::Set {
+                    NetAction::LinkRestore { .. } => Some(LinkControl::Restore),
+                    NetAction::LinkSet { patch, .. } => Some(LinkControl::Set {
                         patch: patch.clone(),
                         heal_after_ns: for_ns,
                     }),
-                    ChaosAction::LinkFlap {
+                    NetAction::LinkFlap {
                         mtbf_ns,
                         mttr_ns,
                         seed,
@@ -212,7 +268,7 @@ pub async fn apply(
                     (_, None) => Err("link direction is not on this host".into()),
                 }
             }
-            (Target::Peer { peer }, ChaosAction::HostPartition { .. }) => actors
+            (Target::Peer { peer }, NetAction::HostPartition { .. }) => actors
                 .router
                 .send(PeerControl::Partition {
                     peer: *peer,
@@ -220,7 +276,7 @@ pub async fn apply(
                 })
                 .await
                 .map_err(|e| e.to_string()),
-            (Target::Peer { peer }, ChaosAction::HostHeal { .. }) => actors
+            (Target::Peer { peer }, NetAction::HostHeal { .. }) => actors
                 .router
                 .send(PeerControl::Heal { peer: *peer })
                 .await

@@ -14,6 +14,7 @@
 pub mod chaos_timeline;
 pub mod commands;
 pub mod keys;
+pub mod policies;
 pub mod route;
 pub mod spawn;
 pub mod supervisor;
@@ -45,6 +46,9 @@ pub struct HostOptions {
     pub wait_peers: Option<Duration>,
     /// Show a progress bar for this host.
     pub progress: Option<indicatif::ProgressBar>,
+    /// Policy slots to add to the host's registry (slots of actors built
+    /// outside the config, e.g. by a test).
+    pub policies: policies::PolicyRegistry,
 }
 
 /// The cluster token from the environment variable the config names.
@@ -161,6 +165,7 @@ pub async fn run_host_real(
             sender: Some(s),
         });
     }
+    actors.policies.extend_from(&opts.policies);
     let (done_tx, done_rx) = oneshot::channel();
     let sup = Supervisor::new(
         cluster.clone(),

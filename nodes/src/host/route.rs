@@ -8,23 +8,32 @@
 //! local targets plus the owners of the others; an owner receiving the
 //! forwarded command acts on its own targets only and never forwards again.
 //!
+//! Policy commands (`policy.get`, `policy.swap`, `policy.rollback`) have one
+//! target, the policy slot of an actor, owned by the actor's host: that host
+//! applies it ([`Plan::Policy`] with no `forward_to`), any other forwards the
+//! same command there once.
+//!
+//! Chaos entries take the same path: each host's supervisor executes the
+//! plan of its own timeline entries as a forwarded command (act on local
+//! targets, never forward), so a chaos `link.kill` or `policy.swap` does
+//! exactly what the control request with the same keys does.
+//!
 //! # Adding a command
 //!
-//! - Same target kinds (links, host pairs): one variant of
-//!   [`edgemu_config::command::Command`] (its keys; the JSON Schema follows),
-//!   its case in `Command::resolve` (usually `parse_action`), and its arm
-//!   in [`super::commands::apply`].
-//! - A new target kind (a policy slot owned by a scheduler actor for
-//!   `policy.swap`/`policy.get`/`policy.rollback`, an actor for
-//!   `actor.kill`/`actor.restart`): additionally one variant of
-//!   [`super::commands::Target`] (e.g. `Actor { actor: ActorId }`), whose
-//!   owner is the actor's host (`cluster.actors[id].host`) in
-//!   [`super::commands::all_targets`], and one handler: the arm of
-//!   `commands::apply` that sends the typed message to that actor. Routing
-//!   here, forwarding, logging and replies need no change.
+//! - Same target kinds (links, host pairs, policy slots): one variant of
+//!   [`edgemu_config::command::Command`] (its keys; the JSON Schema follows)
+//!   and its case in `Command::resolve`, and its arm in
+//!   [`super::commands::apply`] (or [`super::policies::apply`]).
+//! - A new target kind (an actor for `actor.kill`/`actor.restart`):
+//!   additionally one variant of [`super::commands::Target`] (e.g.
+//!   `Actor { actor: ActorId }`), whose owner is the actor's host
+//!   (`cluster.actors[id].host`) in [`super::commands::all_targets`], and
+//!   one handler: the arm of `commands::apply` that sends the typed message
+//!   to that actor. Routing here, forwarding, logging and replies need no
+//!   change.
 
 use super::commands::{self, Request, Target};
-use edgemu_codec::ids::HostId;
+use edgemu_codec::ids::{ActorId, HostId};
 use edgemu_config::Cluster;
 
 /// What the supervisor does with one request.
@@ -38,6 +47,11 @@ pub enum Plan {
     Apply {
         local: Vec<Target>,
         remote: Vec<HostId>,
+    },
+    /// Act on `actor`'s policy slot here, or forward to its owner.
+    Policy {
+        actor: ActorId,
+        forward_to: Option<HostId>,
     },
     /// Answer with this error.
     Refuse(String),
@@ -89,6 +103,23 @@ pub fn plan(
             }
             Plan::Apply { local, remote }
         }
+        Request::Policy { actor, .. } => match commands::policy_owner(cluster, *actor) {
+            None => Plan::Refuse(format!("no actor with id {}", actor.0)),
+            Some(owner) if owner == host => Plan::Policy {
+                actor: *actor,
+                forward_to: None,
+            },
+            Some(_) if forwarded => {
+                Plan::Refuse("the actor is owned by another host; not forwarded again".into())
+            }
+            Some(_) if !has_mesh => {
+                Plan::Refuse("the actor is owned by another host and this host has no mesh".into())
+            }
+            Some(owner) => Plan::Policy {
+                actor: *actor,
+                forward_to: Some(owner),
+            },
+        },
     }
 }
 
@@ -96,7 +127,8 @@ pub fn plan(
 mod tests {
     use super::*;
     use edgemu_codec::ids::{Direction, LinkId};
-    use edgemu_config::ChaosAction;
+    use edgemu_config::command::PolicyOp;
+    use edgemu_config::NetAction;
 
     fn cluster() -> Cluster {
         let text = r#"
@@ -129,7 +161,7 @@ b = "sink"
 
     fn kill(dir: Option<Direction>) -> Request {
         Request::Action {
-            action: ChaosAction::LinkKill {
+            action: NetAction::LinkKill {
                 link: LinkId(0),
                 dir,
             },
@@ -197,7 +229,7 @@ b = "sink"
             &c,
             HostId(0),
             &Request::Action {
-                action: ChaosAction::HostPartition {
+                action: NetAction::HostPartition {
                     a: HostId(0),
                     b: HostId(1),
                 },
@@ -213,5 +245,45 @@ b = "sink"
                 remote: vec![HostId(1)]
             }
         );
+    }
+
+    #[test]
+    fn a_policy_command_goes_to_the_actor_host_once() {
+        let c = cluster();
+        let (alpha, beta) = (HostId(0), HostId(1));
+        // cbr (actor 0) lives on beta.
+        let get = Request::Policy {
+            actor: ActorId(0),
+            op: PolicyOp::Get,
+        };
+        assert_eq!(
+            plan(&c, alpha, &get, false, true),
+            Plan::Policy {
+                actor: ActorId(0),
+                forward_to: Some(beta)
+            }
+        );
+        let here = Plan::Policy {
+            actor: ActorId(0),
+            forward_to: None,
+        };
+        assert_eq!(plan(&c, beta, &get, false, true), here);
+        assert_eq!(plan(&c, beta, &get, true, true), here);
+        assert!(matches!(plan(&c, alpha, &get, true, true), Plan::Refuse(_)));
+        assert!(matches!(
+            plan(&c, alpha, &get, false, false),
+            Plan::Refuse(_)
+        ));
+        let none = Request::Policy {
+            actor: ActorId(9),
+            op: PolicyOp::Rollback,
+        };
+        assert!(matches!(
+            plan(&c, beta, &none, false, true),
+            Plan::Refuse(_)
+        ));
+        // The chaos timeline of a host holds the entries it acts on.
+        assert!(commands::concerns_host(&c, &get, beta));
+        assert!(!commands::concerns_host(&c, &get, alpha));
     }
 }

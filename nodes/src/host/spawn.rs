@@ -21,6 +21,8 @@ pub struct HostActors {
     pub links: BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
     pub senders: Vec<Recipient<StopSending>>,
     pub flushers: Vec<Recipient<Flush>>,
+    /// Policy slots of this host's actors (see [`super::policies`]).
+    pub policies: super::policies::PolicyRegistry,
 }
 
 /// Mixes the run seed with an object's index so every link direction has its
@@ -48,6 +50,8 @@ pub fn spawn_host_actors(
     let inbound = router.inbound_gate();
     let router = router.start();
     let route = router.clone().recipient();
+    // Actors with a swappable policy register their slot here.
+    let policies = super::policies::PolicyRegistry::default();
 
     let mut links = BTreeMap::new();
     for l in &cluster.links {
@@ -194,6 +198,7 @@ pub fn spawn_host_actors(
     HostActors {
         router,
         inbound,
+        policies,
         links,
         senders,
         flushers,

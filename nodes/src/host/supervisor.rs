@@ -15,7 +15,7 @@ use edgemu_actors::messages::{GetLinkStats, LinkStats, PeerStatus, StopSending};
 use edgemu_actors::probes::FlowSummary;
 use edgemu_actors::router::{GetRouterCounters, RouterCounters};
 use edgemu_codec::ids::{Direction, HostId, LinkId};
-use edgemu_config::command::{Applied, AppliedTarget};
+use edgemu_config::command::{Applied, AppliedTarget, HostStatus, MeshPeerStatus, StatusReply};
 use edgemu_config::{ChaosSpec, Cluster};
 use futures_util::future::BoxFuture;
 use serde::Serialize;
@@ -27,8 +27,8 @@ use tokio::sync::oneshot;
 /// Sends a control request to another host and waits for its JSON reply.
 pub trait ControlForwarder: Send + Sync {
     /// Per-peer mesh counters (malformed frames, dropped control frames,
-    /// write timeouts, silences) for `status`.
-    fn counters(&self) -> serde_json::Value;
+    /// write timeouts, silences) for `status`, by peer host name.
+    fn counters(&self) -> BTreeMap<String, MeshPeerStatus>;
     fn forward(
         &self,
         host: HostId,
@@ -89,6 +89,8 @@ pub struct Supervisor {
     /// How long the stop sequence waits for packets in flight: twice the
     /// longest one-way delay plus jitter, plus 0.3 s, at most 3 s.
     drain_ns: u64,
+    /// What this host's control socket refused (it asks for this at start).
+    control: Arc<crate::control::ControlCounters>,
 }
 
 impl Supervisor {
@@ -115,7 +117,7 @@ impl Supervisor {
             cluster
                 .chaos
                 .iter()
-                .filter(|s| commands::concerns_host(&cluster, &s.action, host))
+                .filter(|s| commands::concerns_host(&cluster, &s.request, host))
                 .cloned()
                 .collect(),
             cluster.run.duration_ns,
@@ -138,6 +140,7 @@ impl Supervisor {
                 .saturating_mul(2)
                 .saturating_add(300_000_000)
                 .min(3_000_000_000),
+            control: Default::default(),
         }
     }
 
@@ -215,30 +218,25 @@ impl Supervisor {
         });
     }
 
+    /// Runs this host's part of a chaos entry through the same path as a
+    /// control request forwarded to this host: act on local targets only.
     fn fire_chaos(&mut self, spec: &ChaosSpec, ctx: &mut Context<Self>) {
         if self.stopping {
             return;
         }
         let source = format!("chaos#{}", spec.index);
-        if matches!(spec.action, edgemu_config::ChaosAction::RunStop) {
-            let t = self.clock.now_ns();
-            self.log(t, &source, "run.stop", serde_json::json!({}));
-            self.finish(format!("{source}: run.stop"), ctx);
-            return;
-        }
-        let targets = commands::local_targets(&self.cluster, &spec.action, self.host);
-        let fut = commands::apply(
-            self.actors.clone(),
-            self.cluster.clone(),
-            self.host_name.clone(),
-            targets,
-            spec.action.clone(),
-            spec.for_ns,
+        let kind = spec.command.name();
+        let fut = self.handle_request(
+            spec.request.clone(),
+            serde_json::Value::Null,
+            true,
+            source.clone(),
+            ctx,
         );
-        let kind = spec.action.command();
-        ctx.spawn(fut.into_actor(self).map(move |applied, act, _| {
-            for a in applied {
-                act.log(a.at_ns, &source, kind, a.detail());
+        ctx.spawn(fut.map(move |r, act, _| {
+            if let Err(e) = r {
+                let t = act.clock.now_ns();
+                act.log(t, &source, kind, serde_json::json!({ "error": e }));
             }
         }));
     }
@@ -342,33 +340,110 @@ impl Supervisor {
                     .forwarder
                     .as_ref()
                     .map(|f| f.counters())
-                    .unwrap_or(serde_json::Value::Null);
+                    .unwrap_or_default();
+                let control = self.control.clone();
+                let peers: Vec<(HostId, String)> = peers
+                    .into_iter()
+                    .map(|p| {
+                        let name = self.cluster.get_host(p).map(|h| h.name.clone());
+                        (p, name.unwrap_or_else(|| format!("host#{}", p.0)))
+                    })
+                    .collect();
                 Box::pin(
                     async move {
                         let links = stats.await;
                         let counters = router.send(GetRouterCounters).await.unwrap_or_default();
-                        let mut hosts = vec![serde_json::json!({
-                            "host": host, "t_ns": now, "links": links, "router": counters,
-                            "mesh": mesh,
-                        })];
+                        let mut reply = StatusReply {
+                            hosts: vec![HostStatus {
+                                host,
+                                t_ns: now,
+                                links: links.iter().map(commands::link_status).collect(),
+                                router: commands::router_status(&counters),
+                                mesh,
+                                control: control.status(),
+                                error: None,
+                            }],
+                        };
                         if let Some(f) = fwd {
-                            for p in peers {
-                                match f.forward(p, request.clone()).await {
-                                    Ok(v) => {
-                                        if let Some(arr) = v.get("hosts").and_then(|h| h.as_array())
-                                        {
-                                            hosts.extend(arr.iter().cloned());
-                                        }
-                                    }
-                                    Err(e) => hosts
-                                        .push(serde_json::json!({ "host_id": p.0, "error": e })),
+                            for (p, name) in peers {
+                                let theirs = f.forward(p, request.clone()).await.and_then(|v| {
+                                    serde_json::from_value::<StatusReply>(v)
+                                        .map_err(|e| format!("bad status reply: {e}"))
+                                });
+                                match theirs {
+                                    Ok(mut t) => reply.hosts.append(&mut t.hosts),
+                                    Err(e) => reply.hosts.push(HostStatus {
+                                        host: name,
+                                        t_ns: now,
+                                        links: Vec::new(),
+                                        router: Default::default(),
+                                        mesh: BTreeMap::new(),
+                                        control: Default::default(),
+                                        error: Some(e),
+                                    }),
                                 }
                             }
                         }
-                        Ok(serde_json::json!({ "hosts": hosts }))
+                        to_json(&reply)
                     }
                     .into_actor(self),
                 )
+            }
+            Plan::Policy { actor, forward_to } => {
+                let commands::Request::Policy { op, .. } = parsed else {
+                    return Box::pin(
+                        async { Err("not a policy command".to_string()) }.into_actor(self),
+                    );
+                };
+                if let Some(owner) = forward_to {
+                    let fwd = self.forwarder.clone();
+                    return Box::pin(
+                        async move {
+                            match fwd {
+                                Some(f) => f.forward(owner, request).await,
+                                None => Err("this host has no mesh".to_string()),
+                            }
+                        }
+                        .into_actor(self),
+                    );
+                }
+                let kind = match op {
+                    edgemu_config::command::PolicyOp::Get => "policy.get",
+                    edgemu_config::command::PolicyOp::Rollback => "policy.rollback",
+                    edgemu_config::command::PolicyOp::Swap { .. } => "policy.swap",
+                };
+                let fut = super::policies::apply_off_thread(
+                    self.actors.policies.clone(),
+                    self.cluster.clone(),
+                    self.host_name.clone(),
+                    actor,
+                    op,
+                    self.clock.now_ns(),
+                    source.clone(),
+                );
+                let actor_name = self
+                    .cluster
+                    .get_actor(actor)
+                    .map(|a| a.name.clone())
+                    .unwrap_or_default();
+                Box::pin(fut.into_actor(self).map(move |r, act, _| {
+                    let t = act.clock.now_ns();
+                    match &r {
+                        Ok(reply) => act.log(
+                            t,
+                            &source,
+                            kind,
+                            serde_json::to_value(reply).unwrap_or_default(),
+                        ),
+                        Err(e) => act.log(
+                            t,
+                            &source,
+                            kind,
+                            serde_json::json!({ "actor": actor_name, "error": e }),
+                        ),
+                    }
+                    r.and_then(|reply| to_json(&reply))
+                }))
             }
             Plan::Stop { peers } => {
                 let t = self.clock.now_ns();
@@ -502,6 +577,17 @@ impl Handler<Control> for Supervisor {
     type Result = ResponseActFuture<Self, Result<serde_json::Value, String>>;
     fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) -> Self::Result {
         self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
+    }
+}
+
+impl Handler<crate::control::GetControlCounters> for Supervisor {
+    type Result = MessageResult<crate::control::GetControlCounters>;
+    fn handle(
+        &mut self,
+        _: crate::control::GetControlCounters,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        MessageResult(self.control.clone())
     }
 }
 

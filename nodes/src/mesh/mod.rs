@@ -225,17 +225,15 @@ struct MeshForwarder {
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ControlForwarder for MeshForwarder {
-    fn counters(&self) -> serde_json::Value {
-        let peers: serde_json::Map<String, serde_json::Value> = self
-            .peers
+    fn counters(&self) -> BTreeMap<String, edgemu_config::command::MeshPeerStatus> {
+        self.peers
             .values()
             .map(|p| {
-                let mut v = p.counters.json();
-                v["up"] = p.up.load(Ordering::Acquire).into();
-                (p.name.clone(), v)
+                let mut c = p.counters.status();
+                c.up = p.up.load(Ordering::Acquire);
+                (p.name.clone(), c)
             })
-            .collect();
-        serde_json::Value::Object(peers)
+            .collect()
     }
 
     fn forward(

@@ -105,13 +105,15 @@ pub(crate) struct PeerCounters {
 }
 
 impl PeerCounters {
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "malformed_frames": self.malformed_frames.load(Ordering::Relaxed),
-            "control_dropped": self.control_dropped.load(Ordering::Relaxed),
-            "write_timeouts": self.write_timeouts.load(Ordering::Relaxed),
-            "silences": self.silences.load(Ordering::Relaxed),
-        })
+    /// The counters as `status` reports them (`up` is the caller's).
+    pub fn status(&self) -> edgemu_config::command::MeshPeerStatus {
+        edgemu_config::command::MeshPeerStatus {
+            up: false,
+            malformed_frames: self.malformed_frames.load(Ordering::Relaxed),
+            control_dropped: self.control_dropped.load(Ordering::Relaxed),
+            write_timeouts: self.write_timeouts.load(Ordering::Relaxed),
+            silences: self.silences.load(Ordering::Relaxed),
+        }
     }
 }
 

@@ -194,6 +194,25 @@ impl LearnedModel {
     /// kind, version, normalization length; `std > 0`).
     pub fn load(path: &Path, variant: Variant) -> Result<LearnedModel, PolicyError> {
         let w = WeightsFile::load(path, &Self::expected())?;
+        Self::from_weights(w, path, variant)
+    }
+
+    /// [`LearnedModel::load`] from safetensors bytes (a `policy.swap`
+    /// payload); `label` names them in errors.
+    pub fn from_bytes(
+        bytes: &[u8],
+        label: &Path,
+        variant: Variant,
+    ) -> Result<LearnedModel, PolicyError> {
+        let w = WeightsFile::from_bytes(bytes, label, &Self::expected())?;
+        Self::from_weights(w, label, variant)
+    }
+
+    fn from_weights(
+        w: WeightsFile,
+        path: &Path,
+        variant: Variant,
+    ) -> Result<LearnedModel, PolicyError> {
         let mut m = LearnedModel::new(variant, 0);
         w.fill_mlp("actor", &mut m.actor)?;
         w.fill_mlp("critic", &mut m.critic)?;
