@@ -214,6 +214,24 @@ fn a_killed_uplink_leaves_unanswered_requests_and_runs_are_reproducible() {
 }
 
 #[test]
+fn the_documented_lyreo_example_is_valid() {
+    let doc = include_str!("../../docs/cluster-toml.md");
+    let start = doc.find("```toml lyreo\n").expect("the LYREO example") + "```toml lyreo\n".len();
+    let end = start + doc[start..].find("```").expect("its end");
+    let head = "[run]\nduration = \"5s\"\n[[hosts]]\nname = \"ctl\"\nlisten = \"127.0.0.1:1\"\n[[hosts]]\nname = \"gpu1\"\nlisten = \"127.0.0.1:2\"\n[[hosts]]\nname = \"phones\"\nlisten = \"127.0.0.1:3\"\n";
+    let c = Cluster::from_str(
+        &format!("{head}{}", &doc[start..end]),
+        Path::new("doc.toml"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let kinds: Vec<&str> = c.actors.iter().map(|a| a.kind.kind_name()).collect();
+    assert_eq!(kinds, ["scheduler", "server", "server", "user"]);
+    assert!(c
+        .describe()
+        .contains("LYREO scheduler: policy \"least-loaded\" over edge-a, edge-b"));
+}
+
+#[test]
 fn bad_lyreo_actors_are_located_errors() {
     let base = cluster_text("r", "", "");
     let check = |text: &str, want: &str| {

@@ -72,7 +72,7 @@ impl Tables {
     }
 }
 
-fn scheduler_spec<'c>(cluster: &'c Cluster, id: ActorId) -> Result<&'c SchedulerSpec> {
+fn scheduler_spec(cluster: &Cluster, id: ActorId) -> Result<&SchedulerSpec> {
     match &cluster.actor(id).kind {
         ActorKind::Scheduler(s) => Ok(s),
         other => Err(anyhow!(
