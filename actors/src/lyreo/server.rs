@@ -41,7 +41,8 @@ struct Batch {
 pub struct ServerActor<B: Backend + 'static> {
     s: ServerSetup,
     // Boxed: a backend's cache type need not be `Unpin`, an actor must be.
-    core: Box<ServerSlotCore<B>>,
+    // `None`: the backend could not be built; every request is rejected.
+    core: Option<Box<ServerSlotCore<B>>>,
     clock: Clock,
     router: Recipient<Route>,
     table: CsvTable,
@@ -71,7 +72,7 @@ impl<B: Backend + 'static> ServerActor<B> {
     ) -> Self {
         ServerActor {
             s,
-            core: Box::new(core),
+            core: Some(Box::new(core)),
             clock,
             router,
             table,
@@ -88,6 +89,36 @@ impl<B: Backend + 'static> ServerActor<B> {
         }
     }
 
+    /// A server whose backend failed to build (`why` is logged): it answers
+    /// every request it is assigned as rejected, so nothing is dropped
+    /// silently, and reports an empty state.
+    pub fn unavailable(
+        s: ServerSetup,
+        why: &str,
+        clock: Clock,
+        router: Recipient<Route>,
+        table: CsvTable,
+    ) -> Self {
+        tracing::error!(server = %s.name, error = %why, "server backend unavailable; its requests are rejected");
+        ServerActor {
+            s,
+            core: None,
+            clock,
+            router,
+            table,
+            batches: BTreeMap::new(),
+            early: HashMap::new(),
+            users: HashMap::new(),
+            upload_start: HashMap::new(),
+            slot: 0,
+            assigned_in_slot: 0,
+            lost_in_slot: 0,
+            armed: None,
+            ignored: 0,
+            failed: true,
+        }
+    }
+
     fn send(&self, dst: ActorId, msg: &LyreoMsg) {
         self.router.do_send(Route(Envelope {
             src: self.s.id,
@@ -100,6 +131,22 @@ impl<B: Backend + 'static> ServerActor<B> {
     }
 
     fn expect(&mut self, slot: u64, requests: Vec<Expected>, ctx: &mut Context<Self>) {
+        if self.core.is_none() {
+            let now = self.clock.now_ns();
+            for r in requests {
+                let a = Answer {
+                    id: r.id,
+                    outcome: Outcome::Rejected,
+                    upload_ns: 0,
+                    wait_ns: 0,
+                    prefill_ns: 0,
+                    decode_ns: 0,
+                    finished_ns: now,
+                };
+                self.send(r.user, &LyreoMsg::Answer(a));
+            }
+            return;
+        }
         let b = self.batches.entry(slot).or_default();
         for r in requests {
             if let Some((start, arrival)) = self.early.remove(&r.id) {
@@ -167,7 +214,11 @@ impl<B: Backend + 'static> ServerActor<B> {
             }
         }
         self.assigned_in_slot += reqs.len();
-        for r in self.core.assign(reqs) {
+        let rejected = match self.core.as_mut() {
+            Some(core) => core.assign(reqs),
+            None => return,
+        };
+        for r in rejected {
             self.answer(&r);
         }
         self.pump(ctx);
@@ -196,12 +247,14 @@ impl<B: Backend + 'static> ServerActor<B> {
 
     /// Runs the core up to now and arms a wake-up for its next event.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.failed {
+        let Some(core) = self.core.as_mut().filter(|_| !self.failed) else {
             return;
-        }
+        };
         let now = self.clock.now_ns();
         let mut done = Vec::new();
-        if let Err(e) = self.core.advance(now.saturating_add(1), &mut done) {
+        let res = core.advance(now.saturating_add(1), &mut done);
+        let next = core.next_event_ns();
+        if let Err(e) = res {
             tracing::error!(server = %self.s.name, error = %e, "server core failed; it stops serving");
             self.failed = true;
         }
@@ -219,7 +272,7 @@ impl<B: Backend + 'static> ServerActor<B> {
                 ctx.run_later(self.clock.until(at), move |act, _| act.answer(&r));
             }
         }
-        if let Some(next) = self.core.next_event_ns() {
+        if let Some(next) = next.filter(|_| !self.failed) {
             if self.armed.is_none_or(|a| a > next || a <= now) {
                 self.armed = Some(next);
                 ctx.run_later(self.clock.until(next), |act, ctx| {
@@ -239,7 +292,22 @@ impl<B: Backend + 'static> ServerActor<B> {
         for s in stale {
             self.try_release(s, true, ctx);
         }
-        let r = self.core.end_slot(t, self.s.slot_ns);
+        let r = match self.core.as_mut() {
+            Some(core) => core.end_slot(t, self.s.slot_ns),
+            None => edgemu_serving::ServerReport {
+                server: 0,
+                slot: t,
+                eta: 0.0,
+                peak_bytes: 0,
+                high_kv: false,
+                occupancy_bytes: 0,
+                reserved_bytes: 0,
+                waiting_kv_bytes: 0,
+                backlog: 0,
+                iterations: 0,
+                busy_ns: 0,
+            },
+        };
         let report = SlotReport {
             slot: t,
             eta: r.eta,

@@ -91,11 +91,21 @@ impl UserActor {
     }
 
     fn send(&self, dst: ActorId, via: Option<LinkId>, payload: edgemu_codec::wire::Msg) {
+        self.send_stamped(dst, via, payload, self.clock.now_ns());
+    }
+
+    fn send_stamped(
+        &self,
+        dst: ActorId,
+        via: Option<LinkId>,
+        payload: edgemu_codec::wire::Msg,
+        sent_at_ns: u64,
+    ) {
         self.router.do_send(Route(Envelope {
             src: self.s.id,
             dst,
             via,
-            sent_at_ns: self.clock.now_ns(),
+            sent_at_ns,
             due_ns: None,
             payload,
         }));
@@ -161,10 +171,13 @@ impl UserActor {
             .and_then(|(_, l)| *l);
         let packet = upload_packet(id, p.input_len);
         // The radio transmission takes l_in·β/R; the packet enters the link
-        // (its delay, loss, kill state) when its last bit is sent.
+        // (its delay, loss, kill state) when its last bit is sent. It is
+        // stamped with that modeled time, so the server recovers the upload
+        // start exactly (`sent_at − upload_ns`); a late timer wake-up shows
+        // in the upload time, as a late radio would.
         let at = now.saturating_add(upload_ns);
         ctx.run_later(self.clock.until(at), move |act, _| {
-            act.send(server, via, packet);
+            act.send_stamped(server, via, packet, at);
         });
     }
 

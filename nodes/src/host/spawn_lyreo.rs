@@ -115,6 +115,7 @@ fn class_profile(a: &ActorSpec, s: &ServerSpec) -> Result<Profile> {
 pub fn spawn(
     cluster: &Cluster,
     a: &ActorSpec,
+    virtual_time: bool,
     clock: Clock,
     route: &Recipient<Route>,
     tables: &mut Tables,
@@ -176,13 +177,43 @@ pub fn spawn(
                         .start()
                         .recipient()
                 }
-                ServerBackend::Real(model) => {
+                ServerBackend::Real(model) if virtual_time => {
+                    // Inline: in virtual time compute must not race the clock.
                     let backend = real_backend(&a.name, model, seed)?;
                     let core =
                         ServerSlotCore::with_backend(index, backend, profile, s.bandwidth_hz, mode);
                     ServerActor::new(setup, core, clock, route.clone(), table)
                         .start()
                         .recipient()
+                }
+                ServerBackend::Real(model) => {
+                    // Real time: the model's forward passes run on the
+                    // server's own thread, so they never stall the host's
+                    // router, links and other servers; the model loads there
+                    // too, while messages queue in the actor's mailbox (so
+                    // the host starts at once). An absent model file is an
+                    // error now; a load that fails later leaves a server
+                    // that rejects every request, logged.
+                    if model == RealModel::SmolLm2 {
+                        edgemu_gpu::model::resolve_model_path(None).map_err(|e| {
+                            anyhow!("server {:?} (backend = \"real\"): {e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)", a.name)
+                        })?;
+                    }
+                    let (name, route, bw) = (a.name.clone(), route.clone(), s.bandwidth_hz);
+                    let arbiter = actix::Arbiter::new();
+                    ServerActor::start_in_arbiter(&arbiter.handle(), move |_| {
+                        match real_backend(&name, model, seed) {
+                            Ok(backend) => {
+                                let core =
+                                    ServerSlotCore::with_backend(index, backend, profile, bw, mode);
+                                ServerActor::new(setup, core, clock, route, table)
+                            }
+                            Err(e) => {
+                                ServerActor::unavailable(setup, &e.to_string(), clock, route, table)
+                            }
+                        }
+                    })
+                    .recipient()
                 }
             };
             Spawned {
