@@ -275,3 +275,61 @@ fn bad_lyreo_actors_are_located_errors() {
         .to_string();
     assert!(e.contains("telepathy"), "{e}");
 }
+
+#[test]
+fn a_sharegpt_user_sends_lengths_from_the_real_conversations() {
+    if edgemu_data::locate().is_err() || edgemu_gpu::model::resolve_model_path(None).is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI must have the ShareGPT file and the model (scripts/fetch-data.sh, fetch-model.sh)"
+        );
+        eprintln!("skipped: ShareGPT file or SmolLM2 absent");
+        return;
+    }
+    let dir = temp_dir("lyreo-live-sharegpt");
+    let results = dir.join("results").display().to_string();
+    let text = cluster_text(&results, "", "")
+        .replace("workload = \"lmsys-like\"", "workload = \"sharegpt\"")
+        .replace("max_input = 64", "max_input = 300");
+    let run_dir = run(&text, &dir, "sg");
+    let csv = std::fs::read_to_string(run_dir.join("phones/requests.csv")).expect("requests");
+    let lens: Vec<(u32, u32)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            (c[6].parse().expect("in"), c[7].parse().expect("out"))
+        })
+        .collect();
+    assert_eq!(lens.len(), 12);
+    assert!(lens
+        .iter()
+        .all(|&(i, o)| (1..=300).contains(&i) && (1..=8).contains(&o)));
+    // Real prompts vary in length (the log-normal stream would too, but
+    // these are drawn from the tokenized conversations).
+    let distinct: std::collections::BTreeSet<u32> = lens.iter().map(|l| l.0).collect();
+    assert!(distinct.len() > 3, "{lens:?}");
+}
+
+#[test]
+fn a_missing_sharegpt_file_stops_the_host_naming_it() {
+    let dir = temp_dir("lyreo-live-nodata");
+    let results = dir.join("results").display().to_string();
+    let text = cluster_text(&results, "", "")
+        .replace("workload = \"lmsys-like\"", "workload = \"sharegpt\"");
+    let cfg = write(&dir, "nd.toml", &text);
+    // The child process sees a data folder with no file in it.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgemu"))
+        .args(["run", "--quiet", "--config"])
+        .arg(&cfg)
+        .env("EDGEMU_DATA_DIR", dir.join("no-data"))
+        .env_remove("EDGEMU_SHAREGPT_JSON")
+        .output()
+        .expect("run edgemu");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("user \"u0\"") && err.contains("sharegpt") && err.contains("no-data"),
+        "{err}"
+    );
+}
