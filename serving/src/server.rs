@@ -326,6 +326,14 @@ impl<B: Backend> ServerSlotCore<B> {
         r
     }
 
+    /// No iteration starts before `now_ns`: for a backend that computes in
+    /// real time (the live real backend), whose work cannot start in the
+    /// past when the server fell behind (a model still loading, a long
+    /// forward pass); the delay then shows as wait, as it did in fact.
+    pub fn hold_until(&mut self, now_ns: u64) {
+        self.busy_until = self.busy_until.max(now_ns);
+    }
+
     /// What a scheduler sees of this server before its first report: the
     /// class figures and `B_s`, an empty state.
     pub fn initial_obs(&self) -> edgemu_policies::lyreo::ServerObs {
@@ -386,6 +394,22 @@ mod tests {
             input_len: lin,
             output_len: lout,
         }
+    }
+
+    #[test]
+    fn held_until_now_a_late_server_counts_the_delay_as_wait() {
+        let mut s = tiny(BatchMode::Continuous);
+        assert!(s.assign(vec![a(1, 1_000_000, 100, 2)]).is_empty());
+        assert_eq!(s.next_event_ns(), Some(1_000_000));
+        // The server only gets to run at 50 ms (say, its model was loading).
+        s.hold_until(50_000_000);
+        let mut done = Vec::new();
+        s.advance(u64::MAX, &mut done).unwrap();
+        assert_eq!(done.len(), 1);
+        // Prefill of 100 tokens at 1000 tok/s starts at 50 ms, not at 1 ms.
+        assert_eq!(done[0].wait_ns, 49_000_000);
+        assert_eq!(done[0].prefill_ns, 100_000_000);
+        assert_eq!(s.next_event_ns(), None);
     }
 
     #[test]

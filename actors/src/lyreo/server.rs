@@ -25,6 +25,9 @@ pub struct ServerSetup {
     pub gpu: String,
     /// `modeled` or `real`, for the per-slot table.
     pub backend: String,
+    /// The backend computes in real time (a real model under real time):
+    /// iterations start no earlier than when the actor runs them.
+    pub wall_clock_compute: bool,
 }
 
 /// A slot's batch while its uploads arrive.
@@ -251,6 +254,9 @@ impl<B: Backend + 'static> ServerActor<B> {
             return;
         };
         let now = self.clock.now_ns();
+        if self.s.wall_clock_compute {
+            core.hold_until(now);
+        }
         let mut done = Vec::new();
         let res = core.advance(now.saturating_add(1), &mut done);
         let next = core.next_event_ns();

@@ -169,6 +169,7 @@ pub fn spawn(
                     ServerBackend::Real(RealModel::SmolLm2) => "real".into(),
                     ServerBackend::Real(RealModel::Tiny) => "real-tiny".into(),
                 },
+                wall_clock_compute: !virtual_time && s.backend != ServerBackend::Modeled,
             };
             let addr = match s.backend {
                 ServerBackend::Modeled => {
@@ -204,6 +205,7 @@ pub fn spawn(
                     ServerActor::start_in_arbiter(&arbiter.handle(), move |_| {
                         match real_backend(&name, model, seed) {
                             Ok(backend) => {
+                                tracing::info!(server = %name, run_time_s = clock.now_ns() as f64 / 1e9, "real backend loaded");
                                 let core =
                                     ServerSlotCore::with_backend(index, backend, profile, bw, mode);
                                 ServerActor::new(setup, core, clock, route, table)
