@@ -1,6 +1,7 @@
 //! edgemu's actors. Each is a thin actix shell around a core without I/O:
 //! the [`router::Router`] of a host, the [`link_actor::LinkActor`] of each
-//! link direction, and the probe actors (senders, pingers, sinks). The host
+//! link direction, the probe actors (senders, pingers, sinks), and the LYREO
+//! actors (mobile users, edge servers, the request scheduler). The host
 //! process (in the `nodes` crate) creates them from the resolved
 //! `cluster.toml` and connects routers of different hosts through the mesh.
 //!
@@ -11,6 +12,7 @@ pub mod clock;
 pub mod events;
 pub mod link_actor;
 pub mod link_overrides;
+pub mod lyreo;
 pub mod messages;
 pub mod probes;
 pub mod router;

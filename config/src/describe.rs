@@ -233,6 +233,48 @@ impl Cluster {
                 window(*start_ns, *stop_ns)
             ),
             ActorKind::Sink => "sink".into(),
+            ActorKind::User(u) => format!(
+                "LYREO user -> {}: one request per slot, {} lengths (at most {} in / {} out tokens), {} in {} m x {} m, {}-{} dBm, {}",
+                self.actor(u.scheduler).name,
+                u.workload.name(),
+                u.max_input,
+                u.max_output,
+                u.mobility.name(),
+                u.area_m[0],
+                u.area_m[1],
+                u.power_dbm[0],
+                u.power_dbm[1],
+                window(u.start_ns, u.stop_ns)
+            ),
+            ActorKind::Server(s) => format!(
+                "LYREO server: {} {}, uplink {} MHz, position {}",
+                s.gpu.name(),
+                match s.backend {
+                    ServerBackend::Modeled => "(modeled backend)".to_string(),
+                    ServerBackend::Real(RealModel::SmolLm2) =>
+                        "(real backend: SmolLM2-135M on the CPU)".to_string(),
+                    ServerBackend::Real(RealModel::Tiny) =>
+                        "(real backend: tiny random Llama on the CPU)".to_string(),
+                },
+                s.bandwidth_hz / 1e6,
+                match s.position_m {
+                    Some([x, y]) => format!("({x} m, {y} m)"),
+                    None => "drawn from the seed".into(),
+                }
+            ),
+            ActorKind::Scheduler(s) => format!(
+                "LYREO scheduler: policy {:?} over {} (slot {}, decides {} into each slot), epsilon {}, nu {}",
+                s.policy,
+                s.servers
+                    .iter()
+                    .map(|&a| self.actor(a).name.clone())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                fmt_duration(s.slot_ns),
+                fmt_duration(s.collect_ns),
+                s.epsilon,
+                s.nu
+            ),
         }
     }
 

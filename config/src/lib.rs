@@ -268,6 +268,7 @@ mod describe;
 mod error;
 mod fields;
 mod load;
+pub mod lyreo;
 mod model;
 mod node;
 pub mod units;

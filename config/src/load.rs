@@ -26,7 +26,15 @@ const RUN_KEYS: &[&str] = &[
     "sample",
 ];
 const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control"];
-const ACTOR_KINDS: &[&str] = &["constant", "bursty", "pinger", "sink"];
+const ACTOR_KINDS: &[&str] = &[
+    "constant",
+    "bursty",
+    "pinger",
+    "sink",
+    "user",
+    "server",
+    "scheduler",
+];
 const CHAOS_KEYS: &[&str] = &["at", "command", "for", "every"];
 
 /// The drop-tail queue of a link direction that does not set `queue`: like
@@ -46,6 +54,9 @@ pub fn default_queue_bytes(rate: &edgemu_links::RateSpec) -> u64 {
 pub const MIN_EVERY_NS: u64 = 100_000_000;
 
 fn actor_keys(kind: &str) -> &'static [&'static str] {
+    if let Some(keys) = crate::lyreo::keys(kind) {
+        return keys;
+    }
     match kind {
         "constant" => &[
             "name", "host", "kind", "to", "via", "rate", "size", "payload", "start", "stop",
@@ -170,6 +181,15 @@ impl Names {
     }
 }
 
+/// A LYREO reference checked once all actors are known: actor `actor`'s
+/// field `key` names actor `to`, which must be of kind `kind`.
+struct PendingKind {
+    actor: usize,
+    key: &'static str,
+    to: usize,
+    kind: &'static str,
+}
+
 /// Checks made once all actors and links are known.
 struct PendingRoute {
     actor: usize,
@@ -282,11 +302,16 @@ impl<'a> Loader<'a> {
         self.duplicates(&link_entries, "link");
 
         let mut pending = Vec::new();
+        let mut kinds = Vec::new();
         let actors: Vec<ActorSpec> = actor_entries
             .iter()
             .enumerate()
-            .map(|(i, e)| self.actor(i, e, &host_names, &actor_names, &link_names, &mut pending))
+            .map(|(i, e)| {
+                let names = (&host_names, &actor_names, &link_names);
+                self.actor(i, e, names, &mut pending, &mut kinds)
+            })
             .collect();
+        self.lyreo_references(&actor_entries, &actors, &kinds);
         let links: Vec<LinkSpec> = link_entries
             .iter()
             .enumerate()
@@ -493,14 +518,66 @@ impl<'a> Loader<'a> {
         hosts
     }
 
+    /// Users name schedulers, schedulers name servers, and every server is
+    /// scheduled by exactly one scheduler.
+    fn lyreo_references(
+        &mut self,
+        entries: &[Entry<'_>],
+        actors: &[ActorSpec],
+        kinds: &[PendingKind],
+    ) {
+        for k in kinds {
+            let to = &actors[k.to];
+            if to.kind.kind_name() != k.kind {
+                self.report(
+                    entries[k.actor].node,
+                    ActionError::invalid(
+                        k.key,
+                        format!(
+                            "actor {:?} is a {}; expected a {} actor",
+                            to.name,
+                            to.kind.kind_name(),
+                            k.kind
+                        ),
+                    ),
+                );
+            }
+        }
+        for (i, a) in actors.iter().enumerate() {
+            if !matches!(a.kind, ActorKind::Server(_)) {
+                continue;
+            }
+            let by: Vec<&str> = actors
+                .iter()
+                .filter(|s| match &s.kind {
+                    ActorKind::Scheduler(spec) => spec.servers.contains(&a.id),
+                    _ => false,
+                })
+                .map(|s| s.name.as_str())
+                .collect();
+            let problem = match by.as_slice() {
+                [] => format!(
+                    "server {:?} is in no scheduler's `servers`; expected exactly one scheduler to list it",
+                    a.name
+                ),
+                [_] => continue,
+                many => format!(
+                    "server {:?} is listed by several schedulers ({}); expected exactly one",
+                    a.name,
+                    many.join(", ")
+                ),
+            };
+            self.report(entries[i].node, ActionError::invalid("kind", problem));
+        }
+    }
+
     fn actor(
         &mut self,
         i: usize,
         e: &Entry<'_>,
-        hosts: &Names,
-        actors: &Names,
-        links: &Names,
+        (hosts, actors, links): (&Names, &Names, &Names),
         pending: &mut Vec<PendingRoute>,
+        kinds: &mut Vec<PendingKind>,
     ) -> ActorSpec {
         let obj = &e.obj;
         let mut errs = Errs::default();
@@ -515,7 +592,7 @@ impl<'a> Loader<'a> {
             .ok(req_str(
                 obj,
                 "kind",
-                "one of \"constant\", \"bursty\", \"pinger\", \"sink\"",
+                "one of \"constant\", \"bursty\", \"pinger\", \"sink\", \"user\", \"server\", \"scheduler\"",
             )
             .and_then(|_| opt_enum(obj, "kind", ACTOR_KINDS).map(|k| k.unwrap_or("sink"))))
             .unwrap_or("?");
@@ -532,7 +609,8 @@ impl<'a> Loader<'a> {
         };
         let mut reply_via = None;
         let (mut start_ns, mut stop_ns) = (0, None);
-        if kind != "sink" {
+        let lyreo = crate::lyreo::keys(kind).is_some();
+        if kind != "sink" && !lyreo {
             let mut p = PendingRoute {
                 actor: i,
                 to: i,
@@ -640,6 +718,31 @@ impl<'a> Loader<'a> {
                 start_ns,
                 stop_ns,
             },
+            "user" => {
+                let resolve = |key: &str, n: &str| actors.resolve(key, n);
+                let (spec, to) = crate::lyreo::user(obj, &resolve, &mut errs);
+                if let Some(to) = to {
+                    kinds.push(PendingKind {
+                        actor: i,
+                        key: "scheduler",
+                        to,
+                        kind: "scheduler",
+                    });
+                }
+                ActorKind::User(spec)
+            }
+            "server" => ActorKind::Server(crate::lyreo::server(obj, &mut errs)),
+            "scheduler" => {
+                let resolve = |key: &str, n: &str| actors.resolve(key, n);
+                let (spec, servers) = crate::lyreo::scheduler(obj, &resolve, &mut errs);
+                kinds.extend(servers.into_iter().map(|to| PendingKind {
+                    actor: i,
+                    key: "servers",
+                    to,
+                    kind: "server",
+                }));
+                ActorKind::Scheduler(spec)
+            }
             _ => ActorKind::Sink,
         };
         self.report_all(e.node, errs);

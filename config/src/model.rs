@@ -3,6 +3,10 @@
 
 use crate::command::{Command, Resolved};
 use crate::error::ConfigError;
+pub use crate::lyreo::{
+    GpuClass, MobilityKind, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
+    WorkloadKind,
+};
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_links::LinkParams;
 use std::net::SocketAddr;
@@ -102,6 +106,12 @@ pub enum ActorKind {
     },
     /// Records every packet's send and receive time; answers pings.
     Sink,
+    /// LYREO mobile user (see [`crate::lyreo`]).
+    User(UserSpec),
+    /// LYREO edge server.
+    Server(ServerSpec),
+    /// LYREO request scheduler.
+    Scheduler(SchedulerSpec),
 }
 
 #[derive(Clone, Debug)]
@@ -222,6 +232,9 @@ impl ActorKind {
             ActorKind::BurstySender { .. } => "bursty",
             ActorKind::Pinger { .. } => "pinger",
             ActorKind::Sink => "sink",
+            ActorKind::User(_) => "user",
+            ActorKind::Server(_) => "server",
+            ActorKind::Scheduler(_) => "scheduler",
         }
     }
 
@@ -231,7 +244,10 @@ impl ActorKind {
             ActorKind::ConstantSender { route, .. }
             | ActorKind::BurstySender { route, .. }
             | ActorKind::Pinger { route, .. } => Some(route),
-            ActorKind::Sink => None,
+            ActorKind::Sink
+            | ActorKind::User(_)
+            | ActorKind::Server(_)
+            | ActorKind::Scheduler(_) => None,
         }
     }
 
@@ -252,7 +268,10 @@ impl ActorKind {
             | ActorKind::Pinger {
                 start_ns, stop_ns, ..
             } => Some((*start_ns, *stop_ns)),
-            ActorKind::Sink => None,
+            ActorKind::Sink
+            | ActorKind::User(_)
+            | ActorKind::Server(_)
+            | ActorKind::Scheduler(_) => None,
         }
     }
 }

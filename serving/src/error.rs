@@ -5,7 +5,7 @@
 pub enum ServingError {
     #[error("unknown workload `{name}` (valid: {valid})")]
     UnknownWorkload { name: String, valid: String },
-    #[error("workload `{name}` is not available yet: {why}")]
+    #[error("workload `{name}` is not available: {why}")]
     WorkloadUnavailable { name: String, why: String },
     #[error("unknown GPU mix `{name}` (valid: hom, mod, het)")]
     UnknownMix { name: String },

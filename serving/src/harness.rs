@@ -262,27 +262,7 @@ pub fn run_episode_with(
         .collect();
     let mut sched = SchedulerCore::new(sc.servers, sc.epsilon, policy);
 
-    let mut server_obs: Vec<ServerObs> = servers
-        .iter()
-        .map(|s| {
-            let p = s.profile();
-            ServerObs {
-                capacity_bytes: p.kv_capacity_bytes,
-                kv_bytes_per_token: p.kv_bytes_per_token,
-                prefill_tok_s: p.prefill_tok_s,
-                decode_step_empty_s: p.step_time(1, 0),
-                decode_step_full_s: p.step_time(1, p.kv_capacity_bytes),
-                bandwidth_hz: s.bandwidth_hz(),
-                occupancy_bytes: 0,
-                reserved_bytes: 0,
-                waiting_kv_bytes: 0,
-                backlog: 0,
-                eta: 0.0,
-                peak_bytes: 0,
-                high_kv: false,
-            }
-        })
-        .collect();
+    let mut server_obs: Vec<ServerObs> = servers.iter().map(|s| s.initial_obs()).collect();
     let mut records = Vec::with_capacity(sc.users * sc.slots as usize);
     let mut rows = Vec::with_capacity(sc.servers * sc.slots as usize);
     let mut next_id = 0u64;

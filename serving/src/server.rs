@@ -21,6 +21,7 @@
 //! be served here: [`ServerSlotCore::assign`] returns it as a rejection
 //! record (counted in the results), never a panic or a silent drop.
 
+use edgemu_gpu::backend::Backend;
 use edgemu_gpu::engine::{BatchEngine, BatchMode, EngineConfig, Request};
 use edgemu_gpu::{ModeledBackend, Profile};
 
@@ -82,11 +83,34 @@ struct PendingBatch {
     reqs: Vec<Assigned>,
 }
 
-/// One edge server.
-pub struct ServerSlotCore {
+/// A server of class `profile` and uplink `bandwidth_hz` as a scheduler
+/// sees it before its first report (the harness and the live scheduler
+/// actor both start from this).
+pub fn initial_obs(p: &Profile, bandwidth_hz: f64) -> edgemu_policies::lyreo::ServerObs {
+    edgemu_policies::lyreo::ServerObs {
+        capacity_bytes: p.kv_capacity_bytes,
+        kv_bytes_per_token: p.kv_bytes_per_token,
+        prefill_tok_s: p.prefill_tok_s,
+        decode_step_empty_s: p.step_time(1, 0),
+        decode_step_full_s: p.step_time(1, p.kv_capacity_bytes),
+        bandwidth_hz,
+        occupancy_bytes: 0,
+        reserved_bytes: 0,
+        waiting_kv_bytes: 0,
+        backlog: 0,
+        eta: 0.0,
+        peak_bytes: 0,
+        high_kv: false,
+    }
+}
+
+/// One edge server. The backend is the modeled one (GPU class profile) by
+/// default; the live server actor can put the real candle backend under
+/// the same slot logic ([`ServerSlotCore::with_backend`]).
+pub struct ServerSlotCore<B: Backend = ModeledBackend> {
     index: usize,
     profile: Profile,
-    engine: BatchEngine<ModeledBackend>,
+    engine: BatchEngine<B>,
     pending: std::collections::VecDeque<PendingBatch>,
     meta: std::collections::HashMap<u64, Assigned>,
     /// End of the iteration in progress (engine clock), ns.
@@ -95,9 +119,24 @@ pub struct ServerSlotCore {
     bandwidth_hz: f64,
 }
 
-impl ServerSlotCore {
+impl ServerSlotCore<ModeledBackend> {
     /// A server of the given profile (GPU class) and uplink bandwidth.
     pub fn new(index: usize, profile: Profile, bandwidth_hz: f64, mode: BatchMode) -> Self {
+        let backend = ModeledBackend::new(profile.clone());
+        ServerSlotCore::with_backend(index, backend, profile, bandwidth_hz, mode)
+    }
+}
+
+impl<B: Backend> ServerSlotCore<B> {
+    /// A server on `backend`; `profile` gives its KV capacity `M_s` and the
+    /// class figures a scheduler sees (for a real backend: the declared class).
+    pub fn with_backend(
+        index: usize,
+        backend: B,
+        profile: Profile,
+        bandwidth_hz: f64,
+        mode: BatchMode,
+    ) -> Self {
         let config = EngineConfig {
             kv_capacity_bytes: profile.kv_capacity_bytes,
             max_batch: usize::MAX,
@@ -105,7 +144,7 @@ impl ServerSlotCore {
         };
         ServerSlotCore {
             index,
-            engine: BatchEngine::new(ModeledBackend::new(profile.clone()), config),
+            engine: BatchEngine::new(backend, config),
             profile,
             pending: Default::default(),
             meta: Default::default(),
@@ -287,6 +326,33 @@ impl ServerSlotCore {
         r
     }
 
+    /// No iteration starts before `now_ns`: for a backend that computes in
+    /// real time (the live real backend), whose work cannot start in the
+    /// past when the server fell behind (a model still loading, a long
+    /// forward pass); the delay then shows as wait, as it did in fact.
+    pub fn hold_until(&mut self, now_ns: u64) {
+        self.busy_until = self.busy_until.max(now_ns);
+    }
+
+    /// What a scheduler sees of this server before its first report: the
+    /// class figures and `B_s`, an empty state.
+    pub fn initial_obs(&self) -> edgemu_policies::lyreo::ServerObs {
+        initial_obs(&self.profile, self.bandwidth_hz)
+    }
+
+    /// When [`ServerSlotCore::advance`] next has work: the end of the
+    /// iteration in progress, or the arrival of the next pending batch when
+    /// the engine is idle; `None` when there is nothing to do.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        if self.engine.is_idle() {
+            self.pending
+                .front()
+                .map(|b| b.ready_ns.max(self.busy_until))
+        } else {
+            Some(self.busy_until)
+        }
+    }
+
     /// Nothing left to do.
     pub fn is_idle(&self) -> bool {
         self.pending.is_empty() && self.engine.is_idle()
@@ -328,6 +394,22 @@ mod tests {
             input_len: lin,
             output_len: lout,
         }
+    }
+
+    #[test]
+    fn held_until_now_a_late_server_counts_the_delay_as_wait() {
+        let mut s = tiny(BatchMode::Continuous);
+        assert!(s.assign(vec![a(1, 1_000_000, 100, 2)]).is_empty());
+        assert_eq!(s.next_event_ns(), Some(1_000_000));
+        // The server only gets to run at 50 ms (say, its model was loading).
+        s.hold_until(50_000_000);
+        let mut done = Vec::new();
+        s.advance(u64::MAX, &mut done).unwrap();
+        assert_eq!(done.len(), 1);
+        // Prefill of 100 tokens at 1000 tok/s starts at 50 ms, not at 1 ms.
+        assert_eq!(done[0].wait_ns, 49_000_000);
+        assert_eq!(done[0].prefill_ns, 100_000_000);
+        assert_eq!(s.next_event_ns(), None);
     }
 
     #[test]

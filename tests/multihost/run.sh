@@ -195,3 +195,29 @@ cat >"$WORK/timeline.json" <<EOF
 EOF
 
 python3 "$HERE/check.py" --results "$RESULTS" --work "$WORK"
+
+# --- live LYREO: users on alpha, servers on beta (one real SmolLM2), the ---
+# --- scheduler on gamma (lyreo.toml, other ports; check_lyreo.py)        ---
+cp "$HERE/lyreo.toml" "$WORK/lyreo.toml"
+"$BIN" check "$WORK/lyreo.toml" >"$WORK/logs/lyreo-check.log" || die "edgemu check lyreo.toml failed: $(cat "$WORK/logs/lyreo-check.log")"
+LRUN="lyreo-$$"
+for h in alpha beta gamma; do
+    NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
+        --config "$WORK/lyreo.toml" --host "$h" --run-id "$LRUN" --wait-peers 20s --quiet \
+        >"$WORK/logs/lyreo-$h.log" 2>&1 &
+    PID[$h]=$!
+done
+log "lyreo nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}"
+deadline=$(( $(now_ns) + 90000000000 ))
+for h in alpha beta gamma; do
+    while kill -0 "${PID[$h]}" 2>/dev/null; do
+        (( $(now_ns) < deadline )) || die "lyreo node $h did not finish within 90 s"
+        sleep 0.1
+    done
+    rc=0
+    wait "${PID[$h]}" || rc=$?
+    unset "PID[$h]"
+    log "lyreo node $h exited with $rc"
+    [[ $rc -eq 0 ]] || die "lyreo node $h failed: $(tail -n 5 "$WORK/logs/lyreo-$h.log")"
+done
+python3 "$HERE/check_lyreo.py" --results "$WORK/results/$LRUN"

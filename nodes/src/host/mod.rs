@@ -17,6 +17,7 @@ pub mod keys;
 pub mod policies;
 pub mod route;
 pub mod spawn;
+pub mod spawn_lyreo;
 pub mod supervisor;
 
 use crate::control;
@@ -156,9 +157,16 @@ pub async fn run_host_real(
     tokio::time::sleep_until(clock.epoch()).await;
 
     let probes = res.probes.clone();
-    let actors = spawn_host_actors(&cluster, host, clock, &timer, false, &events, &|| {
-        Box::new(probes.clone())
-    });
+    let actors = spawn_host_actors(
+        &cluster,
+        host,
+        clock,
+        &timer,
+        false,
+        &events,
+        &|| Box::new(probes.clone()),
+        Some(&res.dir),
+    )?;
     for (h, s) in mesh.peer_senders() {
         actors.router.do_send(SetPeer {
             host: h,
@@ -292,10 +300,16 @@ pub fn run_virtual(
             let events = EventLog::new(Box::new(shared_events.clone()));
             let res = HostResults::create(&dir, &h.name, &shared_events, actor_names(&cluster))?;
             let probes = res.probes.clone();
-            let actors =
-                spawn_host_actors(&cluster, h.id, clock, &Timer::Tokio, true, &events, &|| {
-                    Box::new(probes.clone())
-                });
+            let actors = spawn_host_actors(
+                &cluster,
+                h.id,
+                clock,
+                &Timer::Tokio,
+                true,
+                &events,
+                &|| Box::new(probes.clone()),
+                Some(&res.dir),
+            )?;
             routers.push((h.id, actors.router.clone()));
             all.push((h.id, actors, events, res));
         }

@@ -35,7 +35,9 @@ pub fn derive_seed(run_seed: u64, salt: u64) -> u64 {
 }
 
 /// Starts the router, the link actors whose sending end is on `host`, and
-/// the probe actors placed on `host`. Must run inside an actix system.
+/// the probe and LYREO actors placed on `host` (LYREO tables go to
+/// `results`, the host's folder). Must run inside an actix system.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn_host_actors(
     cluster: &Arc<Cluster>,
     host: HostId,
@@ -44,7 +46,8 @@ pub fn spawn_host_actors(
     virtual_time: bool,
     events: &EventLog,
     probe_log: &dyn Fn() -> Box<dyn ProbeLog>,
-) -> HostActors {
+    results: Option<&std::path::Path>,
+) -> anyhow::Result<HostActors> {
     let host_name = cluster.host(host).name.clone();
     let router = Router::new(host, cluster.clone(), clock, virtual_time, events.clone());
     let inbound = router.inbound_gate();
@@ -93,6 +96,7 @@ pub fn spawn_host_actors(
     let names: Vec<String> = cluster.actors.iter().map(|a| a.name.clone()).collect();
     let mut senders = Vec::new();
     let mut flushers = Vec::new();
+    let mut tables = super::spawn_lyreo::Tables::new(results);
     for a in cluster.actors.iter().filter(|a| a.host == host) {
         let deliver: Option<Recipient<Deliver>> = match &a.kind {
             ActorKind::ConstantSender {
@@ -187,6 +191,14 @@ pub fn spawn_host_actors(
                 flushers.push(addr.clone().recipient());
                 Some(addr.recipient())
             }
+            ActorKind::User(_) | ActorKind::Server(_) | ActorKind::Scheduler(_) => {
+                super::spawn_lyreo::spawn(cluster, a, virtual_time, clock, &route, &mut tables)?
+                    .map(|s| {
+                        senders.extend(s.stop);
+                        flushers.extend(s.flush);
+                        s.deliver
+                    })
+            }
         };
         if let Some(recipient) = deliver {
             router.do_send(RegisterActor {
@@ -195,14 +207,14 @@ pub fn spawn_host_actors(
             });
         }
     }
-    HostActors {
+    Ok(HostActors {
         router,
         inbound,
         policies,
         links,
         senders,
         flushers,
-    }
+    })
 }
 
 /// A probe log factory that keeps nothing.

@@ -1,0 +1,256 @@
+//! The request scheduler: serving's `SchedulerCore` (Lyapunov queues and
+//! the policy) on a slot timer, fed by users' requests and servers' reports.
+
+use super::messages::{Expected, LyreoMsg, SlotReport};
+use super::records::{secs, CsvTable};
+use super::INITIAL_POLICY_VERSION;
+use crate::clock::Clock;
+use crate::messages::{Deliver, Route};
+use actix::prelude::*;
+use edgemu_codec::ids::ActorId;
+use edgemu_codec::wire::Envelope;
+use edgemu_policies::lyreo::{RequestObs, ServerObs, SlotObservation};
+use edgemu_serving::radio::{channel_gain, shannon_rate_bps, upload_ns};
+use edgemu_serving::SchedulerCore;
+
+/// One server as the scheduler knows it (static, from the config).
+pub struct ServerInfo {
+    pub actor: ActorId,
+    pub position_m: (f64, f64),
+    /// Class figures and `B_s` (the dynamic fields are overwritten by reports).
+    pub obs: ServerObs,
+}
+
+pub struct SchedulerSetup {
+    pub id: ActorId,
+    pub slot_ns: u64,
+    pub collect_ns: u64,
+    pub epsilon: f64,
+    pub nu: f64,
+    pub servers: Vec<ServerInfo>,
+    pub names: Vec<String>,
+}
+
+struct Held {
+    user: ActorId,
+    slot: u64,
+    input_len: u32,
+    output_len: u32,
+    pos: (f64, f64),
+    power_w: f64,
+}
+
+pub struct SchedulerActor {
+    s: SchedulerSetup,
+    core: SchedulerCore,
+    clock: Clock,
+    router: Recipient<Route>,
+    table: CsvTable,
+    /// Requests waiting for the next decision, by id.
+    held: std::collections::BTreeMap<u64, Held>,
+    /// Latest report of each server.
+    reports: Vec<Option<SlotReport>>,
+    slot: u64,
+    pub ignored: u64,
+}
+
+impl SchedulerActor {
+    pub fn new(
+        s: SchedulerSetup,
+        core: SchedulerCore,
+        clock: Clock,
+        router: Recipient<Route>,
+        table: CsvTable,
+    ) -> Self {
+        let n = s.servers.len();
+        SchedulerActor {
+            s,
+            core,
+            clock,
+            router,
+            table,
+            held: Default::default(),
+            reports: vec![None; n],
+            slot: 0,
+            ignored: 0,
+        }
+    }
+
+    fn send(&self, dst: ActorId, msg: &LyreoMsg) {
+        self.router.do_send(Route(Envelope {
+            src: self.s.id,
+            dst,
+            via: None,
+            sent_at_ns: self.clock.now_ns(),
+            due_ns: None,
+            payload: msg.to_msg(),
+        }));
+    }
+
+    fn decide_at(&self, slot: u64) -> u64 {
+        slot.saturating_mul(self.s.slot_ns)
+            .saturating_add(self.s.collect_ns)
+    }
+
+    /// Closes slot `t−1` in the queues, then assigns what is held.
+    fn decide(&mut self, ctx: &mut Context<Self>) {
+        let t = self.slot;
+        if t > 0 {
+            // A server whose report is missing (partitioned, slow) counts
+            // with its last known workload.
+            let etas: Vec<f64> = self
+                .reports
+                .iter()
+                .map(|r| r.as_ref().map_or(0.0, |r| r.eta))
+                .collect();
+            self.core.end_slot(&etas);
+        }
+        for (info, r) in self.s.servers.iter_mut().zip(&self.reports) {
+            if let Some(r) = r {
+                let o = &mut info.obs;
+                o.occupancy_bytes = r.occupancy_bytes;
+                o.reserved_bytes = r.reserved_bytes;
+                o.waiting_kv_bytes = r.waiting_kv_bytes;
+                o.backlog = r.backlog;
+                o.eta = r.eta;
+                o.peak_bytes = r.peak_bytes;
+                o.high_kv = r.high_kv;
+            }
+        }
+        let held = std::mem::take(&mut self.held);
+        if !held.is_empty() {
+            self.assign(t, held);
+        }
+        self.slot += 1;
+        let next = self.decide_at(self.slot);
+        ctx.run_later(self.clock.until(next), |act, ctx| act.decide(ctx));
+    }
+
+    fn assign(&mut self, t: u64, held: std::collections::BTreeMap<u64, Held>) {
+        let servers: Vec<ServerObs> = self.s.servers.iter().map(|i| i.obs.clone()).collect();
+        let requests: Vec<RequestObs> = held
+            .iter()
+            .map(|(&id, h)| RequestObs {
+                id,
+                user: h.user.0 as usize,
+                input_len: h.input_len,
+                output_len: h.output_len,
+                solo_rate_bps: self
+                    .s
+                    .servers
+                    .iter()
+                    .map(|s| {
+                        let h_gain = channel_gain(dist(h.pos, s.position_m));
+                        shannon_rate_bps(s.obs.bandwidth_hz, 1, h.power_w, h_gain)
+                    })
+                    .collect(),
+            })
+            .collect();
+        let obs = SlotObservation {
+            slot: t,
+            slot_s: self.s.slot_ns as f64 / 1e9,
+            requests,
+            servers,
+            z: self.core.queues().z().to_vec(),
+            epsilon: self.s.epsilon,
+            nu: self.s.nu,
+        };
+        let assignment = self.core.assign(&obs).to_vec();
+        let policy = self.core.policy_name().to_string();
+        let mut count = vec![0usize; self.s.servers.len()];
+        for &s in &assignment {
+            count[s] += 1;
+        }
+        let mut expect: Vec<Vec<Expected>> = vec![Vec::new(); self.s.servers.len()];
+        let z = self.core.queues().z().to_vec();
+        for ((&id, h), &s) in held.iter().zip(&assignment) {
+            let info = &self.s.servers[s];
+            let gain = channel_gain(dist(h.pos, info.position_m));
+            let rate = shannon_rate_bps(info.obs.bandwidth_hz, count[s], h.power_w, gain);
+            let up = upload_ns(h.input_len, rate);
+            expect[s].push(Expected {
+                id,
+                user: h.user,
+                input_len: h.input_len,
+                output_len: h.output_len,
+                upload_ns: up,
+            });
+            self.send(
+                h.user,
+                &LyreoMsg::Assign {
+                    id,
+                    slot: h.slot,
+                    server: info.actor,
+                    rate_bps: rate,
+                    upload_ns: up,
+                    policy: policy.clone(),
+                    policy_version: INITIAL_POLICY_VERSION,
+                },
+            );
+            self.table.row(&format!(
+                "{t},{id},{},{},{policy},{INITIAL_POLICY_VERSION},{rate:.0},{},{:.6}",
+                name(&self.s.names, h.user),
+                name(&self.s.names, info.actor),
+                secs(up),
+                z[s]
+            ));
+        }
+        for (s, requests) in expect.into_iter().enumerate() {
+            if !requests.is_empty() {
+                let dst = self.s.servers[s].actor;
+                self.send(dst, &LyreoMsg::Expect { slot: t, requests });
+            }
+        }
+    }
+}
+
+fn dist(a: (f64, f64), b: (f64, f64)) -> f64 {
+    ((a.0 - b.0).powi(2) + (a.1 - b.1).powi(2)).sqrt()
+}
+
+fn name(names: &[String], id: ActorId) -> &str {
+    names.get(id.0 as usize).map(String::as_str).unwrap_or("?")
+}
+
+impl Actor for SchedulerActor {
+    type Context = Context<Self>;
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let first = self.decide_at(0);
+        ctx.run_later(self.clock.until(first), |act, ctx| act.decide(ctx));
+    }
+}
+
+impl Handler<Deliver> for SchedulerActor {
+    type Result = ();
+    fn handle(&mut self, msg: Deliver, _: &mut Context<Self>) {
+        let src = msg.envelope.src;
+        match LyreoMsg::from_msg(&msg.envelope.payload) {
+            Some(LyreoMsg::Request {
+                id,
+                slot,
+                input_len,
+                output_len,
+                x_m,
+                y_m,
+                power_w,
+            }) => {
+                self.held.insert(
+                    id,
+                    Held {
+                        user: src,
+                        slot,
+                        input_len,
+                        output_len,
+                        pos: (x_m, y_m),
+                        power_w,
+                    },
+                );
+            }
+            Some(LyreoMsg::Report(r)) => match self.s.servers.iter().position(|s| s.actor == src) {
+                Some(i) => self.reports[i] = Some(r),
+                None => self.ignored += 1,
+            },
+            _ => self.ignored += 1,
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! The edge server: serving's `ServerSlotCore` (prefill of a slot's batch
+//! together, DEED or static decode, KV accounting) run in step with the
+//! clock. With the modeled backend an iteration's duration comes from the
+//! GPU class; with the real backend the iteration runs inline and its
+//! measured duration is what the core advances by.
+
+use super::messages::{Answer, Expected, LyreoMsg, Outcome, SlotReport};
+use super::records::{secs, CsvTable};
+use crate::clock::Clock;
+use crate::messages::{Deliver, Route};
+use actix::prelude::*;
+use edgemu_codec::ids::ActorId;
+use edgemu_codec::wire::{Envelope, Msg};
+use edgemu_gpu::backend::Backend;
+use edgemu_serving::server::{Assigned, RequestRecord};
+use edgemu_serving::ServerSlotCore;
+use std::collections::{BTreeMap, HashMap};
+
+pub struct ServerSetup {
+    pub id: ActorId,
+    pub name: String,
+    pub scheduler: ActorId,
+    pub slot_ns: u64,
+    /// `rtx3080`, …, for the per-slot table.
+    pub gpu: String,
+    /// `modeled` or `real`, for the per-slot table.
+    pub backend: String,
+    /// The backend computes in real time (a real model under real time):
+    /// iterations start no earlier than when the actor runs them.
+    pub wall_clock_compute: bool,
+}
+
+/// A slot's batch while its uploads arrive.
+#[derive(Default)]
+struct Batch {
+    expected: Vec<Expected>,
+    /// Upload arrival times by request id.
+    arrived: HashMap<u64, u64>,
+    /// When each upload began: the packet's hand-off to the link minus the
+    /// transmission time the scheduler computed.
+    started: HashMap<u64, u64>,
+}
+
+pub struct ServerActor<B: Backend + 'static> {
+    s: ServerSetup,
+    // Boxed: a backend's cache type need not be `Unpin`, an actor must be.
+    // `None`: the backend could not be built; every request is rejected.
+    core: Option<Box<ServerSlotCore<B>>>,
+    clock: Clock,
+    router: Recipient<Route>,
+    table: CsvTable,
+    batches: BTreeMap<u64, Batch>,
+    /// Uploads that came before their `Expect` (another path may be faster).
+    early: HashMap<u64, (u64, u64)>,
+    /// Who to answer, by request id.
+    users: HashMap<u64, ActorId>,
+    /// When each request's upload began (assignment at the user), by id.
+    upload_start: HashMap<u64, u64>,
+    slot: u64,
+    assigned_in_slot: usize,
+    lost_in_slot: usize,
+    /// Woken for this core event time already.
+    armed: Option<u64>,
+    pub ignored: u64,
+    failed: bool,
+}
+
+impl<B: Backend + 'static> ServerActor<B> {
+    pub fn new(
+        s: ServerSetup,
+        core: ServerSlotCore<B>,
+        clock: Clock,
+        router: Recipient<Route>,
+        table: CsvTable,
+    ) -> Self {
+        ServerActor {
+            s,
+            core: Some(Box::new(core)),
+            clock,
+            router,
+            table,
+            batches: BTreeMap::new(),
+            early: HashMap::new(),
+            users: HashMap::new(),
+            upload_start: HashMap::new(),
+            slot: 0,
+            assigned_in_slot: 0,
+            lost_in_slot: 0,
+            armed: None,
+            ignored: 0,
+            failed: false,
+        }
+    }
+
+    /// A server whose backend failed to build (`why` is logged): it answers
+    /// every request it is assigned as rejected, so nothing is dropped
+    /// silently, and reports an empty state.
+    pub fn unavailable(
+        s: ServerSetup,
+        why: &str,
+        clock: Clock,
+        router: Recipient<Route>,
+        table: CsvTable,
+    ) -> Self {
+        tracing::error!(server = %s.name, error = %why, "server backend unavailable; its requests are rejected");
+        ServerActor {
+            s,
+            core: None,
+            clock,
+            router,
+            table,
+            batches: BTreeMap::new(),
+            early: HashMap::new(),
+            users: HashMap::new(),
+            upload_start: HashMap::new(),
+            slot: 0,
+            assigned_in_slot: 0,
+            lost_in_slot: 0,
+            armed: None,
+            ignored: 0,
+            failed: true,
+        }
+    }
+
+    fn send(&self, dst: ActorId, msg: &LyreoMsg) {
+        self.router.do_send(Route(Envelope {
+            src: self.s.id,
+            dst,
+            via: None,
+            sent_at_ns: self.clock.now_ns(),
+            due_ns: None,
+            payload: msg.to_msg(),
+        }));
+    }
+
+    fn expect(&mut self, slot: u64, requests: Vec<Expected>, ctx: &mut Context<Self>) {
+        if self.core.is_none() {
+            let now = self.clock.now_ns();
+            for r in requests {
+                let a = Answer {
+                    id: r.id,
+                    outcome: Outcome::Rejected,
+                    upload_ns: 0,
+                    wait_ns: 0,
+                    prefill_ns: 0,
+                    decode_ns: 0,
+                    finished_ns: now,
+                };
+                self.send(r.user, &LyreoMsg::Answer(a));
+            }
+            return;
+        }
+        let b = self.batches.entry(slot).or_default();
+        for r in requests {
+            if let Some((start, arrival)) = self.early.remove(&r.id) {
+                b.arrived.insert(r.id, arrival);
+                b.started.insert(r.id, start);
+            }
+            self.users.insert(r.id, r.user);
+            b.expected.push(r);
+        }
+        self.try_release(slot, false, ctx);
+    }
+
+    fn upload(&mut self, id: u64, start_ns: u64, arrival_ns: u64, ctx: &mut Context<Self>) {
+        let slot = self
+            .batches
+            .iter()
+            .find(|(_, b)| b.expected.iter().any(|e| e.id == id))
+            .map(|(&s, _)| s);
+        match slot {
+            Some(slot) => {
+                if let Some(b) = self.batches.get_mut(&slot) {
+                    b.arrived.insert(id, arrival_ns);
+                    b.started.insert(id, start_ns);
+                }
+                self.try_release(slot, false, ctx);
+            }
+            None => {
+                self.early.insert(id, (start_ns, arrival_ns));
+            }
+        }
+    }
+
+    /// Hands a slot's batch to the core once every upload is in (or, with
+    /// `force`, whatever is in: the others are counted as lost uploads).
+    fn try_release(&mut self, slot: u64, force: bool, ctx: &mut Context<Self>) {
+        let Some(b) = self.batches.get(&slot) else {
+            return;
+        };
+        if !force && b.arrived.len() < b.expected.len() {
+            return;
+        }
+        let Some(b) = self.batches.remove(&slot) else {
+            return;
+        };
+        let mut reqs = Vec::with_capacity(b.arrived.len());
+        for e in &b.expected {
+            match (b.arrived.get(&e.id), b.started.get(&e.id)) {
+                (Some(&arrival), Some(&handed)) => {
+                    let start = handed.saturating_sub(e.upload_ns);
+                    self.upload_start.insert(e.id, start);
+                    reqs.push(Assigned {
+                        id: e.id,
+                        user: e.user.0 as usize,
+                        slot,
+                        created_ns: start.min(arrival),
+                        arrival_ns: arrival,
+                        input_len: e.input_len,
+                        output_len: e.output_len,
+                    });
+                }
+                _ => {
+                    self.lost_in_slot += 1;
+                    self.users.remove(&e.id);
+                }
+            }
+        }
+        self.assigned_in_slot += reqs.len();
+        let rejected = match self.core.as_mut() {
+            Some(core) => core.assign(reqs),
+            None => return,
+        };
+        for r in rejected {
+            self.answer(&r);
+        }
+        self.pump(ctx);
+    }
+
+    fn answer(&mut self, r: &RequestRecord) {
+        let Some(user) = self.users.remove(&r.id) else {
+            return;
+        };
+        let start = self.upload_start.remove(&r.id).unwrap_or(0);
+        let a = Answer {
+            id: r.id,
+            outcome: if r.rejected {
+                Outcome::Rejected
+            } else {
+                Outcome::Served
+            },
+            upload_ns: r.upload_ns,
+            wait_ns: r.wait_ns,
+            prefill_ns: r.prefill_ns,
+            decode_ns: r.decode_ns,
+            finished_ns: start.saturating_add(r.e2e_ns),
+        };
+        self.send(user, &LyreoMsg::Answer(a));
+    }
+
+    /// Runs the core up to now and arms a wake-up for its next event.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let Some(core) = self.core.as_mut().filter(|_| !self.failed) else {
+            return;
+        };
+        let now = self.clock.now_ns();
+        if self.s.wall_clock_compute {
+            core.hold_until(now);
+        }
+        let mut done = Vec::new();
+        let res = core.advance(now.saturating_add(1), &mut done);
+        let next = core.next_event_ns();
+        if let Err(e) = res {
+            tracing::error!(server = %self.s.name, error = %e, "server core failed; it stops serving");
+            self.failed = true;
+        }
+        for r in &done {
+            // Answer when the last token is out (the modeled core may have
+            // run an iteration that ends a little after now).
+            let at = self
+                .upload_start
+                .get(&r.id)
+                .map_or(now, |s| s.saturating_add(r.e2e_ns));
+            if at <= now {
+                self.answer(r);
+            } else {
+                let r = *r;
+                ctx.run_later(self.clock.until(at), move |act, _| act.answer(&r));
+            }
+        }
+        if let Some(next) = next.filter(|_| !self.failed) {
+            if self.armed.is_none_or(|a| a > next || a <= now) {
+                self.armed = Some(next);
+                ctx.run_later(self.clock.until(next), |act, ctx| {
+                    act.armed = None;
+                    act.pump(ctx);
+                });
+            }
+        }
+    }
+
+    fn end_slot(&mut self, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+        let t = self.slot;
+        // Uploads of slot t−1 that have not arrived a full slot after their
+        // own slot ended are lost (killed or lossy link): serve the rest.
+        let stale: Vec<u64> = self.batches.keys().copied().filter(|&s| s < t).collect();
+        for s in stale {
+            self.try_release(s, true, ctx);
+        }
+        let r = match self.core.as_mut() {
+            Some(core) => core.end_slot(t, self.s.slot_ns),
+            None => edgemu_serving::ServerReport {
+                server: 0,
+                slot: t,
+                eta: 0.0,
+                peak_bytes: 0,
+                high_kv: false,
+                occupancy_bytes: 0,
+                reserved_bytes: 0,
+                waiting_kv_bytes: 0,
+                backlog: 0,
+                iterations: 0,
+                busy_ns: 0,
+            },
+        };
+        let report = SlotReport {
+            slot: t,
+            eta: r.eta,
+            peak_bytes: r.peak_bytes,
+            high_kv: r.high_kv,
+            occupancy_bytes: r.occupancy_bytes,
+            reserved_bytes: r.reserved_bytes,
+            waiting_kv_bytes: r.waiting_kv_bytes,
+            backlog: r.backlog,
+        };
+        self.send(self.s.scheduler, &LyreoMsg::Report(report));
+        self.table.row(&format!(
+            "{t},{},{},{},{},{},{:.6},{},{},{},{},{},{}",
+            self.s.name,
+            self.s.gpu,
+            self.s.backend,
+            self.assigned_in_slot,
+            self.lost_in_slot,
+            r.eta,
+            r.peak_bytes,
+            u8::from(r.high_kv),
+            r.occupancy_bytes,
+            r.backlog,
+            r.iterations,
+            secs(r.busy_ns)
+        ));
+        self.assigned_in_slot = 0;
+        self.lost_in_slot = 0;
+        self.slot += 1;
+        let next = (self.slot + 1).saturating_mul(self.s.slot_ns);
+        ctx.run_later(self.clock.until(next), |act, ctx| act.end_slot(ctx));
+    }
+}
+
+impl<B: Backend + 'static> Actor for ServerActor<B> {
+    type Context = Context<Self>;
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let first = self.s.slot_ns;
+        ctx.run_later(self.clock.until(first), |act, ctx| act.end_slot(ctx));
+    }
+}
+
+impl<B: Backend + 'static> Handler<Deliver> for ServerActor<B> {
+    type Result = ();
+    fn handle(&mut self, msg: Deliver, ctx: &mut Context<Self>) {
+        let env = &msg.envelope;
+        if let Msg::Probe(p) = &env.payload {
+            // The user hands the packet to the link when its last bit is
+            // sent (`sent_at_ns`); the start is fixed up with the
+            // transmission time once the `Expect` is known.
+            self.upload(p.seq, env.sent_at_ns, msg.recv_ns, ctx);
+            return;
+        }
+        match LyreoMsg::from_msg(&env.payload) {
+            Some(LyreoMsg::Expect { slot, requests }) => self.expect(slot, requests, ctx),
+            _ => self.ignored += 1,
+        }
+    }
+}

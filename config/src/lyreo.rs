@@ -1,0 +1,442 @@
+//! The LYREO actor kinds of `cluster.toml` (issue 8): `user`, `server` and
+//! `scheduler`. Only what a file can get wrong is checked here (names,
+//! ranges, references between the three kinds); the policy name is checked
+//! against the policy registry when the host starts (this crate does not
+//! depend on `edgemu-policies`).
+
+use crate::error::ActionError;
+use crate::fields::*;
+use crate::units::fmt_duration;
+use edgemu_codec::ids::ActorId;
+use serde_json::Value;
+
+/// Keys of each LYREO kind.
+pub(crate) fn keys(kind: &str) -> Option<&'static [&'static str]> {
+    Some(match kind {
+        "user" => &[
+            "name",
+            "host",
+            "kind",
+            "scheduler",
+            "mobility",
+            "area",
+            "power_dbm",
+            "workload",
+            "max_input",
+            "max_output",
+            "start",
+            "stop",
+        ],
+        "server" => &[
+            "name",
+            "host",
+            "kind",
+            "gpu",
+            "backend",
+            "model",
+            "bandwidth_mhz",
+            "position",
+        ],
+        "scheduler" => &[
+            "name", "host", "kind", "servers", "policy", "epsilon", "nu", "slot", "collect",
+        ],
+        _ => return None,
+    })
+}
+
+/// How a user moves (`mobility = "random-walk" | "random-waypoint"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MobilityKind {
+    RandomWalk,
+    RandomWaypoint,
+}
+
+impl MobilityKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            MobilityKind::RandomWalk => "random-walk",
+            MobilityKind::RandomWaypoint => "random-waypoint",
+        }
+    }
+}
+
+/// Where request lengths come from (`workload = "lmsys-like" | "sharegpt"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadKind {
+    LmsysLike,
+    ShareGpt,
+}
+
+impl WorkloadKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadKind::LmsysLike => "lmsys-like",
+            WorkloadKind::ShareGpt => "sharegpt",
+        }
+    }
+}
+
+/// A `kind = "user"` actor: a mobile user sending one request per slot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UserSpec {
+    /// The `scheduler` actor its requests go to (its slot length too).
+    pub scheduler: ActorId,
+    pub mobility: MobilityKind,
+    /// Service area, metres (width, height); default 200 × 200.
+    pub area_m: [f64; 2],
+    /// Transmit power range, dBm; the user's power is drawn in it (seeded).
+    pub power_dbm: [f64; 2],
+    pub workload: WorkloadKind,
+    /// Lengths are truncated to these (tokens).
+    pub max_input: u32,
+    pub max_output: u32,
+    pub start_ns: u64,
+    pub stop_ns: Option<u64>,
+}
+
+/// A server's GPU class (`gpu = "rtx3080" | "rtx3090" | "rtx4090"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuClass {
+    Rtx3080,
+    Rtx3090,
+    Rtx4090,
+}
+
+impl GpuClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuClass::Rtx3080 => "rtx3080",
+            GpuClass::Rtx3090 => "rtx3090",
+            GpuClass::Rtx4090 => "rtx4090",
+        }
+    }
+}
+
+/// Which model a `backend = "real"` server runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RealModel {
+    /// SmolLM2-135M-Instruct from `EDGEMU_MODEL_DIR` (`model = "smollm2"`).
+    SmolLm2,
+    /// A tiny random-weight Llama built in memory (`model = "tiny"`), for
+    /// tests that must not need the download.
+    Tiny,
+}
+
+/// What computes a server's batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerBackend {
+    /// The GPU class's cost model (prefill rate, decode time vs. KV).
+    Modeled,
+    /// The candle Llama on the CPU, wall-clock timed.
+    Real(RealModel),
+}
+
+/// A `kind = "server"` actor: an edge server with its radio cell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerSpec {
+    pub gpu: GpuClass,
+    pub backend: ServerBackend,
+    /// Uplink bandwidth `B_s`, Hz.
+    pub bandwidth_hz: f64,
+    /// Position in the area, metres; `None`: drawn from the run seed.
+    pub position_m: Option<[f64; 2]>,
+}
+
+/// A `kind = "scheduler"` actor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerSpec {
+    /// The servers it assigns to, in order (index = server index).
+    pub servers: Vec<ActorId>,
+    /// Policy name as `PolicySpec::parse` reads it (`least-loaded`,
+    /// `random`, `lyreo`, `static`, … or `name=weights.safetensors`).
+    pub policy: String,
+    pub epsilon: f64,
+    pub nu: f64,
+    /// Slot length Δ, ns.
+    pub slot_ns: u64,
+    /// How long after a slot starts the scheduler decides (requests that
+    /// arrive later wait for the next slot), ns.
+    pub collect_ns: u64,
+}
+
+fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ActionError> {
+    match obj.get(key) {
+        None => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(x) if x.is_finite() => Ok(Some(x)),
+            _ => Err(ActionError::invalid(
+                key,
+                format!("expected a number, found {}", describe_value(v)),
+            )),
+        },
+    }
+}
+
+/// `[a, b]` of two finite numbers.
+fn opt_pair(obj: &Obj, key: &str, what: &str) -> Result<Option<[f64; 2]>, ActionError> {
+    let Some(v) = obj.get(key) else {
+        return Ok(None);
+    };
+    let bad = || ActionError::invalid(key, format!("expected {what}, found {}", describe_value(v)));
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
+    match items.as_slice() {
+        [a, b] => match (a.as_f64(), b.as_f64()) {
+            (Some(a), Some(b)) if a.is_finite() && b.is_finite() => Ok(Some([a, b])),
+            _ => Err(bad()),
+        },
+        _ => Err(bad()),
+    }
+}
+
+fn token_limit(obj: &Obj, key: &str, default: u32, errs: &mut Errs) -> u32 {
+    match errs.ok(opt_u64(obj, key)).flatten() {
+        None => default,
+        Some(n) if (1..=65_536).contains(&n) => n as u32,
+        Some(n) => {
+            errs.push(ActionError::invalid(
+                key,
+                format!("expected a number of tokens from 1 to 65536, found {n}"),
+            ));
+            default
+        }
+    }
+}
+
+/// Parses the fields of a `user` (`resolve` maps an actor name to its index).
+pub(crate) fn user(
+    obj: &Obj,
+    resolve: &dyn Fn(&str, &str) -> Result<usize, ActionError>,
+    errs: &mut Errs,
+) -> (UserSpec, Option<usize>) {
+    let scheduler = errs.ok(req_str(obj, "scheduler", "the name of a scheduler actor")
+        .and_then(|s| resolve("scheduler", s)));
+    let mobility = match errs
+        .ok(opt_enum(
+            obj,
+            "mobility",
+            &["random-walk", "random-waypoint"],
+        ))
+        .flatten()
+    {
+        Some("random-waypoint") => MobilityKind::RandomWaypoint,
+        _ => MobilityKind::RandomWalk,
+    };
+    let area_m = errs
+        .ok(opt_pair(
+            obj,
+            "area",
+            "[width, height] in metres, e.g. [200, 200]",
+        ))
+        .flatten()
+        .unwrap_or([200.0, 200.0]);
+    if area_m.iter().any(|&x| x <= 0.0) {
+        errs.push(ActionError::invalid(
+            "area",
+            format!("expected a positive width and height, found {area_m:?}"),
+        ));
+    }
+    let power_dbm = errs
+        .ok(opt_pair(
+            obj,
+            "power_dbm",
+            "[low, high] in dBm, e.g. [15, 25]",
+        ))
+        .flatten()
+        .unwrap_or([15.0, 25.0]);
+    if power_dbm[0] > power_dbm[1] || power_dbm[1] > 60.0 {
+        errs.push(ActionError::invalid(
+            "power_dbm",
+            format!("expected [low, high] with low <= high <= 60 dBm, found {power_dbm:?}"),
+        ));
+    }
+    let workload = match errs
+        .ok(opt_enum(obj, "workload", &["lmsys-like", "sharegpt"]))
+        .flatten()
+    {
+        Some("sharegpt") => WorkloadKind::ShareGpt,
+        _ => WorkloadKind::LmsysLike,
+    };
+    let max_input = token_limit(obj, "max_input", 2048, errs);
+    let max_output = token_limit(obj, "max_output", 2048, errs);
+    let start_ns = errs
+        .ok(opt_duration(obj, "start", false))
+        .flatten()
+        .unwrap_or(0);
+    let stop_ns = errs.ok(opt_duration(obj, "stop", false)).flatten();
+    if let Some(stop) = stop_ns.filter(|&s| s <= start_ns) {
+        errs.push(ActionError::invalid(
+            "stop",
+            format!(
+                "expected a time after `start` ({}), found {:?}",
+                fmt_duration(start_ns),
+                fmt_duration(stop)
+            ),
+        ));
+    }
+    (
+        UserSpec {
+            scheduler: ActorId(scheduler.unwrap_or(0) as u32),
+            mobility,
+            area_m,
+            power_dbm,
+            workload,
+            max_input,
+            max_output,
+            start_ns,
+            stop_ns,
+        },
+        scheduler,
+    )
+}
+
+/// Parses the fields of a `server`.
+pub(crate) fn server(obj: &Obj, errs: &mut Errs) -> ServerSpec {
+    let gpu = match errs
+        .ok(opt_enum(obj, "gpu", &["rtx3080", "rtx3090", "rtx4090"]))
+        .flatten()
+    {
+        Some("rtx3090") => GpuClass::Rtx3090,
+        Some("rtx4090") => GpuClass::Rtx4090,
+        _ => GpuClass::Rtx3080,
+    };
+    let backend = errs
+        .ok(opt_enum(obj, "backend", &["modeled", "real"]))
+        .flatten()
+        .unwrap_or("modeled");
+    let model = errs
+        .ok(opt_enum(obj, "model", &["smollm2", "tiny"]))
+        .flatten();
+    let backend = match (backend, model) {
+        ("real", Some("tiny")) => ServerBackend::Real(RealModel::Tiny),
+        ("real", _) => ServerBackend::Real(RealModel::SmolLm2),
+        (_, Some(_)) => {
+            errs.push(ActionError::invalid(
+                "model",
+                "`model` is only for `backend = \"real\"`; remove it or set the backend",
+            ));
+            ServerBackend::Modeled
+        }
+        _ => ServerBackend::Modeled,
+    };
+    let mhz = errs
+        .ok(opt_f64(obj, "bandwidth_mhz"))
+        .flatten()
+        .unwrap_or(10.0);
+    if !(mhz > 0.0 && mhz <= 1000.0) {
+        errs.push(ActionError::invalid(
+            "bandwidth_mhz",
+            format!("expected a bandwidth in MHz above 0 and at most 1000, found {mhz}"),
+        ));
+    }
+    let position_m = errs
+        .ok(opt_pair(
+            obj,
+            "position",
+            "[x, y] in metres, e.g. [50, 150]",
+        ))
+        .flatten();
+    ServerSpec {
+        gpu,
+        backend,
+        bandwidth_hz: mhz * 1e6,
+        position_m,
+    }
+}
+
+/// Parses the fields of a `scheduler`; returns the server indices for the
+/// cross checks.
+pub(crate) fn scheduler(
+    obj: &Obj,
+    resolve: &dyn Fn(&str, &str) -> Result<usize, ActionError>,
+    errs: &mut Errs,
+) -> (SchedulerSpec, Vec<usize>) {
+    let mut idx = Vec::new();
+    match obj.get("servers") {
+        None => errs.push(missing("servers", "an array of server actor names")),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            for item in items {
+                match item {
+                    Value::String(s) => {
+                        if let Some(i) = errs.ok(resolve("servers", s)) {
+                            if idx.contains(&i) {
+                                errs.push(ActionError::invalid(
+                                    "servers",
+                                    format!("server {s:?} is listed twice; expected each once"),
+                                ));
+                            } else {
+                                idx.push(i);
+                            }
+                        }
+                    }
+                    v => errs.push(ActionError::invalid(
+                        "servers",
+                        format!("expected server actor names, found {}", describe_value(v)),
+                    )),
+                }
+            }
+        }
+        Some(v) => errs.push(ActionError::invalid(
+            "servers",
+            format!(
+                "expected a non-empty array of server actor names, found {}",
+                describe_value(v)
+            ),
+        )),
+    }
+    let policy = errs
+        .ok(opt_str(obj, "policy"))
+        .flatten()
+        .unwrap_or("least-loaded")
+        .to_string();
+    if policy.trim().is_empty() {
+        errs.push(ActionError::invalid(
+            "policy",
+            "expected a policy name, found an empty string",
+        ));
+    }
+    let epsilon = errs.ok(opt_f64(obj, "epsilon")).flatten().unwrap_or(0.01);
+    if epsilon < 0.0 {
+        errs.push(ActionError::invalid(
+            "epsilon",
+            format!("expected a tolerance >= 0, found {epsilon}"),
+        ));
+    }
+    let nu = errs.ok(opt_f64(obj, "nu")).flatten().unwrap_or(0.5);
+    if nu < 0.0 {
+        errs.push(ActionError::invalid(
+            "nu",
+            format!("expected a weight >= 0, found {nu}"),
+        ));
+    }
+    let slot_ns = errs
+        .ok(opt_duration(obj, "slot", true))
+        .flatten()
+        .unwrap_or(1_000_000_000);
+    let collect_ns = errs
+        .ok(opt_duration(obj, "collect", true))
+        .flatten()
+        .unwrap_or((slot_ns / 10).min(100_000_000));
+    if collect_ns >= slot_ns {
+        errs.push(ActionError::invalid(
+            "collect",
+            format!(
+                "expected a time shorter than the slot ({}), found {}",
+                fmt_duration(slot_ns),
+                fmt_duration(collect_ns)
+            ),
+        ));
+    }
+    (
+        SchedulerSpec {
+            servers: idx.iter().map(|&i| ActorId(i as u32)).collect(),
+            policy,
+            epsilon,
+            nu,
+            slot_ns,
+            collect_ns,
+        },
+        idx,
+    )
+}

@@ -1,0 +1,325 @@
+//! Creates the LYREO actors (`user`, `server`, `scheduler`) of one host from
+//! the resolved cluster: resolves their specs into serving's cores (GPU
+//! class profiles, the model for a real backend, the policy, the workload)
+//! and opens the host's `requests.csv`, `server_slots.csv`, `decisions.csv`.
+//! Anything a file or the machine can get wrong (an unknown policy, missing
+//! weights, an absent model or data file) is an error naming the actor.
+
+use super::spawn::derive_seed;
+use actix::prelude::*;
+use anyhow::{anyhow, Context as _, Result};
+use edgemu_actors::clock::Clock;
+use edgemu_actors::lyreo::records::CsvTable;
+use edgemu_actors::lyreo::scheduler::{SchedulerActor, SchedulerSetup, ServerInfo};
+use edgemu_actors::lyreo::server::{ServerActor, ServerSetup};
+use edgemu_actors::lyreo::user::{UserActor, UserSetup};
+use edgemu_actors::lyreo::{link_between, scheduler_of, server_position};
+use edgemu_actors::messages::{Deliver, Flush, Route, StopSending};
+use edgemu_codec::ids::ActorId;
+use edgemu_config::{
+    ActorKind, ActorSpec, Cluster, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
+    WorkloadKind,
+};
+use edgemu_gpu::engine::BatchMode;
+use edgemu_gpu::{KvDtype, Profile, RealBackend};
+use edgemu_policies::lyreo::{PolicySpec, ServerBatching};
+use edgemu_serving::mobility::{Area, Mobility};
+use edgemu_serving::workload::Workload;
+use edgemu_serving::{SchedulerCore, ServerSlotCore};
+use std::path::Path;
+
+/// What the host keeps of a LYREO actor.
+pub struct Spawned {
+    pub deliver: Recipient<Deliver>,
+    pub stop: Option<Recipient<StopSending>>,
+    pub flush: Option<Recipient<Flush>>,
+}
+
+/// The host's LYREO tables, opened on first use.
+pub struct Tables {
+    dir: Option<std::path::PathBuf>,
+    requests: Option<CsvTable>,
+    slots: Option<CsvTable>,
+    decisions: Option<CsvTable>,
+}
+
+impl Tables {
+    pub fn new(dir: Option<&Path>) -> Tables {
+        Tables {
+            dir: dir.map(Path::to_path_buf),
+            requests: None,
+            slots: None,
+            decisions: None,
+        }
+    }
+
+    fn get(
+        dir: &Option<std::path::PathBuf>,
+        slot: &mut Option<CsvTable>,
+        name: &str,
+        header: &str,
+    ) -> Result<CsvTable> {
+        if let Some(t) = slot {
+            return Ok(t.clone());
+        }
+        let t = match dir {
+            Some(d) => CsvTable::open(d, name, header)
+                .with_context(|| format!("creating {}", d.join(name).display()))?,
+            None => CsvTable::discard(),
+        };
+        *slot = Some(t.clone());
+        Ok(t)
+    }
+}
+
+fn scheduler_spec(cluster: &Cluster, id: ActorId) -> Result<&SchedulerSpec> {
+    match &cluster.actor(id).kind {
+        ActorKind::Scheduler(s) => Ok(s),
+        other => Err(anyhow!(
+            "actor {:?} is a {}, not a scheduler",
+            cluster.actor(id).name,
+            other.kind_name()
+        )),
+    }
+}
+
+fn server_spec(cluster: &Cluster, id: ActorId) -> Result<&ServerSpec> {
+    match &cluster.actor(id).kind {
+        ActorKind::Server(s) => Ok(s),
+        other => Err(anyhow!(
+            "actor {:?} is a {}, not a server",
+            cluster.actor(id).name,
+            other.kind_name()
+        )),
+    }
+}
+
+fn policy(cluster: &Cluster, scheduler: ActorId) -> Result<PolicySpec> {
+    let spec = scheduler_spec(cluster, scheduler)?;
+    PolicySpec::parse(&spec.policy).map_err(|e| {
+        anyhow!(
+            "scheduler {:?}: policy {:?}: {e}",
+            cluster.actor(scheduler).name,
+            spec.policy
+        )
+    })
+}
+
+/// The built-in profile of a server's GPU class.
+fn class_profile(a: &ActorSpec, s: &ServerSpec) -> Result<Profile> {
+    Profile::builtin(s.gpu.name())
+        .map_err(|e| anyhow!("server {:?}: GPU class {}: {e}", a.name, s.gpu.name()))
+}
+
+/// Spawns one LYREO actor; `None` for other kinds.
+pub fn spawn(
+    cluster: &Cluster,
+    a: &ActorSpec,
+    virtual_time: bool,
+    clock: Clock,
+    route: &Recipient<Route>,
+    tables: &mut Tables,
+) -> Result<Option<Spawned>> {
+    let names: Vec<String> = cluster.actors.iter().map(|a| a.name.clone()).collect();
+    let seed = derive_seed(cluster.run.seed, (1 << 40) | u64::from(a.id.0));
+    Ok(Some(match &a.kind {
+        ActorKind::User(u) => {
+            let table = Tables::get(
+                &tables.dir,
+                &mut tables.requests,
+                CsvTable::REQUESTS,
+                CsvTable::REQUESTS_HEADER,
+            )?;
+            let setup = user_setup(cluster, a, u, seed, names)?;
+            let addr = UserActor::new(setup, clock, route.clone(), table).start();
+            Spawned {
+                deliver: addr.clone().recipient(),
+                stop: Some(addr.clone().recipient()),
+                flush: Some(addr.recipient()),
+            }
+        }
+        ActorKind::Server(s) => {
+            let table = Tables::get(
+                &tables.dir,
+                &mut tables.slots,
+                CsvTable::SERVER_SLOTS,
+                CsvTable::SERVER_SLOTS_HEADER,
+            )?;
+            let scheduler = scheduler_of(cluster, a.id)
+                .ok_or_else(|| anyhow!("server {:?} is in no scheduler's `servers`", a.name))?;
+            let sched = scheduler_spec(cluster, scheduler)?;
+            let index = sched
+                .servers
+                .iter()
+                .position(|&x| x == a.id)
+                .unwrap_or_default();
+            let mode = match policy(cluster, scheduler)?.batching {
+                ServerBatching::Continuous => BatchMode::Continuous,
+                ServerBatching::Static => BatchMode::Static,
+            };
+            let profile = class_profile(a, s)?;
+            let setup = ServerSetup {
+                id: a.id,
+                name: a.name.clone(),
+                scheduler,
+                slot_ns: sched.slot_ns,
+                gpu: s.gpu.name().to_string(),
+                backend: match s.backend {
+                    ServerBackend::Modeled => "modeled".into(),
+                    ServerBackend::Real(RealModel::SmolLm2) => "real".into(),
+                    ServerBackend::Real(RealModel::Tiny) => "real-tiny".into(),
+                },
+                wall_clock_compute: !virtual_time && s.backend != ServerBackend::Modeled,
+            };
+            let addr = match s.backend {
+                ServerBackend::Modeled => {
+                    let core = ServerSlotCore::new(index, profile, s.bandwidth_hz, mode);
+                    ServerActor::new(setup, core, clock, route.clone(), table)
+                        .start()
+                        .recipient()
+                }
+                ServerBackend::Real(model) if virtual_time => {
+                    // Inline: in virtual time compute must not race the clock.
+                    let backend = real_backend(&a.name, model, seed)?;
+                    let core =
+                        ServerSlotCore::with_backend(index, backend, profile, s.bandwidth_hz, mode);
+                    ServerActor::new(setup, core, clock, route.clone(), table)
+                        .start()
+                        .recipient()
+                }
+                ServerBackend::Real(model) => {
+                    // Real time: the model's forward passes run on the
+                    // server's own thread, so they never stall the host's
+                    // router, links and other servers; the model loads there
+                    // too, while messages queue in the actor's mailbox (so
+                    // the host starts at once). An absent model file is an
+                    // error now; a load that fails later leaves a server
+                    // that rejects every request, logged.
+                    if model == RealModel::SmolLm2 {
+                        edgemu_gpu::model::resolve_model_path(None).map_err(|e| {
+                            anyhow!("server {:?} (backend = \"real\"): {e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)", a.name)
+                        })?;
+                    }
+                    let (name, route, bw) = (a.name.clone(), route.clone(), s.bandwidth_hz);
+                    let arbiter = actix::Arbiter::new();
+                    ServerActor::start_in_arbiter(&arbiter.handle(), move |_| {
+                        match real_backend(&name, model, seed) {
+                            Ok(backend) => {
+                                tracing::info!(server = %name, run_time_s = clock.now_ns() as f64 / 1e9, "real backend loaded");
+                                let core =
+                                    ServerSlotCore::with_backend(index, backend, profile, bw, mode);
+                                ServerActor::new(setup, core, clock, route, table)
+                            }
+                            Err(e) => {
+                                ServerActor::unavailable(setup, &e.to_string(), clock, route, table)
+                            }
+                        }
+                    })
+                    .recipient()
+                }
+            };
+            Spawned {
+                deliver: addr,
+                stop: None,
+                flush: None,
+            }
+        }
+        ActorKind::Scheduler(s) => {
+            let table = Tables::get(
+                &tables.dir,
+                &mut tables.decisions,
+                CsvTable::DECISIONS,
+                CsvTable::DECISIONS_HEADER,
+            )?;
+            let spec = policy(cluster, a.id)?;
+            let core = SchedulerCore::new(s.servers.len(), s.epsilon, spec.build(seed));
+            let mut servers = Vec::with_capacity(s.servers.len());
+            for &sid in &s.servers {
+                let sa = cluster.actor(sid);
+                let ss = server_spec(cluster, sid)?;
+                let profile = class_profile(sa, ss)?;
+                servers.push(ServerInfo {
+                    actor: sid,
+                    position_m: server_position(cluster.run.seed, sid, ss),
+                    obs: edgemu_serving::server::initial_obs(&profile, ss.bandwidth_hz),
+                });
+            }
+            let setup = SchedulerSetup {
+                id: a.id,
+                slot_ns: s.slot_ns,
+                collect_ns: s.collect_ns,
+                epsilon: s.epsilon,
+                nu: s.nu,
+                servers,
+                names,
+            };
+            let addr = SchedulerActor::new(setup, core, clock, route.clone(), table).start();
+            Spawned {
+                deliver: addr.recipient(),
+                stop: None,
+                flush: None,
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+fn user_setup(
+    cluster: &Cluster,
+    a: &ActorSpec,
+    u: &UserSpec,
+    seed: u64,
+    names: Vec<String>,
+) -> Result<UserSetup> {
+    let sched = scheduler_spec(cluster, u.scheduler)?;
+    let workload = match u.workload {
+        WorkloadKind::LmsysLike => Workload::parse(u.workload.name()),
+        WorkloadKind::ShareGpt => Workload::sharegpt(u.max_input, u.max_output),
+    }
+    .map_err(|e| anyhow!("user {:?}: workload {}: {e}", a.name, u.workload.name()))?;
+    let mobility =
+        Mobility::parse(u.mobility.name()).map_err(|e| anyhow!("user {:?}: {e}", a.name))?;
+    Ok(UserSetup {
+        id: a.id,
+        name: a.name.clone(),
+        scheduler: u.scheduler,
+        slot_ns: sched.slot_ns,
+        start_ns: u.start_ns,
+        stop_ns: u.stop_ns,
+        mobility,
+        area: Area {
+            width_m: u.area_m[0],
+            height_m: u.area_m[1],
+        },
+        power_dbm: (u.power_dbm[0], u.power_dbm[1]),
+        workload,
+        max_input: u.max_input,
+        max_output: u.max_output,
+        seed,
+        uplinks: sched
+            .servers
+            .iter()
+            .map(|&s| (s, link_between(cluster, a.id, s)))
+            .collect(),
+        names,
+    })
+}
+
+/// Loads the model of a `backend = "real"` server on the CPU.
+fn real_backend(name: &str, model: RealModel, seed: u64) -> Result<RealBackend> {
+    let device = edgemu_gpu::model::parse_device("cpu")
+        .map_err(|e| anyhow!("server {name:?}: CPU device: {e}"))?;
+    let lm = match model {
+        RealModel::SmolLm2 => edgemu_gpu::model::ModelSource::new(None, None)
+            .load(&device, None)
+            .map_err(|e| {
+                anyhow!(
+                    "server {name:?} (backend = \"real\"): cannot load SmolLM2: {e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)"
+                )
+            })?,
+        RealModel::Tiny => edgemu_gpu::model::load_tiny(seed, &device, None)
+            .map_err(|e| anyhow!("server {name:?}: tiny model: {e}"))?,
+    };
+    let eos = lm.tokenizer.eos_id();
+    Ok(RealBackend::new(lm.model, KvDtype::F32, eos))
+}
