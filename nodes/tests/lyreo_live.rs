@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use edgemu_config::Cluster;
 use edgemu_nodes::run::{load, run_all};
+use edgemu_policies::slot::version_hash;
 use std::path::Path;
 
 /// Three users on `phones`, two servers on `edge` (`s1` on `backend`),
@@ -164,12 +165,67 @@ fn users_servers_and_scheduler_on_three_hosts_record_every_request() {
     assert!(slots.lines().any(|l| l.contains(",s0,rtx3080,modeled,")));
     let decisions = std::fs::read_to_string(run_dir.join("ctl/decisions.csv")).expect("decisions");
     assert_eq!(decisions.lines().count(), 1 + 12);
+    let ll = version_hash("least-loaded", &[]);
     assert!(decisions
         .lines()
         .skip(1)
-        .all(|l| l.contains(",least-loaded,0,")));
+        .all(|l| l.contains(&format!(",least-loaded,{ll},"))));
     // Records live only on the host of the actor that writes them.
     assert!(!run_dir.join("edge/requests.csv").exists());
+}
+
+/// A `policy.swap` chaos entry switches the live scheduler from
+/// least-loaded to random at a slot boundary, then a rollback brings it
+/// back: every decision and every request record names the policy and the
+/// version hash that made it, and the swaps are in the event log.
+#[test]
+fn a_policy_swap_while_running_is_seen_in_every_decision_and_request() {
+    let dir = temp_dir("lyreo-live-swap");
+    let results = dir.join("results").display().to_string();
+    let chaos = "\n[[chaos]]\nat = \"1500ms\"\ncommand = \"policy.swap\"\nactor = \"sched\"\npolicy = \"random\"\n\n[[chaos]]\nat = \"2500ms\"\ncommand = \"policy.rollback\"\nactor = \"sched\"\n";
+    let text = cluster_text(&results, "", chaos);
+    let run_dir = run(&text, &dir, "swap");
+
+    let (ll, rnd) = (
+        version_hash("least-loaded", &[]),
+        version_hash("random", &[]),
+    );
+    let decisions = std::fs::read_to_string(run_dir.join("ctl/decisions.csv")).expect("decisions");
+    // slot,id,user,server,policy,policy_version,…: slots 0–1 before the
+    // swap, slot 2 after it, slot 3 after the rollback.
+    let by_slot = |slot: &str| -> Vec<(String, String)> {
+        decisions
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .filter(|c| c[0] == slot)
+            .map(|c| (c[4].to_string(), c[5].to_string()))
+            .collect()
+    };
+    for (slot, name, version) in [
+        ("0", "least-loaded", &ll),
+        ("1", "least-loaded", &ll),
+        ("2", "random", &rnd),
+        ("3", "least-loaded", &ll),
+    ] {
+        let rows = by_slot(slot);
+        assert_eq!(rows.len(), 3, "slot {slot}: {decisions}");
+        for (n, v) in rows {
+            assert_eq!((n.as_str(), &v), (name, version), "slot {slot}");
+        }
+    }
+    let reqs = requests(&run_dir.join("phones/requests.csv"));
+    assert_eq!(reqs.len(), 12);
+    assert_eq!(reqs.iter().filter(|r| r.policy == "random").count(), 3);
+    assert!(
+        reqs.iter().all(|r| r.outcome == "served"),
+        "no decision lost"
+    );
+    let events = std::fs::read_to_string(run_dir.join("ctl/events.jsonl")).expect("events");
+    assert!(
+        events.contains("policy.swap") && events.contains("policy.rollback"),
+        "{events}"
+    );
 }
 
 #[test]

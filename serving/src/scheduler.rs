@@ -72,6 +72,12 @@ impl SchedulerCore {
         &self.queues
     }
 
+    /// Replaces the policy (a hot swap, at a decision boundary); the
+    /// Lyapunov queues carry on.
+    pub fn set_policy(&mut self, policy: Box<dyn SchedulingPolicy>) {
+        self.policy = policy;
+    }
+
     pub fn policy_name(&self) -> &str {
         self.policy.name()
     }

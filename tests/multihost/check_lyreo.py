@@ -9,6 +9,7 @@ prefill, decode and end-to-end latency; the real server (beta) must have
 served some; the scheduler's decisions (gamma) name the policy. Stdlib only.
 """
 
+import hashlib
 import argparse
 import csv
 import os
@@ -52,7 +53,7 @@ def main():
         e2e = float(r["e2e_s"])
         ok = abs(sum(parts) - e2e) < 0.001 and float(r["upload_s"]) >= LINK_DELAY_S and float(r["decode_s"]) > 0
         check(ok, f"request {r['id']} ({r['user']} -> {r['server']}): sched {parts[0]:.3f} + upload {parts[1]:.4f} + wait {parts[2]:.4f} + prefill {parts[3]:.4f} + decode {parts[4]:.4f} = e2e {e2e:.4f} s")
-        check(r["policy"] == "least-loaded" and r["policy_version"] == "0", f"request {r['id']} records its policy and version")
+        check(r["policy"] == "least-loaded" and r["policy_version"] == hashlib.sha256(b"least-loaded\x00").hexdigest(), f"request {r['id']} records its policy and version")
     check(any(r["server"] == "s-real" for r in served), "the real SmolLM2 server served requests")
     slots_path = os.path.join(R, "beta", "server_slots.csv")
     if check(os.path.exists(slots_path), "beta wrote server_slots.csv"):

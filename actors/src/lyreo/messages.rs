@@ -78,9 +78,10 @@ pub enum LyreoMsg {
         server: ActorId,
         rate_bps: f64,
         upload_ns: u64,
-        /// The policy that decided, and its version (bumped by a hot swap).
+        /// The policy that decided, and its version: the SHA-256 hash of
+        /// name and weights that `policy.get` reports (changes with a swap).
         policy: String,
-        policy_version: u64,
+        policy_version: String,
     },
     /// Scheduler → server: the requests assigned to it this slot (their
     /// uploads are prefilled together once all have arrived).
@@ -132,7 +133,7 @@ mod tests {
             rate_bps: 1.5e7,
             upload_ns: 12_345,
             policy: "least-loaded".into(),
-            policy_version: 0,
+            policy_version: "ab12".into(),
         };
         assert_eq!(LyreoMsg::from_msg(&m.to_msg()), Some(m));
         assert_eq!(LyreoMsg::from_msg(&Msg::Bytes(b"nope".to_vec())), None);

@@ -38,10 +38,6 @@ use edgemu_config::{ActorKind, Cluster, ServerSpec};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Version a scheduler reports with each decision until policies can be
-/// swapped while running (issue 11 bumps it on every swap).
-pub const INITIAL_POLICY_VERSION: u64 = 0;
-
 /// A server's position: the file's `position`, or a uniform draw in the
 /// default 200 m × 200 m area from the run seed and the actor's id (the
 /// same on every host).

@@ -3,15 +3,16 @@
 
 use super::messages::{Expected, LyreoMsg, SlotReport};
 use super::records::{secs, CsvTable};
-use super::INITIAL_POLICY_VERSION;
 use crate::clock::Clock;
 use crate::messages::{Deliver, Route};
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::Envelope;
-use edgemu_policies::lyreo::{RequestObs, ServerObs, SlotObservation};
+use edgemu_policies::lyreo::{PolicySpec, RequestObs, ServerObs, SlotObservation};
+use edgemu_policies::slot::{LoadedPolicy, LyreoPolicies, PolicySlot};
 use edgemu_serving::radio::{channel_gain, shannon_rate_bps, upload_ns};
 use edgemu_serving::SchedulerCore;
+use std::sync::Arc;
 
 /// One server as the scheduler knows it (static, from the config).
 pub struct ServerInfo {
@@ -40,9 +41,26 @@ struct Held {
     power_w: f64,
 }
 
+/// The scheduler's swappable policy: the slot the control plane swaps, the
+/// version the core's policy was built from, and the seed to build with.
+pub struct SchedulerPolicy {
+    pub slot: Arc<PolicySlot<LyreoPolicies>>,
+    pub seen: Arc<LoadedPolicy<PolicySpec>>,
+    pub seed: u64,
+}
+
+impl SchedulerPolicy {
+    /// A core running the slot's active policy.
+    pub fn new(slot: Arc<PolicySlot<LyreoPolicies>>, seed: u64) -> Self {
+        let seen = slot.get();
+        SchedulerPolicy { slot, seen, seed }
+    }
+}
+
 pub struct SchedulerActor {
     s: SchedulerSetup,
     core: SchedulerCore,
+    policy: SchedulerPolicy,
     clock: Clock,
     router: Recipient<Route>,
     table: CsvTable,
@@ -55,9 +73,11 @@ pub struct SchedulerActor {
 }
 
 impl SchedulerActor {
+    /// `core` must run `policy`'s active version (built from `policy.seen`).
     pub fn new(
         s: SchedulerSetup,
         core: SchedulerCore,
+        policy: SchedulerPolicy,
         clock: Clock,
         router: Recipient<Route>,
         table: CsvTable,
@@ -66,6 +86,7 @@ impl SchedulerActor {
         SchedulerActor {
             s,
             core,
+            policy,
             clock,
             router,
             table,
@@ -155,8 +176,15 @@ impl SchedulerActor {
             epsilon: self.s.epsilon,
             nu: self.s.nu,
         };
+        // Decision boundary: a swap that landed since the last slot takes
+        // effect for this whole slot (never half a slot under each).
+        if let Some(now) = self.policy.slot.changed_since(&self.policy.seen) {
+            self.core.set_policy(now.spec.build(self.policy.seed));
+            self.policy.seen = now;
+        }
         let assignment = self.core.assign(&obs).to_vec();
-        let policy = self.core.policy_name().to_string();
+        let policy = self.policy.seen.name.clone();
+        let version = self.policy.seen.version.clone();
         let mut count = vec![0usize; self.s.servers.len()];
         for &s in &assignment {
             count[s] += 1;
@@ -184,11 +212,11 @@ impl SchedulerActor {
                     rate_bps: rate,
                     upload_ns: up,
                     policy: policy.clone(),
-                    policy_version: INITIAL_POLICY_VERSION,
+                    policy_version: version.clone(),
                 },
             );
             self.table.row(&format!(
-                "{t},{id},{},{},{policy},{INITIAL_POLICY_VERSION},{rate:.0},{},{:.6}",
+                "{t},{id},{},{},{policy},{version},{rate:.0},{},{:.6}",
                 name(&self.s.names, h.user),
                 name(&self.s.names, info.actor),
                 secs(up),

@@ -49,7 +49,8 @@ struct Assignment {
     server: ActorId,
     received_ns: u64,
     policy: String,
-    version: u64,
+    /// The policy version (hash) that decided.
+    version: String,
 }
 
 pub struct UserActor {
@@ -190,10 +191,10 @@ impl UserActor {
             Some(x) => (
                 self.name(x.server),
                 x.policy.as_str(),
-                x.version,
+                x.version.as_str(),
                 x.received_ns.saturating_sub(p.issued_ns),
             ),
-            None => ("?", "?", 0, 0),
+            None => ("?", "?", "", 0),
         };
         let outcome = match a.outcome {
             Outcome::Served => "served",
@@ -239,8 +240,12 @@ impl UserActor {
         let open = std::mem::take(&mut self.pending);
         for (id, p) in open {
             let (server, policy, version) = match &p.assigned {
-                Some(x) => (self.name(x.server).to_string(), x.policy.clone(), x.version),
-                None => (String::new(), String::new(), 0),
+                Some(x) => (
+                    self.name(x.server).to_string(),
+                    x.policy.clone(),
+                    x.version.clone(),
+                ),
+                None => (String::new(), String::new(), String::new()),
             };
             self.table.row(&format!(
                 "{},{id},{},{server},{policy},{version},{},{},unanswered,,,,,,",

@@ -192,12 +192,20 @@ pub fn spawn_host_actors(
                 Some(addr.recipient())
             }
             ActorKind::User(_) | ActorKind::Server(_) | ActorKind::Scheduler(_) => {
-                super::spawn_lyreo::spawn(cluster, a, virtual_time, clock, &route, &mut tables)?
-                    .map(|s| {
-                        senders.extend(s.stop);
-                        flushers.extend(s.flush);
-                        s.deliver
-                    })
+                super::spawn_lyreo::spawn(
+                    cluster,
+                    a,
+                    virtual_time,
+                    clock,
+                    &route,
+                    &mut tables,
+                    &policies,
+                )?
+                .map(|s| {
+                    senders.extend(s.stop);
+                    flushers.extend(s.flush);
+                    s.deliver
+                })
             }
         };
         if let Some(recipient) = deliver {

@@ -10,7 +10,9 @@ use actix::prelude::*;
 use anyhow::{anyhow, Context as _, Result};
 use edgemu_actors::clock::Clock;
 use edgemu_actors::lyreo::records::CsvTable;
-use edgemu_actors::lyreo::scheduler::{SchedulerActor, SchedulerSetup, ServerInfo};
+use edgemu_actors::lyreo::scheduler::{
+    SchedulerActor, SchedulerPolicy, SchedulerSetup, ServerInfo,
+};
 use edgemu_actors::lyreo::server::{ServerActor, ServerSetup};
 use edgemu_actors::lyreo::user::{UserActor, UserSetup};
 use edgemu_actors::lyreo::{link_between, scheduler_of, server_position};
@@ -23,10 +25,12 @@ use edgemu_config::{
 use edgemu_gpu::engine::BatchMode;
 use edgemu_gpu::{KvDtype, Profile, RealBackend};
 use edgemu_policies::lyreo::{PolicySpec, ServerBatching};
+use edgemu_policies::slot::{LyreoPolicies, PolicySlot};
 use edgemu_serving::mobility::{Area, Mobility};
 use edgemu_serving::workload::Workload;
 use edgemu_serving::{SchedulerCore, ServerSlotCore};
 use std::path::Path;
+use std::sync::Arc;
 
 /// What the host keeps of a LYREO actor.
 pub struct Spawned {
@@ -119,6 +123,7 @@ pub fn spawn(
     clock: Clock,
     route: &Recipient<Route>,
     tables: &mut Tables,
+    policies: &super::policies::PolicyRegistry,
 ) -> Result<Option<Spawned>> {
     let names: Vec<String> = cluster.actors.iter().map(|a| a.name.clone()).collect();
     let seed = derive_seed(cluster.run.seed, (1 << 40) | u64::from(a.id.0));
@@ -231,8 +236,27 @@ pub fn spawn(
                 CsvTable::DECISIONS,
                 CsvTable::DECISIONS_HEADER,
             )?;
-            let spec = policy(cluster, a.id)?;
-            let core = SchedulerCore::new(s.servers.len(), s.epsilon, spec.build(seed));
+            // Checked by name first for the file's error message; the slot
+            // then loads it (with shipped weights for a learned policy) and
+            // is what `policy.swap` replaces while the run goes on.
+            policy(cluster, a.id)?;
+            let slot = PolicySlot::new(
+                LyreoPolicies,
+                &s.policy,
+                None,
+                Path::new("cluster.toml"),
+                clock.now_ns(),
+                "config",
+            )
+            .map_err(|e| anyhow!("scheduler {:?}: policy {:?}: {e}", a.name, s.policy))?;
+            let slot = Arc::new(slot);
+            policies.register(a.id, slot.clone());
+            let sched_policy = SchedulerPolicy::new(slot, seed);
+            let core = SchedulerCore::new(
+                s.servers.len(),
+                s.epsilon,
+                sched_policy.seen.spec.build(seed),
+            );
             let mut servers = Vec::with_capacity(s.servers.len());
             for &sid in &s.servers {
                 let sa = cluster.actor(sid);
@@ -253,7 +277,8 @@ pub fn spawn(
                 servers,
                 names,
             };
-            let addr = SchedulerActor::new(setup, core, clock, route.clone(), table).start();
+            let addr =
+                SchedulerActor::new(setup, core, sched_policy, clock, route.clone(), table).start();
             Spawned {
                 deliver: addr.recipient(),
                 stop: None,
