@@ -285,3 +285,151 @@ fn promtool_check(text: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+fn lyreo_cluster_text(results: &str, mesh: u16, control: u16) -> String {
+    let mut t = format!(
+        r#"
+[run]
+name = "lyreo-metrics"
+duration = "60s"
+seed = 3
+results = "{results}"
+token_env = "{TOKEN_VAR}"
+
+[[hosts]]
+name = "edge"
+listen = "127.0.0.1:{mesh}"
+control = "127.0.0.1:{control}"
+
+[[actors]]
+name = "sched"
+host = "edge"
+kind = "scheduler"
+servers = ["s0", "s1"]
+policy = "least-loaded"
+slot = "500ms"
+
+[[actors]]
+name = "s0"
+host = "edge"
+kind = "server"
+gpu = "rtx3080"
+
+[[actors]]
+name = "s1"
+host = "edge"
+kind = "server"
+gpu = "rtx4090"
+"#
+    );
+    for u in 0..3 {
+        t += &format!(
+            "\n[[actors]]\nname = \"u{u}\"\nhost = \"edge\"\nkind = \"user\"\nscheduler = \"sched\"\nworkload = \"lmsys-like\"\nmax_input = 64\nmax_output = 16\n"
+        );
+    }
+    t
+}
+
+/// A live LYREO run shows its servers (KV, batch, requests by outcome) and
+/// its scheduler (Z_s, assignments, the active policy version) in
+/// `/metrics` and in the page's snapshot; a `policy.swap` shows in both.
+#[test]
+fn lyreo_servers_and_scheduler_show_in_metrics_and_the_snapshot() {
+    let token = "metrics-token";
+    std::env::set_var(TOKEN_VAR, token);
+    let dir = temp_dir("metrics-lyreo");
+    let (mesh, control) = (free_port(), free_port());
+    let cfg = write(
+        &dir,
+        "cluster.toml",
+        &lyreo_cluster_text(&dir.join("results").display().to_string(), mesh, control),
+    );
+    let cluster = load(&cfg).expect("load");
+    let run = std::thread::spawn(move || run_all(cluster, Some("lyreo".into()), false));
+
+    let ll = edgemu_policies::slot::version_hash("least-loaded", &[]);
+    let policy_series = |name: &str, version: &str| {
+        format!(
+            r#"edgemu_scheduler_policy{{host="edge",scheduler="sched",policy="{name}",version="{version}"}}"#
+        )
+    };
+    let served = r#"edgemu_server_requests_total{host="edge",server="s0",outcome="served"}"#;
+    let slots = r#"edgemu_server_slots_total{host="edge",server="s1",gpu="rtx4090"}"#;
+    let t0 = Instant::now();
+    let text = loop {
+        if let Ok((head, body)) = get_accepting(
+            control,
+            "/metrics",
+            "application/openmetrics-text;version=1.0.0",
+        ) {
+            if head.starts_with("HTTP/1.1 200")
+                && value(&body, slots).unwrap_or(0.0) >= 2.0
+                && value(&body, served).unwrap_or(0.0) >= 1.0
+            {
+                break body;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "LYREO families never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(value(&text, &policy_series("least-loaded", &ll)), Some(1.0));
+    assert_eq!(
+        value(
+            &text,
+            r#"edgemu_server_kv_capacity_bytes{host="edge",server="s0",gpu="rtx3080"}"#
+        ),
+        Some(10e9),
+        "M_s of an RTX 3080: {text}"
+    );
+    assert!(text.contains(r#"edgemu_scheduler_queue_z{host="edge",scheduler="sched",server="s1"}"#));
+    assert!(
+        value(
+            &text,
+            r#"edgemu_scheduler_decisions_total{host="edge",scheduler="sched"}"#
+        )
+        .unwrap_or(0.0)
+            >= 3.0
+    );
+    let (_, snap) = get(control, "/api/snapshot?since=0").expect("snapshot");
+    let snap: serde_json::Value = serde_json::from_str(&snap).expect("snapshot JSON");
+    assert_eq!(snap["servers"]["s0"]["gpu"], "rtx3080");
+    assert_eq!(snap["policy"]["sched"]["policy"], "least-loaded");
+    assert_eq!(snap["policy"]["sched"]["version"], ll.as_str());
+    assert!(snap["handoffs"].is_null());
+
+    let url = format!("ws://127.0.0.1:{control}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        client::request(
+            &url,
+            serde_json::json!({"cmd": "policy.swap", "actor": "sched", "policy": "random"}),
+            Some(token),
+        )
+        .await
+        .expect("swap");
+    });
+    let rnd = edgemu_policies::slot::version_hash("random", &[]);
+    let mut swapped = false;
+    for _ in 0..100 {
+        if value(&scrape(control), &policy_series("random", &rnd)) == Some(1.0) {
+            swapped = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(swapped, "the swap never showed in /metrics");
+    let (_, classic) = get(control, "/metrics").expect("GET /metrics");
+    promtool_check(&classic);
+    rt.block_on(async {
+        client::request(&url, serde_json::json!({"cmd": "run.stop"}), Some(token))
+            .await
+            .expect("stop");
+    });
+    run.join().expect("run thread").expect("run result");
+}

@@ -162,6 +162,11 @@ impl<B: Backend> ServerSlotCore<B> {
         self.bandwidth_hz
     }
 
+    /// Requests decoding now (the running batch).
+    pub fn running(&self) -> usize {
+        self.engine.running_len()
+    }
+
     /// Requests not finished (pending arrival, queued or running).
     pub fn backlog(&self) -> usize {
         self.pending.iter().map(|b| b.reqs.len()).sum::<usize>()

@@ -27,6 +27,7 @@
 //! upload starts at the slot start (the scheduler is instantaneous); here
 //! the decision takes `collect` plus the network, which is in `sched`.
 
+pub mod live;
 pub mod messages;
 pub mod records;
 pub mod scheduler;

@@ -30,6 +30,8 @@ pub struct SchedulerSetup {
     pub nu: f64,
     pub servers: Vec<ServerInfo>,
     pub names: Vec<String>,
+    /// Where the scheduler shows its decisions while the run goes on.
+    pub live: super::live::LyreoLive,
 }
 
 struct Held {
@@ -142,6 +144,7 @@ impl SchedulerActor {
         if !held.is_empty() {
             self.assign(t, held);
         }
+        self.show(t);
         self.slot += 1;
         let next = self.decide_at(self.slot);
         ctx.run_later(self.clock.until(next), |act, ctx| act.decide(ctx));
@@ -191,6 +194,14 @@ impl SchedulerActor {
         }
         let mut expect: Vec<Vec<Expected>> = vec![Vec::new(); self.s.servers.len()];
         let z = self.core.queues().z().to_vec();
+        let me = name(&self.s.names, self.s.id);
+        self.s.live.scheduler(me, |l| {
+            l.decisions += assignment.len() as u64;
+            for &s in &assignment {
+                let server = name(&self.s.names, self.s.servers[s].actor).to_string();
+                l.servers.entry(server).or_default().assigned += 1;
+            }
+        });
         for ((&id, h), &s) in held.iter().zip(&assignment) {
             let info = &self.s.servers[s];
             let gain = channel_gain(dist(h.pos, info.position_m));
@@ -229,6 +240,26 @@ impl SchedulerActor {
                 self.send(dst, &LyreoMsg::Expect { slot: t, requests });
             }
         }
+    }
+}
+
+impl SchedulerActor {
+    /// Publishes the slot's policy, version and Z_s (see [`super::live`]).
+    fn show(&self, t: u64) {
+        let z = self.core.queues().z();
+        let me = name(&self.s.names, self.s.id);
+        self.s.live.scheduler(me, |l| {
+            l.policy.clone_from(&self.policy.seen.name);
+            l.version.clone_from(&self.policy.seen.version);
+            l.slot = t;
+            for (i, info) in self.s.servers.iter().enumerate() {
+                let e = l
+                    .servers
+                    .entry(name(&self.s.names, info.actor).to_string())
+                    .or_default();
+                e.z = z.get(i).copied().unwrap_or(0.0);
+            }
+        });
     }
 }
 

@@ -28,6 +28,8 @@ pub struct ServerSetup {
     /// The backend computes in real time (a real model under real time):
     /// iterations start no earlier than when the actor runs them.
     pub wall_clock_compute: bool,
+    /// Where the server shows its state while the run goes on.
+    pub live: super::live::LyreoLive,
 }
 
 /// A slot's batch while its uploads arrive.
@@ -232,6 +234,13 @@ impl<B: Backend + 'static> ServerActor<B> {
             return;
         };
         let start = self.upload_start.remove(&r.id).unwrap_or(0);
+        self.s.live.server(&self.s.name, |l| {
+            if r.rejected {
+                l.rejected += 1
+            } else {
+                l.served += 1
+            }
+        });
         let a = Answer {
             id: r.id,
             outcome: if r.rejected {
@@ -325,6 +334,23 @@ impl<B: Backend + 'static> ServerActor<B> {
             backlog: r.backlog,
         };
         self.send(self.s.scheduler, &LyreoMsg::Report(report));
+        let (capacity, running) = self
+            .core
+            .as_ref()
+            .map_or((0, 0), |c| (c.profile().kv_capacity_bytes, c.running()));
+        self.s.live.server(&self.s.name, |l| {
+            l.gpu.clone_from(&self.s.gpu);
+            l.backend.clone_from(&self.s.backend);
+            l.capacity_bytes = capacity;
+            l.slot = t;
+            l.occupancy_bytes = r.occupancy_bytes;
+            l.peak_bytes = r.peak_bytes;
+            l.running = running;
+            l.backlog = r.backlog;
+            l.eta = r.eta;
+            l.slots += 1;
+            l.high_kv_slots += u64::from(r.high_kv);
+        });
         self.table.row(&format!(
             "{t},{},{},{},{},{},{:.6},{},{},{},{},{},{}",
             self.s.name,

@@ -341,13 +341,101 @@ async function poll() {
   pushPoint("delay", t, delay);
   pushPoint("loss", t, loss);
   drawTopology(s.topology, upState);
-  for (const panel of ["servers", "scheduler", "handoffs", "policy"]) {
-    if (s[panel] != null) {
-      const p = document.querySelector(`[data-panel="${panel}"] .na`);
-      if (p) { p.className = "live"; }
-      document.querySelector(`[data-panel="${panel}"] p`).textContent = JSON.stringify(s[panel]);
-    }
+  // LYREO servers and schedulers of every host (each host shows its own).
+  const merged = { servers: {}, scheduler: {}, handoffs: null };
+  for (const snap of [s].concat(remote.filter((r) => r))) {
+    Object.assign(merged.servers, snap.servers || {});
+    Object.assign(merged.scheduler, snap.scheduler || {});
   }
+  drawServers(merged.servers);
+  drawScheduler(merged.scheduler);
+}
+
+function panelBody(name, has) {
+  const sec = document.querySelector(`[data-panel="${name}"]`);
+  const na = sec.querySelector(".na");
+  if (na) na.hidden = has;
+  let body = sec.querySelector(".live");
+  if (!body) {
+    body = el("div", { class: "live" });
+    sec.appendChild(body);
+  }
+  body.hidden = !has;
+  return body;
+}
+
+const fmtBytes = (b) => b >= 1e9 ? (b / 1e9).toFixed(2) + " GB" : b >= 1e6 ? (b / 1e6).toFixed(1) + " MB"
+  : b >= 1e3 ? (b / 1e3).toFixed(1) + " kB" : b + " B";
+
+function table(head, rows) {
+  const t = el("table");
+  const tr = el("tr");
+  head.forEach((h) => tr.appendChild(el("th", {}, h)));
+  t.appendChild(el("thead")).appendChild(tr);
+  const tb = t.appendChild(el("tbody"));
+  rows.forEach((r) => {
+    const row = el("tr");
+    r.forEach((c) => row.appendChild(c instanceof Node ? el("td").appendChild(c).parentNode : el("td", {}, String(c))));
+    tb.appendChild(row);
+  });
+  return t;
+}
+
+function drawServers(servers) {
+  const names = Object.keys(servers).sort();
+  const body = panelBody("servers", names.length > 0);
+  if (!names.length) return;
+  body.replaceChildren(table(
+    ["server", "GPU / backend", "KV now", "KV peak (slot)", "batch", "backlog", "η_s", "high-KV slots", "served / rejected"],
+    names.map((n) => {
+      const v = servers[n];
+      const pct = (b) => v.capacity_bytes ? (100 * b / v.capacity_bytes).toFixed(2) + " %" : "–";
+      const peak = el("span", { class: v.capacity_bytes && v.peak_bytes > 0.9 * v.capacity_bytes ? "state down" : "" },
+        `${fmtBytes(v.peak_bytes)} (${pct(v.peak_bytes)})`);
+      return [n, `${v.gpu} / ${v.backend}`, `${fmtBytes(v.occupancy_bytes)} (${pct(v.occupancy_bytes)})`, peak,
+        v.running, v.backlog, v.eta.toFixed(4), `${v.high_kv_slots} / ${v.slots}`, `${v.served} / ${v.rejected}`];
+    })));
+}
+
+function drawScheduler(scheds) {
+  const names = Object.keys(scheds).sort();
+  const body = panelBody("scheduler", names.length > 0);
+  const pol = panelBody("policy", names.length > 0);
+  if (!names.length) return;
+  body.replaceChildren(...names.map((n) => {
+    const v = scheds[n];
+    const servers = Object.keys(v.servers).sort();
+    return el("div", {}, "").appendChild(table(
+      ["scheduler", "server", "assigned", "Z_s"],
+      servers.map((sv) => [n, sv, v.servers[sv].assigned, v.servers[sv].z.toFixed(5)]))).parentNode;
+  }));
+  pol.replaceChildren(...names.map((n) => {
+    const v = scheds[n];
+    const row = el("div", { class: "policy-row" });
+    row.appendChild(el("span", {}, `${n}: `));
+    row.appendChild(el("b", { class: "policy-name" }, v.policy));
+    row.appendChild(el("code", { title: v.version }, ` ${v.version.slice(0, 12)}`));
+    row.appendChild(el("span", {}, ` · slot ${v.slot}, ${v.decisions} decisions `));
+    const input = el("input", { class: "policy-input", placeholder: "least-loaded, random, lyreo, …", size: 18 });
+    const swap = el("button", { class: "swap" }, "swap");
+    swap.addEventListener("click", () => policyCommand({ cmd: "policy.swap", actor: n, policy: input.value.trim() }));
+    const back = el("button", { class: "rollback" }, "rollback");
+    back.addEventListener("click", () => policyCommand({ cmd: "policy.rollback", actor: n }));
+    row.append(input, swap, back);
+    return row;
+  }));
+}
+
+async function policyCommand(req) {
+  setStatus(`${req.cmd} ${req.actor} …`);
+  try {
+    const r = await command(req);
+    if (r.ok) setStatus(`${req.cmd} ${req.actor}: ${JSON.stringify(r.result)}`, "ok");
+    else setStatus(`${req.cmd} refused: ${r.error}`, "err");
+  } catch (e) {
+    setStatus(`${req.cmd} failed: ${e.message}`, "err");
+  }
+  poll();
 }
 
 $("#auth").addEventListener("submit", (e) => e.preventDefault());

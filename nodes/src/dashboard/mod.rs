@@ -115,11 +115,16 @@ impl Web {
             "mesh": s.mesh,
             "events": self.events.since(since),
             "topology": self.topology(),
-            // Filled in as the serving and handoff actors land.
-            "servers": null,
-            "scheduler": null,
+            // LYREO servers and schedulers on this host (null when none);
+            // handoffs land with the live PriorityFEC agents.
+            "servers": (!s.lyreo.servers.is_empty()).then_some(&s.lyreo.servers),
+            "scheduler": (!s.lyreo.schedulers.is_empty()).then_some(&s.lyreo.schedulers),
             "handoffs": null,
-            "policy": null,
+            "policy": (!s.lyreo.schedulers.is_empty()).then(|| {
+                s.lyreo.schedulers.iter().map(|(name, v)| {
+                    (name.clone(), serde_json::json!({"policy": v.policy, "version": v.version}))
+                }).collect::<serde_json::Map<_, _>>()
+            }),
         })
     }
 }

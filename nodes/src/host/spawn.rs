@@ -23,6 +23,8 @@ pub struct HostActors {
     pub flushers: Vec<Recipient<Flush>>,
     /// Policy slots of this host's actors (see [`super::policies`]).
     pub policies: super::policies::PolicyRegistry,
+    /// The live state of this host's LYREO actors (dashboard, metrics).
+    pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
 }
 
 /// Mixes the run seed with an object's index so every link direction has its
@@ -55,6 +57,11 @@ pub fn spawn_host_actors(
     let route = router.clone().recipient();
     // Actors with a swappable policy register their slot here.
     let policies = super::policies::PolicyRegistry::default();
+    let lyreo = edgemu_actors::lyreo::live::LyreoLive::default();
+    let shared = super::spawn_lyreo::HostShared {
+        policies: policies.clone(),
+        live: lyreo.clone(),
+    };
 
     let mut links = BTreeMap::new();
     for l in &cluster.links {
@@ -199,7 +206,7 @@ pub fn spawn_host_actors(
                     clock,
                     &route,
                     &mut tables,
-                    &policies,
+                    &shared,
                 )?
                 .map(|s| {
                     senders.extend(s.stop);
@@ -219,6 +226,7 @@ pub fn spawn_host_actors(
         router,
         inbound,
         policies,
+        lyreo,
         links,
         senders,
         flushers,

@@ -9,6 +9,7 @@ use super::spawn::derive_seed;
 use actix::prelude::*;
 use anyhow::{anyhow, Context as _, Result};
 use edgemu_actors::clock::Clock;
+use edgemu_actors::lyreo::live::LyreoLive;
 use edgemu_actors::lyreo::records::CsvTable;
 use edgemu_actors::lyreo::scheduler::{
     SchedulerActor, SchedulerPolicy, SchedulerSetup, ServerInfo,
@@ -115,6 +116,14 @@ fn class_profile(a: &ActorSpec, s: &ServerSpec) -> Result<Profile> {
         .map_err(|e| anyhow!("server {:?}: GPU class {}: {e}", a.name, s.gpu.name()))
 }
 
+/// What LYREO actors share with their host: the policy registry the
+/// control plane swaps through, and the live state the dashboard and
+/// `/metrics` read.
+pub struct HostShared {
+    pub policies: super::policies::PolicyRegistry,
+    pub live: LyreoLive,
+}
+
 /// Spawns one LYREO actor; `None` for other kinds.
 pub fn spawn(
     cluster: &Cluster,
@@ -123,8 +132,9 @@ pub fn spawn(
     clock: Clock,
     route: &Recipient<Route>,
     tables: &mut Tables,
-    policies: &super::policies::PolicyRegistry,
+    host: &HostShared,
 ) -> Result<Option<Spawned>> {
+    let (policies, live) = (&host.policies, &host.live);
     let names: Vec<String> = cluster.actors.iter().map(|a| a.name.clone()).collect();
     let seed = derive_seed(cluster.run.seed, (1 << 40) | u64::from(a.id.0));
     Ok(Some(match &a.kind {
@@ -175,6 +185,7 @@ pub fn spawn(
                     ServerBackend::Real(RealModel::Tiny) => "real-tiny".into(),
                 },
                 wall_clock_compute: !virtual_time && s.backend != ServerBackend::Modeled,
+                live: live.clone(),
             };
             let addr = match s.backend {
                 ServerBackend::Modeled => {
@@ -276,6 +287,7 @@ pub fn spawn(
                 nu: s.nu,
                 servers,
                 names,
+                live: live.clone(),
             };
             let addr =
                 SchedulerActor::new(setup, core, sched_policy, clock, route.clone(), table).start();

@@ -540,6 +540,7 @@ impl Supervisor {
                 .forwarder
                 .as_ref()
                 .and_then(|f| serde_json::to_value(f.counters()).ok()),
+            lyreo: self.actors.lyreo.clone(),
         }
     }
 }

@@ -14,6 +14,16 @@
 //!   `router_dropped_envelopes_total` by `reason` (`queue_full` is the mesh's
 //!   outbound queue drop).
 //!
+//! - LYREO, when the host runs servers or schedulers: per server (`server`,
+//!   `gpu`) `server_kv_bytes`, `server_kv_peak_bytes`,
+//!   `server_kv_capacity_bytes`, `server_batch_size`,
+//!   `server_backlog_requests`, `server_memory_time`, `server_slots_total`,
+//!   `server_high_kv_slots_total`, `server_requests_total` by `outcome`; per
+//!   scheduler and server `scheduler_queue_z`,
+//!   `scheduler_assigned_requests_total`; per scheduler
+//!   `scheduler_decisions_total` and `scheduler_policy` (1, labels `policy`
+//!   and `version`).
+//!
 //! Values are the cores' own monotonic counters copied at scrape time, so
 //! they are exposed as constant metrics of a registry built per scrape.
 
@@ -298,7 +308,200 @@ pub fn registry(s: &HostSnapshot) -> Registry {
         .map(|(reason, v)| (ReasonLabels { reason }, v)),
         |v| *v,
     );
+    lyreo_families(&mut reg, &s.lyreo);
     reg
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    server: String,
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    server: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SchedServerLabels {
+    scheduler: String,
+    server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SchedLabels {
+    scheduler: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    scheduler: String,
+    policy: String,
+    version: String,
+}
+
+fn gauge_f64_family<L>(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    items: impl IntoIterator<Item = (L, f64)>,
+) where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+{
+    let f = Family::<L, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    for (l, v) in items {
+        f.get_or_create(&l).set(v);
+    }
+    reg.register(name, help, f);
+}
+
+/// The LYREO servers' and schedulers' families (only when the host runs
+/// any): server KV bytes, batch size, requests by state, η_s; the
+/// scheduler's Z_s, assignments per server and its active policy version.
+fn lyreo_families(reg: &mut Registry, l: &edgemu_actors::lyreo::live::LiveState) {
+    if !l.servers.is_empty() {
+        let servers: Vec<(ServerLabels, &edgemu_actors::lyreo::live::ServerLive)> = l
+            .servers
+            .iter()
+            .map(|(name, v)| {
+                (
+                    ServerLabels {
+                        server: name.clone(),
+                        gpu: v.gpu.clone(),
+                    },
+                    v,
+                )
+            })
+            .collect();
+        type G = fn(&&edgemu_actors::lyreo::live::ServerLive) -> Option<i64>;
+        let gauges: [(&str, &str, G); 5] = [
+            (
+                "server_kv_bytes",
+                "KV bytes resident on the server at the end of its last slot",
+                |v| Some(clamp_i64(v.occupancy_bytes)),
+            ),
+            (
+                "server_kv_peak_bytes",
+                "Peak KV bytes of the server's last slot",
+                |v| Some(clamp_i64(v.peak_bytes)),
+            ),
+            (
+                "server_kv_capacity_bytes",
+                "The server's KV capacity M_s",
+                |v| Some(clamp_i64(v.capacity_bytes)),
+            ),
+            (
+                "server_batch_size",
+                "Requests in the server's running batch at the end of its last slot",
+                |v| Some(v.running as i64),
+            ),
+            (
+                "server_backlog_requests",
+                "Requests not finished on the server (arriving, queued or running)",
+                |v| Some(v.backlog as i64),
+            ),
+        ];
+        for (name, help, field) in gauges {
+            gauge_family(reg, name, help, servers.iter().cloned(), field);
+        }
+        gauge_f64_family(
+            reg,
+            "server_memory_time",
+            "The server's KV memory-time eta_s of its last slot",
+            servers.iter().map(|(k, v)| (k.clone(), v.eta)),
+        );
+        counter_family(
+            reg,
+            "server_slots",
+            "Slots the server has closed",
+            servers.iter().cloned(),
+            |v| v.slots,
+        );
+        counter_family(
+            reg,
+            "server_high_kv_slots",
+            "Slots whose peak KV exceeded 90 % of M_s",
+            servers.iter().cloned(),
+            |v| v.high_kv_slots,
+        );
+        counter_family(
+            reg,
+            "server_requests",
+            "Requests the server answered, by outcome",
+            l.servers.iter().flat_map(|(name, v)| {
+                [("served", v.served), ("rejected", v.rejected)].map(|(outcome, n)| {
+                    (
+                        OutcomeLabels {
+                            server: name.clone(),
+                            outcome,
+                        },
+                        n,
+                    )
+                })
+            }),
+            |n| *n,
+        );
+    }
+    if !l.schedulers.is_empty() {
+        let per_server = || {
+            l.schedulers.iter().flat_map(|(sched, v)| {
+                v.servers.iter().map(move |(server, x)| {
+                    (
+                        SchedServerLabels {
+                            scheduler: sched.clone(),
+                            server: server.clone(),
+                        },
+                        x,
+                    )
+                })
+            })
+        };
+        gauge_f64_family(
+            reg,
+            "scheduler_queue_z",
+            "The scheduler's Lyapunov virtual queue Z_s of each server",
+            per_server().map(|(k, x)| (k, x.z)),
+        );
+        counter_family(
+            reg,
+            "scheduler_assigned_requests",
+            "Requests the scheduler assigned to each server",
+            per_server(),
+            |x| x.assigned,
+        );
+        counter_family(
+            reg,
+            "scheduler_decisions",
+            "Requests the scheduler has assigned",
+            l.schedulers.iter().map(|(sched, v)| {
+                (
+                    SchedLabels {
+                        scheduler: sched.clone(),
+                    },
+                    v.decisions,
+                )
+            }),
+            |n| *n,
+        );
+        gauge_family(
+            reg,
+            "scheduler_policy",
+            "1 for the scheduler's active policy and version (hash, as policy.get reports it)",
+            l.schedulers.iter().map(|(sched, v)| {
+                (
+                    PolicyLabels {
+                        scheduler: sched.clone(),
+                        policy: v.policy.clone(),
+                        version: v.version.clone(),
+                    },
+                    (),
+                )
+            }),
+            |_| Some(1),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -367,6 +570,7 @@ mod tests {
                 malformed_frames: 2,
                 ..Default::default()
             }],
+            lyreo: Default::default(),
         }
     }
 

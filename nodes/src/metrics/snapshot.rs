@@ -18,6 +18,8 @@ pub struct Sources {
     pub router: Addr<Router>,
     /// The mesh's per-peer counters as `status` shows them (None in virtual time).
     pub mesh: Option<serde_json::Value>,
+    /// The LYREO actors' live state on this host.
+    pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
 }
 
 /// The mesh counters of one peer host.
@@ -62,6 +64,8 @@ pub struct HostSnapshot {
     pub delay: Vec<DelayHistogram>,
     pub router: RouterCounters,
     pub mesh: Vec<PeerMesh>,
+    /// LYREO servers and schedulers on this host (empty maps when none).
+    pub lyreo: edgemu_actors::lyreo::live::LiveState,
 }
 
 impl Sources {
@@ -81,7 +85,9 @@ impl Sources {
             .send(GetRouterCounters)
             .await
             .unwrap_or_default();
+        let lyreo = self.lyreo.snapshot();
         HostSnapshot {
+            lyreo,
             host: self.host,
             t_ns: self.t_ns,
             links,
