@@ -203,6 +203,8 @@ enum BenchCmd {
     Hostile(bench::BenchArgs),
     /// Link goodput and jitter with and without a dashboard and a 1 s Prometheus scrape.
     Dashboard(bench::BenchArgs),
+    /// Control ack and policy.swap ack / in-force times under load, and decisions lost.
+    Control(bench::BenchArgs),
     /// Simulated seconds per wall second for a saturated 100 Mb/s link in virtual time.
     Virtual(bench::BenchArgs),
     /// GF(2^8) region kernels vs memcpy, and streaming RLC encode/decode per 1000 packets.
@@ -272,6 +274,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Mesh(a) => bench::mesh::run(&a),
             BenchCmd::Hostile(a) => bench::hostile::run(&a),
             BenchCmd::Dashboard(a) => bench::dashboard::run(&a),
+            BenchCmd::Control(a) => bench::control::run(&a),
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
             BenchCmd::Fec(a) => bench::fec(&a),
             BenchCmd::Decode(a) => bench::decode::run(&a),

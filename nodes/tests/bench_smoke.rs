@@ -64,3 +64,22 @@ fn bench_handoff_quick_reports_table_two_keys() {
     assert!(v["packets"].as_u64().unwrap_or(0) > 0, "{v}");
     assert!(v["decisions"].as_u64().unwrap_or(0) > 0, "{v}");
 }
+
+/// `edgemu bench control --quick` through the library: swaps land while the
+/// live LYREO system decides, every one comes into force, both policies
+/// made decisions, and no request went undecided. No timing thresholds.
+#[test]
+fn bench_control_quick_swaps_without_losing_a_decision() {
+    let f = edgemu_nodes::bench::control::measure(&BenchArgs {
+        json: true,
+        quick: true,
+        in_process_only: true,
+    })
+    .expect("bench control runs");
+    assert!(f.swaps >= 2, "{f:?}");
+    assert!(f.swap_in_force_ms_p99.is_finite() && f.swap_ack_ms_p99.is_finite());
+    assert!(f.requests > 0);
+    assert_eq!(f.undecided, 0, "{f:?}");
+    assert!(f.decisions_by_policy.get("random").copied().unwrap_or(0) > 0, "{f:?}");
+    assert!(f.decisions_by_policy.get("least-loaded").copied().unwrap_or(0) > 0, "{f:?}");
+}

@@ -4,6 +4,7 @@
 //! object `--json` prints) and a `run` that prints a table or that object.
 
 pub mod common;
+pub mod control;
 pub mod dashboard;
 pub mod decode;
 pub mod handoff;
