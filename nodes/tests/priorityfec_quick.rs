@@ -120,7 +120,10 @@ fn loss_trace_replaces_the_channel() {
     std::fs::write(&bad, "0 sometimes\n").expect("trace file");
     a.loss_trace = Some(bad);
     a.run_id = Some("bad".into());
-    let e = format!("{:#}", report(&a).expect_err("a malformed trace is an error"));
+    let e = format!(
+        "{:#}",
+        report(&a).expect_err("a malformed trace is an error")
+    );
     assert!(e.contains("bad.trace"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
 }

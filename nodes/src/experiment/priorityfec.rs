@@ -579,11 +579,7 @@ fn csv_of<T: Serialize>(rows: &[T]) -> Result<String> {
 /// CSVs are the results).
 fn plot_hook(dir: &Path, say: &dyn Fn(String)) -> Vec<PathBuf> {
     let out = dir.join("report");
-    match crate::report::build(
-        &[dir.to_path_buf()],
-        &out,
-        crate::plots::Formats::default(),
-    ) {
+    match crate::report::build(&[dir.to_path_buf()], &out, crate::plots::Formats::default()) {
         Ok((_, _, skipped)) => {
             for s in skipped {
                 say(format!("plots: skipped {s}"));

@@ -26,12 +26,12 @@ use std::time::Instant;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _, Result};
-use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
-use edgemu_handoff::{synthetic_payload, BlockLayout, HandoffScenario};
-use edgemu_handoff::train::CurveRow;
 use clap::Args;
+use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
 use edgemu_handoff::train::output::{summary, write_outputs};
+use edgemu_handoff::train::CurveRow;
 use edgemu_handoff::train::{train, Evaluation, Progress, TrainConfig, TrainOutcome};
+use edgemu_handoff::{synthetic_payload, BlockLayout, HandoffScenario};
 
 use crate::experiment::priorityfec::block_utilities;
 use crate::plots::{self, CiPoint, CiSeries, Formats, Labels, PlotError};
@@ -216,14 +216,20 @@ pub fn plot_curves(dir: &Path, out: &TrainOutcome) -> Result<Vec<PathBuf>, PlotE
     let utility = pick(|r| r.recovered_utility);
     let mut series = vec![
         line("training episode", episodes(), &utility),
-        line("training, 10-episode mean", episodes(), &moving_mean(&utility, 10)),
+        line(
+            "training, 10-episode mean",
+            episodes(),
+            &moving_mean(&utility, 10),
+        ),
     ];
     for (label, pick) in [
         (
             "greedy DDQN, held-out seeds (ρ = 0.8)",
             (|e: &Evaluation| &e.ddqn) as fn(&Evaluation) -> &Vec<f64>,
         ),
-        ("deficit heuristic, same seeds", |e: &Evaluation| &e.heuristic),
+        ("deficit heuristic, same seeds", |e: &Evaluation| {
+            &e.heuristic
+        }),
     ] {
         series.push(CiSeries {
             label: label.into(),
@@ -246,7 +252,11 @@ pub fn plot_curves(dir: &Path, out: &TrainOutcome) -> Result<Vec<PathBuf>, PlotE
         &series,
     )?;
     let reward = [
-        line("mean shaped reward per decision", episodes(), &pick(|r| r.mean_reward)),
+        line(
+            "mean shaped reward per decision",
+            episodes(),
+            &pick(|r| r.mean_reward),
+        ),
         line("mean Huber loss", episodes(), &pick(|r| r.loss)),
     ];
     files.extend(plots::lines_with_ci(
