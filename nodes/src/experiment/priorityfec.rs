@@ -392,7 +392,7 @@ impl TransportGrid<'_> {
                         if have == 0 {
                             vec![]
                         } else {
-                            vec![0..have]
+                            std::iter::once(0..have).collect()
                         }
                     })
                     .collect();
