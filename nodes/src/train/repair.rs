@@ -268,3 +268,59 @@ pub fn plot_curves(dir: &Path, out: &TrainOutcome) -> Result<Vec<PathBuf>, PlotE
     )?);
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(out: PathBuf) -> TrainRepairArgs {
+        TrainRepairArgs {
+            episodes: 2,
+            seed: 3,
+            out,
+            quick: true,
+            eval_every: None,
+            eval_seeds: Some(1),
+            quiet: true,
+            profile: None,
+        }
+    }
+
+    #[test]
+    fn quick_training_writes_weights_csvs_and_plots() {
+        let dir = std::env::temp_dir().join(format!("edgemu-train-repair-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = train_repair(&args(dir.clone())).expect("quick training");
+        assert_eq!(out.curve.len(), 2);
+        for f in [
+            "repair-ddqn.safetensors",
+            "curve.csv",
+            "eval.csv",
+            "curve.png",
+            "curve.svg",
+            "reward.png",
+            "reward.svg",
+        ] {
+            assert!(dir.join(f).is_file(), "{f} missing");
+        }
+        let svg = std::fs::read_to_string(dir.join("curve.svg")).expect("svg");
+        assert!(svg.contains("deficit heuristic"), "legend missing");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_profile_is_refused_with_quick_and_a_wrong_one_named() {
+        let mut a = args(std::env::temp_dir());
+        a.profile = Some(PathBuf::from("/nonexistent/kvu.json"));
+        let e = format!("{:#}", config(&a).expect_err("--profile with --quick"));
+        assert!(e.contains("--quick"), "{e}");
+        a.quick = false;
+        let e = format!("{:#}", config(&a).expect_err("missing profile"));
+        assert!(e.contains("/nonexistent/kvu.json"), "{e}");
+    }
+
+    #[test]
+    fn moving_mean_is_trailing() {
+        assert_eq!(moving_mean(&[1.0, 3.0, 5.0], 2), vec![1.0, 2.0, 4.0]);
+    }
+}
