@@ -396,8 +396,9 @@ impl TransportGrid<'_> {
                         }
                     })
                     .collect();
-                let utility = self.utilities[..n_complete].iter().sum::<f64>()
-                    / total_u.max(f64::MIN_POSITIVE);
+                // `f64` sums start at −0.0; print an empty prefix as 0.
+                let got_u = self.utilities[..n_complete].iter().fold(0.0, |a, u| a + u);
+                let utility = got_u / total_u.max(f64::MIN_POSITIVE);
                 finish_transport(
                     Transport {
                         scheme: name.to_string(),
