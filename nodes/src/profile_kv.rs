@@ -13,8 +13,9 @@ use edgemu_gpu::model::{load, parse_device, resolve_model_path};
 
 #[derive(Args, Debug, Clone)]
 pub struct ProfileKvArgs {
-    /// Where to write the profile (JSON).
-    #[arg(long, default_value = "results/kv-utility.json")]
+    /// Where to write the profile (JSON; the heatmap goes beside it). The
+    /// default is the shipped profile `edgemu experiment priorityfec` reads.
+    #[arg(long, default_value = "gpu/profiles/smollm2-135m-kvu.json")]
     pub out: PathBuf,
     /// The GGUF model (default: the fetched SmolLM2-135M).
     #[arg(long)]

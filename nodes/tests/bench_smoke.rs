@@ -80,6 +80,16 @@ fn bench_control_quick_swaps_without_losing_a_decision() {
     assert!(f.swap_in_force_ms_p99.is_finite() && f.swap_ack_ms_p99.is_finite());
     assert!(f.requests > 0);
     assert_eq!(f.undecided, 0, "{f:?}");
-    assert!(f.decisions_by_policy.get("random").copied().unwrap_or(0) > 0, "{f:?}");
-    assert!(f.decisions_by_policy.get("least-loaded").copied().unwrap_or(0) > 0, "{f:?}");
+    assert!(
+        f.decisions_by_policy.get("random").copied().unwrap_or(0) > 0,
+        "{f:?}"
+    );
+    assert!(
+        f.decisions_by_policy
+            .get("least-loaded")
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "{f:?}"
+    );
 }

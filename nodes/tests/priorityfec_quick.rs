@@ -96,3 +96,34 @@ fn quick_grid_on_real_model() {
     }
     check(&args(false, "real"));
 }
+
+/// `--loss-trace` replaces the GE channel: a trace that loses every packet
+/// leaves nothing at D for any scheme (GE never does that), and a malformed
+/// trace is an error naming the file.
+#[test]
+fn loss_trace_replaces_the_channel() {
+    let dir = std::env::temp_dir().join(format!("edgemu-pfec-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let trace = dir.join("all-lost.trace");
+    std::fs::write(&trace, "# every packet lost\n0 1\n").expect("trace file");
+    let mut a = args(true, "trace");
+    a.results = dir.join("results");
+    a.schemes = Some(vec!["udp".into(), "uniform-fec".into(), "tcp".into()]);
+    a.loss_trace = Some(trace);
+    let v = report(&a).expect("experiment runs on a trace");
+    for (r, cells) in v["rho"].as_object().expect("rho object") {
+        for (s, c) in cells.as_object().expect("cells") {
+            assert_eq!(c["utility"].as_f64(), Some(0.0), "{s} at ρ {r}: {v}");
+        }
+    }
+    let bad = dir.join("bad.trace");
+    std::fs::write(&bad, "0 sometimes\n").expect("trace file");
+    a.loss_trace = Some(bad);
+    a.run_id = Some("bad".into());
+    let e = format!(
+        "{:#}",
+        report(&a).expect_err("a malformed trace is an error")
+    );
+    assert!(e.contains("bad.trace"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -22,6 +22,13 @@
 //! pBG ∈ [0.06, 0.2] (stationary mean loss ≈ 1.5 %–28 %, bursts of 5–17
 //! packets on average); rate drawn from {50, 100, 200} Mb/s; RTT uniform in
 //! [14, 26] ms; ρ uniform in [0.55, 1.25] (covers 0.6–1.2).
+//!
+//! **Measured utilities** ([`EpisodeRanges::profile`], `edgemu train repair
+//! --profile`): instead of the synthetic shape, an episode takes a random
+//! run of consecutive layers of a measured per-block utility profile (the
+//! full model's layout, `token_blocks` blocks per layer) and multiplies each
+//! block by `exp(σ·z_b)`, σ ∈ [0, 0.5]: the policy trains on the utility
+//! shape it is evaluated on, with some per-context spread.
 
 use std::sync::Arc;
 
@@ -47,6 +54,9 @@ pub struct EpisodeRanges {
     pub rates_bps: Vec<u64>,
     pub rtt_ms: (f64, f64),
     pub rho: (f64, f64),
+    /// Measured per-block utilities of the full layout (layer-major,
+    /// `token_blocks` per layer); `None`: the synthetic shape.
+    pub profile: Option<Arc<[f64]>>,
 }
 
 impl Default for EpisodeRanges {
@@ -61,6 +71,7 @@ impl Default for EpisodeRanges {
             rates_bps: vec![50_000_000, 100_000_000, 200_000_000],
             rtt_ms: (14.0, 26.0),
             rho: (0.55, 1.25),
+            profile: None,
         }
     }
 }
@@ -113,6 +124,31 @@ pub fn synthetic_utilities(layout: &BlockLayout, rng: &mut ChaCha8Rng) -> Vec<f6
         .collect()
 }
 
+/// `layout.n_layers` consecutive layers of the measured profile `p`, each
+/// block times `exp(σ·z_b)` (module docs).
+pub fn profile_utilities(
+    p: &[f64],
+    layout: &BlockLayout,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<f64>, HandoffError> {
+    let bpl = layout.blocks_per_layer() as usize;
+    let n = layout.n_blocks() as usize;
+    if bpl == 0 || p.len() < n || !p.len().is_multiple_of(bpl) {
+        return Err(HandoffError::Config(format!(
+            "a utility profile of {} blocks cannot supply {} layers of {bpl} blocks",
+            p.len(),
+            layout.n_layers
+        )));
+    }
+    let profile_layers = p.len() / bpl;
+    let first = rng.random_range(0..=profile_layers - layout.n_layers as usize);
+    let sigma = uniform(rng, (0.0, 0.5));
+    Ok(p[first * bpl..first * bpl + n]
+        .iter()
+        .map(|u| u.max(0.0) * (sigma * normal(rng)).exp())
+        .collect())
+}
+
 /// Draws one training episode.
 pub fn draw_episode(r: &EpisodeRanges, rng: &mut ChaCha8Rng) -> Result<Episode, HandoffError> {
     let layers = rng.random_range(r.layers.0..=r.layers.1.max(r.layers.0));
@@ -123,7 +159,10 @@ pub fn draw_episode(r: &EpisodeRanges, rng: &mut ChaCha8Rng) -> Result<Episode, 
         layout.tokens_per_block,
         layout.block_bytes,
     )?;
-    let utilities: Arc<[f64]> = synthetic_utilities(&layout, rng).into();
+    let utilities: Arc<[f64]> = match &r.profile {
+        None => synthetic_utilities(&layout, rng).into(),
+        Some(p) => profile_utilities(p, &layout, rng)?.into(),
+    };
     let loss = LossSpec::GilbertElliott {
         eps_g: uniform(rng, r.eps_g),
         eps_b: uniform(rng, r.eps_b),
@@ -172,5 +211,42 @@ mod tests {
             };
             assert!((0.3..0.7).contains(&eps_b) && (0.06..0.2).contains(&p_bg));
         }
+    }
+
+    #[test]
+    fn profile_episodes_take_consecutive_layers_of_the_profile() {
+        // 30 layers × 96 blocks; block utility 2^layer, so the drawn window
+        // of layers shows in the per-layer geometric means (log2 ≈ layer;
+        // the σ·z noise averages to ±0.1 over 96 blocks).
+        let p: Arc<[f64]> = (0..30 * 96).map(|b| f64::from(b / 96).exp2()).collect();
+        let r = EpisodeRanges {
+            profile: Some(Arc::clone(&p)),
+            ..EpisodeRanges::default()
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let mut firsts = std::collections::HashSet::new();
+        for _ in 0..6 {
+            let e = draw_episode(&r, &mut rng).unwrap();
+            let s = &e.scenario;
+            assert!((6..=12).contains(&s.layout.n_layers));
+            let log_means: Vec<f64> = s
+                .utilities
+                .chunks(96)
+                .map(|c| c.iter().map(|u| u.log2()).sum::<f64>() / 96.0)
+                .collect();
+            let first = log_means[0].round();
+            assert!(first >= 0.0 && first + log_means.len() as f64 <= 30.0);
+            for (i, m) in log_means.iter().enumerate() {
+                assert!((m - first - i as f64).abs() < 0.3, "layer {i}: {m}");
+            }
+            firsts.insert(first as i64);
+        }
+        assert!(firsts.len() > 1, "the layer window never moved");
+        // A profile too small for the layout is an error, not a panic.
+        let small = EpisodeRanges {
+            profile: Some(p[..96 * 3].into()),
+            ..EpisodeRanges::default()
+        };
+        assert!(draw_episode(&small, &mut rng).is_err());
     }
 }

@@ -34,7 +34,9 @@
 //!
 //! Outputs in `results/<run>/`: `handoffs.csv` (one row per context ×
 //! realization × ρ × scheme), `transport.csv` (one row per transport run),
-//! `summary.csv`, `summary.json`, `summary.txt` (the printed table).
+//! `summary.csv`, `summary.json`, `summary.txt` (the printed table), and
+//! `report/` (the plots of `edgemu report`: utility, F1 and top-1 vs ρ with
+//! 95 % CI, the ablation bars at ρ = 0.8; PNG and SVG).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -395,8 +397,9 @@ impl TransportGrid<'_> {
                         }
                     })
                     .collect();
-                let utility = self.utilities[..n_complete].iter().sum::<f64>()
-                    / total_u.max(f64::MIN_POSITIVE);
+                // `f64` sums start at −0.0; print an empty prefix as 0.
+                let got_u = self.utilities[..n_complete].iter().fold(0.0, |a, u| a + u);
+                let utility = got_u / total_u.max(f64::MIN_POSITIVE);
                 finish_transport(
                     Transport {
                         scheme: name.to_string(),
@@ -569,13 +572,31 @@ fn csv_of<T: Serialize>(rows: &[T]) -> Result<String> {
     Ok(out)
 }
 
-/// Plot hook: the plot module (`nodes/src/plots/`, branch `plots`) has not
-/// landed on this branch. Once it has, draw from `summary.csv` here:
-/// recovered utility vs ρ per scheme with CI, F1/top-1 vs ρ, and the ablation
-/// bars (priorityfec, priority-fixed-fec, priority-only, rl-fec-only) at
-/// ρ = 0.8. Returns the files written (none yet).
-fn plot_hook(_dir: &Path, _cells: &[Cell]) -> Vec<PathBuf> {
-    Vec::new()
+/// The plots of the run, drawn by `edgemu report`'s PriorityFEC view from
+/// `handoffs.csv` (one implementation for both): recovered utility vs ρ per
+/// scheme with 95 % CI, F1 and top-1 vs ρ, and the ablation bars
+/// (priorityfec, priority-fixed-fec, priority-only, rl-fec-only) at ρ = 0.8,
+/// PNG and SVG, with `report.md` and the cell table, in `<run>/report/`.
+/// Returns the files written; a plot that fails is reported, not fatal (the
+/// CSVs are the results).
+fn plot_hook(dir: &Path, say: &dyn Fn(String)) -> Vec<PathBuf> {
+    let out = dir.join("report");
+    match crate::report::build(&[dir.to_path_buf()], &out, crate::plots::Formats::default()) {
+        Ok((_, _, skipped)) => {
+            for s in skipped {
+                say(format!("plots: skipped {s}"));
+            }
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
+                .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                .unwrap_or_default();
+            files.sort();
+            files
+        }
+        Err(e) => {
+            say(format!("plots: {e:#}"));
+            Vec::new()
+        }
+    }
 }
 
 /// Where the evaluation contexts and the model come from.
@@ -930,7 +951,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         csv_of(&transport_rows)?.as_bytes(),
     )?;
     write_file(&dir.join("summary.csv"), csv_of(&cells)?.as_bytes())?;
-    let plots = plot_hook(&dir, &cells);
+    let plots = plot_hook(&dir, &say);
     let mut by_rho = serde_json::Map::new();
     for c in &cells {
         let e = by_rho
