@@ -75,9 +75,20 @@ impl<B: Backend + 'static> ServerActor<B> {
         router: Recipient<Route>,
         table: CsvTable,
     ) -> Self {
+        Self::with_core(s, Some(Box::new(core)), clock, router, table)
+    }
+
+    fn with_core(
+        s: ServerSetup,
+        core: Option<Box<ServerSlotCore<B>>>,
+        clock: Clock,
+        router: Recipient<Route>,
+        table: CsvTable,
+    ) -> Self {
         ServerActor {
             s,
-            core: Some(Box::new(core)),
+            failed: core.is_none(),
+            core,
             clock,
             router,
             table,
@@ -90,7 +101,6 @@ impl<B: Backend + 'static> ServerActor<B> {
             lost_in_slot: 0,
             armed: None,
             ignored: 0,
-            failed: false,
         }
     }
 
@@ -105,23 +115,7 @@ impl<B: Backend + 'static> ServerActor<B> {
         table: CsvTable,
     ) -> Self {
         tracing::error!(server = %s.name, error = %why, "server backend unavailable; its requests are rejected");
-        ServerActor {
-            s,
-            core: None,
-            clock,
-            router,
-            table,
-            batches: BTreeMap::new(),
-            early: HashMap::new(),
-            users: HashMap::new(),
-            upload_start: HashMap::new(),
-            slot: 0,
-            assigned_in_slot: 0,
-            lost_in_slot: 0,
-            armed: None,
-            ignored: 0,
-            failed: true,
-        }
+        Self::with_core(s, None, clock, router, table)
     }
 
     fn send(&self, dst: ActorId, msg: &LyreoMsg) {
