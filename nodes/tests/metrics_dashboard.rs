@@ -385,6 +385,12 @@ fn lyreo_servers_and_scheduler_show_in_metrics_and_the_snapshot() {
         "M_s of an RTX 3080: {text}"
     );
     assert!(text.contains(r#"edgemu_scheduler_queue_z{host="edge",scheduler="sched",server="s1"}"#));
+    for state in ["arriving", "queued", "running"] {
+        let series = format!(
+            r#"edgemu_server_requests_in_state{{host="edge",server="s0",state="{state}"}}"#
+        );
+        assert!(value(&text, &series).is_some(), "{series} missing: {text}");
+    }
     assert!(
         value(
             &text,

@@ -167,6 +167,12 @@ impl<B: Backend> ServerSlotCore<B> {
         self.engine.running_len()
     }
 
+    /// Requests admitted to the engine and waiting for KV room or a slot
+    /// in the batch.
+    pub fn queued(&self) -> usize {
+        self.engine.waiting_len()
+    }
+
     /// Requests not finished (pending arrival, queued or running).
     pub fn backlog(&self) -> usize {
         self.pending.iter().map(|b| b.reqs.len()).sum::<usize>()

@@ -38,6 +38,8 @@ pub struct ServerLive {
     pub peak_bytes: u64,
     /// Requests decoding (the running batch).
     pub running: usize,
+    /// Requests queued in the engine (waiting for KV room or a batch slot).
+    pub queued: usize,
     /// Requests not finished (arriving, queued or running).
     pub backlog: usize,
     /// Memory-time η_s of the slot.

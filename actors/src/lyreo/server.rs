@@ -328,10 +328,9 @@ impl<B: Backend + 'static> ServerActor<B> {
             backlog: r.backlog,
         };
         self.send(self.s.scheduler, &LyreoMsg::Report(report));
-        let (capacity, running) = self
-            .core
-            .as_ref()
-            .map_or((0, 0), |c| (c.profile().kv_capacity_bytes, c.running()));
+        let (capacity, running, queued) = self.core.as_ref().map_or((0, 0, 0), |c| {
+            (c.profile().kv_capacity_bytes, c.running(), c.queued())
+        });
         self.s.live.server(&self.s.name, |l| {
             l.gpu.clone_from(&self.s.gpu);
             l.backend.clone_from(&self.s.backend);
@@ -340,6 +339,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             l.occupancy_bytes = r.occupancy_bytes;
             l.peak_bytes = r.peak_bytes;
             l.running = running;
+            l.queued = queued;
             l.backlog = r.backlog;
             l.eta = r.eta;
             l.slots += 1;

@@ -18,7 +18,8 @@
 //!   `gpu`) `server_kv_bytes`, `server_kv_peak_bytes`,
 //!   `server_kv_capacity_bytes`, `server_batch_size`,
 //!   `server_backlog_requests`, `server_memory_time`, `server_slots_total`,
-//!   `server_high_kv_slots_total`, `server_requests_total` by `outcome`; per
+//!   `server_high_kv_slots_total`, `server_requests_total` by `outcome`,
+//!   `server_requests_in_state` by `state` (arriving, queued, running); per
 //!   scheduler and server `scheduler_queue_z`,
 //!   `scheduler_assigned_requests_total`; per scheduler
 //!   `scheduler_decisions_total` and `scheduler_policy` (1, labels `policy`
@@ -325,6 +326,12 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    server: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SchedServerLabels {
     scheduler: String,
     server: String,
@@ -411,6 +418,26 @@ fn lyreo_families(reg: &mut Registry, l: &edgemu_actors::lyreo::live::LiveState)
             "server_memory_time",
             "The server's KV memory-time eta_s of its last slot",
             servers.iter().map(|(k, v)| (k.clone(), v.eta)),
+        );
+        gauge_family(
+            reg,
+            "server_requests_in_state",
+            "Requests on the server not finished, by state: arriving (upload not in), queued (waiting for KV or a batch slot), running",
+            l.servers.iter().flat_map(|(name, v)| {
+                let arriving = v.backlog.saturating_sub(v.running + v.queued);
+                [("arriving", arriving), ("queued", v.queued), ("running", v.running)].map(
+                    |(state, n)| {
+                        (
+                            StateLabels {
+                                server: name.clone(),
+                                state,
+                            },
+                            n,
+                        )
+                    },
+                )
+            }),
+            |n| Some(*n as i64),
         );
         counter_family(
             reg,
