@@ -193,6 +193,26 @@ impl Drop for ScratchDir {
     }
 }
 
+/// One plain `GET path` to a host's control address on loopback (5 s read
+/// timeout): `(status line and headers, body)`, `None` when it could not be
+/// sent or read. The benches' client for `/metrics` and `/api/snapshot`.
+pub fn http_get(port: u16, path: &str, accept: &str) -> Option<(String, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Some((head.to_string(), body.to_string()))
+}
+
 /// Two free loopback TCP ports (bound and released; another process could
 /// take one in between, which the run would then report).
 pub fn free_ports() -> Result<[u16; 2]> {

@@ -18,13 +18,13 @@
 //!
 //! Printed, never judged (wall-clock figures on a shared machine).
 
-use super::common::{free_ports, print_json, table};
+use super::common::{free_ports, http_get, print_json, table, ScratchDir};
 use super::BenchArgs;
 use crate::control::client;
+use crate::plots::stats::{quantile_sorted, sorted_finite};
 use crate::run::{load, run_all};
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 const TOKEN_VAR: &str = "EDGEMU_BENCH_CONTROL_TOKEN";
@@ -116,31 +116,24 @@ delay = "10ms"
 
 /// The scheduler's active version from the host's `/api/snapshot`.
 fn active_version(port: u16) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET /api/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let body = text.split_once("\r\n\r\n")?.1;
-    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let (_, body) = http_get(port, "/api/snapshot", "application/json")?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
     v["policy"]["sched"]["version"].as_str().map(str::to_string)
 }
 
-fn pct(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i]
+/// `(p50, p99)` of `v`, ms; NaN when empty.
+fn p50_p99(v: &[f64]) -> (f64, f64) {
+    let s = sorted_finite(v);
+    let q = |q| quantile_sorted(&s, q).unwrap_or(f64::NAN);
+    (q(0.5), q(0.99))
 }
 
 pub fn measure(args: &BenchArgs) -> Result<ControlFigures> {
     let secs: u64 = if args.quick { 5 } else { 15 };
     let token = format!("bench-control-{}", std::process::id());
     std::env::set_var(TOKEN_VAR, &token);
-    let dir = std::env::temp_dir().join(format!("edgemu-bench-control-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let scratch = ScratchDir::new("control")?;
+    let dir = scratch.path();
     let [mesh, control] = free_ports()?;
     let cfg = dir.join("cluster.toml");
     std::fs::write(
@@ -233,14 +226,16 @@ pub fn measure(args: &BenchArgs) -> Result<ControlFigures> {
             undecided += 1;
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let (swap_ack_ms_p50, swap_ack_ms_p99) = p50_p99(&swap_ack);
+    let (swap_in_force_ms_p50, swap_in_force_ms_p99) = p50_p99(&in_force);
+    let (ctl_ack_ms_p50, ctl_ack_ms_p99) = p50_p99(&ctl_ack);
     Ok(ControlFigures {
-        swap_ack_ms_p50: pct(&mut swap_ack.clone(), 0.5),
-        swap_ack_ms_p99: pct(&mut swap_ack, 0.99),
-        swap_in_force_ms_p50: pct(&mut in_force.clone(), 0.5),
-        swap_in_force_ms_p99: pct(&mut in_force, 0.99),
-        ctl_ack_ms_p50: pct(&mut ctl_ack.clone(), 0.5),
-        ctl_ack_ms_p99: pct(&mut ctl_ack, 0.99),
+        swap_ack_ms_p50,
+        swap_ack_ms_p99,
+        swap_in_force_ms_p50,
+        swap_in_force_ms_p99,
+        ctl_ack_ms_p50,
+        ctl_ack_ms_p99,
         swaps: k,
         decision_epoch_ms: SLOT_MS,
         requests,

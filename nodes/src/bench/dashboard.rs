@@ -14,11 +14,10 @@
 //! Aim: watched goodput ratio and jitter p99 equal to the quiet run's within
 //! noise. Printed, never judged.
 
-use super::common::{free_ports, print_json, run_case, table, LinkCase};
+use super::common::{free_ports, http_get, print_json, run_case, table, LinkCase};
 use super::BenchArgs;
 use anyhow::Result;
 use serde::Serialize;
-use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,21 +59,7 @@ fn phase(case: &LinkCase, name: &str) -> Result<Phase> {
 
 /// One GET; true when the answer was `200`.
 fn get(port: u16, path: &str, accept: &str) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    if write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n\r\n"
-    )
-    .is_err()
-    {
-        return false;
-    }
-    let mut text = Vec::new();
-    let _ = s.read_to_end(&mut text);
-    text.starts_with(b"HTTP/1.1 200")
+    http_get(port, path, accept).is_some_and(|(head, _)| head.starts_with("HTTP/1.1 200"))
 }
 
 #[derive(Default)]
