@@ -79,6 +79,35 @@ where
         .build_cartesian_2d(x, y)?)
 }
 
+/// [`titled_chart`] with the mesh drawn and the axes described by `labels`
+/// (what every x–y chart here starts with).
+fn labelled_chart<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    labels: &Labels,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    y_label_area: u32,
+) -> Result<
+    ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    DrawError,
+>
+where
+    DB::ErrorType: 'static,
+{
+    let mut chart = titled_chart(root, &labels.title, x, y, y_label_area)?;
+    chart
+        .configure_mesh()
+        .x_desc(&labels.x)
+        .y_desc(&labels.y)
+        .label_style((FAMILY, 14))
+        .draw()?;
+    Ok(chart)
+}
+
 fn no_data(name: &str) -> PlotError {
     PlotError::NoData {
         name: name.to_string(),
@@ -120,19 +149,13 @@ impl Figure for LinesCi<'_> {
     where
         DB::ErrorType: 'static,
     {
-        let mut chart = titled_chart(
+        let mut chart = labelled_chart(
             root,
-            &self.labels.title,
+            self.labels,
             self.x.0..self.x.1,
             self.y.0..self.y.1,
             70,
         )?;
-        chart
-            .configure_mesh()
-            .x_desc(&self.labels.x)
-            .y_desc(&self.labels.y)
-            .label_style((FAMILY, 14))
-            .draw()?;
         for (i, s) in self.series.iter().enumerate() {
             let c = color(i);
             let pts: Vec<_> = s
@@ -204,19 +227,13 @@ impl Figure for TimeSeries<'_> {
     where
         DB::ErrorType: 'static,
     {
-        let mut chart = titled_chart(
+        let mut chart = labelled_chart(
             root,
-            &self.labels.title,
+            self.labels,
             self.x.0..self.x.1,
             self.y.0..self.y.1,
             70,
         )?;
-        chart
-            .configure_mesh()
-            .x_desc(&self.labels.x)
-            .y_desc(&self.labels.y)
-            .label_style((FAMILY, 14))
-            .draw()?;
         let shade = RGBColor(120, 120, 120);
         for span in self
             .spans
