@@ -322,21 +322,24 @@ async fn connection(tcp: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<(
     let conn_in_flight = Arc::new(Semaphore::new(limits.max_in_flight_per_connection));
     let conn_subs = Arc::new(Semaphore::new(limits.max_subscriptions_per_connection));
     loop {
-        let idle = conn_subs.available_permits() == limits.max_subscriptions_per_connection
-            && conn_in_flight.available_permits() == limits.max_in_flight_per_connection;
-        let next = if idle {
-            match tokio::time::timeout(limits.idle_timeout, rx.next()).await {
-                Ok(m) => m,
-                Err(_) => {
-                    tracing::debug!(
-                        "control connection idle for {:?}; closed",
-                        limits.idle_timeout
-                    );
-                    break;
+        // Always wait with the timeout: whether the connection is idle is
+        // decided when it expires (a request spawned just before the wait
+        // has finished by then), so a client that sends one frame and goes
+        // quiet cannot hold a connection slot for ever.
+        let next = match tokio::time::timeout(limits.idle_timeout, rx.next()).await {
+            Ok(m) => m,
+            Err(_) => {
+                let idle = conn_subs.available_permits() == limits.max_subscriptions_per_connection
+                    && conn_in_flight.available_permits() == limits.max_in_flight_per_connection;
+                if !idle {
+                    continue;
                 }
+                tracing::debug!(
+                    "control connection idle for {:?}; closed",
+                    limits.idle_timeout
+                );
+                break;
             }
-        } else {
-            rx.next().await
         };
         let Some(msg) = next else { break };
         let msg = msg.inspect_err(|e| {
