@@ -180,16 +180,34 @@ impl<B: Backend> ServerSlotCore<B> {
             + self.engine.running_len()
     }
 
+    /// Whether the engine would take `r` (what `BatchEngine::check` refuses
+    /// is turned away here, per request, so a malformed or repeated request
+    /// from the network can never fail the engine for everyone): non-zero
+    /// lengths, KV that can ever fit, an id not already queued or running.
+    fn admissible(&self, r: &Assigned, batch: &[Assigned]) -> bool {
+        let id_in_use = self.meta.contains_key(&r.id)
+            || self
+                .pending
+                .iter()
+                .flat_map(|b| &b.reqs)
+                .any(|x| x.id == r.id)
+            || batch.iter().any(|x| x.id == r.id);
+        r.input_len > 0
+            && r.output_len > 0
+            && !id_in_use
+            && self
+                .engine
+                .could_ever_fit(r.input_len as u64 + r.output_len as u64)
+    }
+
     /// Takes the slot's batch for this server; returns the requests rejected
-    /// because they can never fit in its KV.
+    /// (they can never fit in its KV, have a zero length, or reuse an id
+    /// still in use).
     pub fn assign(&mut self, reqs: Vec<Assigned>) -> Vec<RequestRecord> {
         let mut rejected = Vec::new();
         let mut batch = Vec::with_capacity(reqs.len());
         for r in reqs {
-            if self
-                .engine
-                .could_ever_fit(r.input_len as u64 + r.output_len as u64)
-            {
+            if self.admissible(&r, &batch) {
                 batch.push(r);
             } else {
                 rejected.push(RequestRecord {
@@ -199,7 +217,7 @@ impl<B: Backend> ServerSlotCore<B> {
                     server: self.index,
                     input_len: r.input_len,
                     output_len: r.output_len,
-                    upload_ns: r.arrival_ns - r.created_ns,
+                    upload_ns: r.arrival_ns.saturating_sub(r.created_ns),
                     wait_ns: 0,
                     prefill_ns: 0,
                     decode_ns: 0,
@@ -288,7 +306,7 @@ impl<B: Backend> ServerSlotCore<B> {
                 let Some(a) = self.meta.remove(&f.id) else {
                     continue;
                 };
-                let upload_ns = a.arrival_ns - a.created_ns;
+                let upload_ns = a.arrival_ns.saturating_sub(a.created_ns);
                 let wait_ns = f.admitted_at - a.arrival_ns;
                 let prefill_ns = f.first_token_at - f.admitted_at;
                 let decode_ns = f.finished_at - f.first_token_at;
@@ -471,6 +489,30 @@ mod tests {
         let mut done = Vec::new();
         s.advance(1_000_000_000, &mut done).unwrap();
         assert_eq!(done.len(), 1);
+        assert!(s.is_idle());
+    }
+
+    /// What the engine would refuse (zero lengths, an id in use) is a
+    /// per-request rejection; the server goes on serving the others.
+    #[test]
+    fn malformed_or_repeated_requests_are_rejections_not_engine_failures() {
+        let mut s = tiny(BatchMode::Continuous);
+        let rej = s.assign(vec![
+            a(1, 5, 10, 10),
+            a(2, 5, 0, 10),
+            a(3, 5, 10, 0),
+            a(1, 5, 10, 10),
+        ]);
+        let mut ids: Vec<u64> = rej.iter().map(|r| r.id).collect();
+        ids.sort();
+        assert_eq!(ids, vec![1, 2, 3], "zero lengths and the repeated id 1");
+        // Id 1 is still pending: a later slot reusing it is refused too.
+        assert_eq!(s.assign(vec![a(1, 6, 10, 10)]).len(), 1);
+        let mut done = Vec::new();
+        s.advance(1_000_000_000, &mut done)
+            .expect("the engine never fails");
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].id, 1);
         assert!(s.is_idle());
     }
 
