@@ -306,8 +306,20 @@ impl Handler<Deliver> for SchedulerActor {
                 );
             }
             Some(LyreoMsg::Report(r)) => match self.s.servers.iter().position(|s| s.actor == src) {
-                Some(i) => self.reports[i] = Some(r),
-                None => self.ignored += 1,
+                // η_s is a share of the slot's memory-time (≤ 1 up to
+                // rounding): anything else would poison the Lyapunov queues
+                // for the rest of the run; an older slot's report never
+                // replaces a newer one.
+                Some(i)
+                    if r.eta.is_finite()
+                        && (0.0..=1.5).contains(&r.eta)
+                        && self.reports[i]
+                            .as_ref()
+                            .is_none_or(|old| old.slot <= r.slot) =>
+                {
+                    self.reports[i] = Some(r)
+                }
+                _ => self.ignored += 1,
             },
             _ => self.ignored += 1,
         }
