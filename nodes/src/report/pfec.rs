@@ -97,7 +97,7 @@ pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
         v.dedup();
         v
     };
-    if let Some(&at) = rhos.iter().min_by_key(|&&k| (k - rho_key(0.8)).abs()) {
+    if let Some(&at) = rhos.iter().min_by_key(|&&k| k.abs_diff(rho_key(0.8))) {
         let present: Vec<&str> = ABLATION
             .iter()
             .copied()

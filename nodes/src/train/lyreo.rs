@@ -116,7 +116,7 @@ impl TrainConfig {
     }
 
     fn scenario(&self, seed: u64, episode: usize) -> Scenario {
-        let mut s = Scenario::paper_default(seed * 1000 + episode as u64);
+        let mut s = Scenario::paper_default(seed.wrapping_mul(1000).wrapping_add(episode as u64));
         s.slots = self.slots;
         s.users = self.users;
         s
