@@ -59,7 +59,9 @@ fn token_ok(control_key: &[u8], given: &str) -> bool {
 
 fn reply(id: &serde_json::Value, result: Result<serde_json::Value, String>) -> String {
     let r = edgemu_config::command::Reply::new(id.clone(), result);
-    serde_json::to_string(&r).unwrap_or_else(|e| format!("{{\"ok\":false,\"error\":\"{e}\"}}"))
+    serde_json::to_string(&r).unwrap_or_else(|e| {
+        serde_json::json!({"ok": false, "error": format!("reply not encodable: {e}")}).to_string()
+    })
 }
 
 /// What a control socket refused, shared with the host's supervisor (which

@@ -46,25 +46,6 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 pub use text_format::Format;
 
-/// Command names counted under their own label; anything else is `other`.
-const KNOWN_COMMANDS: &[&str] = &[
-    "status",
-    "metrics",
-    "metrics.subscribe",
-    "link.set",
-    "link.kill",
-    "link.restore",
-    "link.flap",
-    "host.partition",
-    "host.heal",
-    "run.stop",
-    "policy.get",
-    "policy.swap",
-    "policy.rollback",
-    "actor.kill",
-    "actor.restart",
-];
-
 /// How the control socket answered a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommandResult {
@@ -154,7 +135,14 @@ impl HostMetrics {
     /// Counts one answered control command.
     pub fn count_command(&self, command: Option<&str>, result: CommandResult) {
         let command = command
-            .and_then(|c| KNOWN_COMMANDS.iter().find(|k| **k == c).copied())
+            // Only the protocol's own names get a label, so a client cannot grow
+            // the label set.
+            .and_then(|c| {
+                edgemu_config::command::Command::NAMES
+                    .iter()
+                    .find(|k| **k == c)
+                    .copied()
+            })
             .unwrap_or("other");
         self.commands
             .get_or_create(&CommandLabels {
