@@ -63,7 +63,7 @@
 //! assert!(slot.changed_since(&seen).is_some());
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -328,13 +328,6 @@ fn read_shipped(path: &Path) -> Result<Vec<u8>, SlotError> {
     std::fs::read(path).map_err(io)
 }
 
-/// The shipped weights folder (`EDGEMU_WEIGHTS_DIR`, else `policies/weights/`).
-fn weights_dir() -> PathBuf {
-    std::env::var_os("EDGEMU_WEIGHTS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("weights"))
-}
-
 /// Request scheduling: [`PolicySpec`]s (`least-loaded`, `random`, `static`,
 /// `static:<assignment>`, and the learned `lyreo`, `ly-ppo`, `ppo`,
 /// `lyreo-count`, `lyreo-nolb`, which take weights).
@@ -454,7 +447,7 @@ impl PolicyKind for RepairPolicies {
                 let (bytes, label) = match weights {
                     Some(b) => (b.to_vec(), label.to_path_buf()),
                     None => {
-                        let path = weights_dir().join("repair-ddqn.safetensors");
+                        let path = crate::nn::shipped_weights_dir().join("repair-ddqn.safetensors");
                         (read_shipped(&path)?, path)
                     }
                 };
@@ -490,8 +483,8 @@ mod tests {
         DdqnNet::random(seed).to_weights().to_bytes().unwrap()
     }
 
-    fn label() -> PathBuf {
-        PathBuf::from("<test>")
+    fn label() -> std::path::PathBuf {
+        std::path::PathBuf::from("<test>")
     }
 
     #[test]

@@ -108,10 +108,7 @@ impl Variant {
 
     /// The shipped weights file of this variant.
     pub fn default_weights(self) -> std::path::PathBuf {
-        let dir = std::env::var_os("EDGEMU_WEIGHTS_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("weights"));
-        dir.join(format!("{}.safetensors", self.name()))
+        crate::nn::shipped_weights_dir().join(format!("{}.safetensors", self.name()))
     }
 }
 

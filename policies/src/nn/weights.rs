@@ -460,6 +460,14 @@ fn parse_floats(s: Option<&String>, key: &str) -> Result<Vec<f32>, String> {
     Ok(out)
 }
 
+/// The folder of the shipped weights files: `EDGEMU_WEIGHTS_DIR`, else this
+/// crate's `weights/`.
+pub fn shipped_weights_dir() -> std::path::PathBuf {
+    std::env::var_os("EDGEMU_WEIGHTS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("weights"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
