@@ -47,15 +47,25 @@ HF_DEV=cuda; case "$DEV" in cpu) HF_DEV=cpu ;; esac
 status=()
 step() { printf '\n=== %s ===\n' "$*" | tee -a "$OUT/log.txt"; }
 record() { status+=("$1: $2"); echo "[$2] $1" | tee -a "$OUT/log.txt"; }
+# The device tool kills a command after 600 s: every step's limit is cut to
+# what is left of a total budget (keeping 20 s for the summary), so a slow
+# step costs the steps after it, never the summary. Each result is also in
+# $OUT/log.txt as it happens, which comes back even if the call is killed.
+BUDGET_S="${EDGEMU_CHECK_BUDGET_S:-570}"
+t_start=$(date +%s)
+limit() { # wanted_s -> what the budget still allows (at least 1)
+  local left=$(( BUDGET_S - 20 - ($(date +%s) - t_start) ))
+  [ "$left" -lt 1 ] && left=1
+  [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
+}
 run_step() { # name timeout_s command...
-  local name=$1 t=$2; shift 2
-  if timeout "$t" "$@"; then record "$name" ok; else record "$name" "FAILED rc=$?"; fi
+  local name=$1 t; t=$(limit "$2"); shift 2
+  if timeout "$t" "$@"; then record "$name" ok; else record "$name" "FAILED rc=$? (limit ${t} s)"; fi
 }
 run_out() { # name timeout_s outfile command...   (stdout to outfile)
-  local name=$1 t=$2 f=$3; shift 3
-  if timeout "$t" "$@" >"$f"; then record "$name" ok; else record "$name" "FAILED rc=$?"; fi
+  local name=$1 t f=$3; t=$(limit "$2"); shift 3
+  if timeout "$t" "$@" >"$f"; then record "$name" ok; else record "$name" "FAILED rc=$? (limit ${t} s)"; fi
 }
-t_start=$(date +%s)
 
 step "0. environment"
 { date -u; uname -a; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1 || true; } | tee "$OUT/env.txt"
