@@ -14,9 +14,10 @@ use edgemu_gpu::model::{load, parse_device, resolve_model_path};
 #[derive(Args, Debug, Clone)]
 pub struct ProfileKvArgs {
     /// Where to write the profile (JSON; the heatmap goes beside it). The
-    /// default is the shipped profile `edgemu experiment priorityfec` reads.
-    #[arg(long, default_value = "gpu/profiles/smollm2-135m-kvu.json")]
-    pub out: PathBuf,
+    /// default is the shipped profile `edgemu experiment priorityfec` reads;
+    /// a `--quick` run must name its own `--out`, so it can never replace it.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// The GGUF model (default: the fetched SmolLM2-135M).
     #[arg(long)]
     pub model: Option<PathBuf>,
@@ -47,6 +48,14 @@ pub fn run(args: &ProfileKvArgs) -> Result<()> {
         let n = if args.quick { 2 } else { args.contexts };
         return crate::kv_retention::run_check(p, args.model.as_deref(), n, args.seed).map(|_| ());
     }
+    let out = match (&args.out, args.quick) {
+        (Some(p), _) => p.clone(),
+        (None, false) => PathBuf::from(crate::experiment::priorityfec::DEFAULT_PROFILE),
+        (None, true) => anyhow::bail!(
+            "--quick profiles 2 short contexts: name where it goes with --out (the default is the shipped profile {})",
+            crate::experiment::priorityfec::DEFAULT_PROFILE
+        ),
+    };
     let started = Instant::now();
     let path = resolve_model_path(args.model.as_deref()).context("finding the model")?;
     let device = parse_device("cpu")?;
@@ -94,11 +103,11 @@ pub fn run(args: &ProfileKvArgs) -> Result<()> {
         );
     })
     .context("profiling")?;
-    if let Some(dir) = args.out.parent() {
+    if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    p.save(&args.out).context("writing the profile")?;
-    let images = write_heatmap(&p, &args.out).context("drawing the utility heatmap")?;
+    p.save(&out).context("writing the profile")?;
+    let images = write_heatmap(&p, &out).context("drawing the utility heatmap")?;
     println!(
         "KV-utility profile of {name}: {n} contexts × {tokens} tokens, window 64, total variation"
     );
@@ -115,7 +124,7 @@ pub fn run(args: &ProfileKvArgs) -> Result<()> {
     }
     println!(
         "wrote {}; profiling {:.1} s, total {:.1} s",
-        args.out.display(),
+        out.display(),
         t0.elapsed().as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
