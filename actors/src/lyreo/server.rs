@@ -54,6 +54,8 @@ pub struct ServerActor<B: Backend + 'static> {
     batches: BTreeMap<u64, Batch>,
     /// Uploads that came before their `Expect` (another path may be faster).
     early: HashMap<u64, (u64, u64)>,
+    /// The slot of each expected request not yet released, by id.
+    slot_of: HashMap<u64, u64>,
     /// Who to answer, by request id.
     users: HashMap<u64, ActorId>,
     /// When each request's upload began (assignment at the user), by id.
@@ -94,6 +96,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             table,
             batches: BTreeMap::new(),
             early: HashMap::new(),
+            slot_of: HashMap::new(),
             users: HashMap::new(),
             upload_start: HashMap::new(),
             slot: 0,
@@ -146,8 +149,20 @@ impl<B: Backend + 'static> ServerActor<B> {
             }
             return;
         }
+        // A slot far ahead of this server's clock would never be released
+        // (only past slots are): refuse it rather than hold it for ever.
+        if slot > self.slot.saturating_add(2) {
+            self.ignored += 1;
+            return;
+        }
         let b = self.batches.entry(slot).or_default();
         for r in requests {
+            if self.users.contains_key(&r.id) {
+                // Already expected or in service: a repeat, not a new request.
+                self.ignored += 1;
+                continue;
+            }
+            self.slot_of.insert(r.id, slot);
             if let Some((start, arrival)) = self.early.remove(&r.id) {
                 b.arrived.insert(r.id, arrival);
                 b.started.insert(r.id, start);
@@ -159,12 +174,7 @@ impl<B: Backend + 'static> ServerActor<B> {
     }
 
     fn upload(&mut self, id: u64, start_ns: u64, arrival_ns: u64, ctx: &mut Context<Self>) {
-        let slot = self
-            .batches
-            .iter()
-            .find(|(_, b)| b.expected.iter().any(|e| e.id == id))
-            .map(|(&s, _)| s);
-        match slot {
+        match self.slot_of.get(&id).copied() {
             Some(slot) => {
                 if let Some(b) = self.batches.get_mut(&slot) {
                     b.arrived.insert(id, arrival_ns);
@@ -192,6 +202,7 @@ impl<B: Backend + 'static> ServerActor<B> {
         };
         let mut reqs = Vec::with_capacity(b.arrived.len());
         for e in &b.expected {
+            self.slot_of.remove(&e.id);
             match (b.arrived.get(&e.id), b.started.get(&e.id)) {
                 (Some(&arrival), Some(&handed)) => {
                     let start = handed.saturating_sub(e.upload_ns);
@@ -301,6 +312,10 @@ impl<B: Backend + 'static> ServerActor<B> {
         for s in stale {
             self.try_release(s, true, ctx);
         }
+        // Uploads whose `Expect` never came within a slot will not be
+        // matched any more: forget them, so unknown ids cannot pile up.
+        let horizon = self.clock.now_ns().saturating_sub(self.s.slot_ns);
+        self.early.retain(|_, &mut (_, arrival)| arrival >= horizon);
         let r = match self.core.as_mut() {
             Some(core) => core.end_slot(t, self.s.slot_ns),
             None => edgemu_serving::ServerReport {
