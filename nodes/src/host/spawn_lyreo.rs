@@ -122,6 +122,11 @@ fn class_profile(a: &ActorSpec, s: &ServerSpec) -> Result<Profile> {
 pub struct HostShared {
     pub policies: super::policies::PolicyRegistry,
     pub live: LyreoLive,
+    /// Where each actor registers its `ActorFault` recipient.
+    pub faults: super::faults::FaultRegistry,
+    /// The host's event log (fault effects: requests dropped, servers
+    /// marked down or up).
+    pub events: edgemu_actors::events::EventLog,
 }
 
 /// Spawns one LYREO actor; `None` for other kinds.
