@@ -226,6 +226,33 @@ pub struct FaultReply {
     pub detail: String,
 }
 
+impl FaultReply {
+    /// The reply to a kill that took effect at `at_ns`: `detail` plus,
+    /// with `until_ns`, when the actor restarts by itself.
+    pub fn killed(at_ns: u64, dropped: u64, detail: String, until_ns: Option<u64>) -> Self {
+        let detail = match until_ns {
+            Some(u) => format!("{detail}; restarts at {:.3} s", u as f64 / 1e9),
+            None => detail,
+        };
+        FaultReply {
+            at_ns,
+            changed: true,
+            dropped,
+            detail,
+        }
+    }
+
+    /// The reply to a fault that found the actor already in that state.
+    pub fn unchanged(at_ns: u64, detail: &str) -> Self {
+        FaultReply {
+            at_ns,
+            changed: false,
+            dropped: 0,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// Whether an actor is alive, as a plain state machine every faultable
 /// actor keeps: a kill or restart of an actor already in that state
 /// changes nothing, and an automatic restart (`for = D`) scheduled by an
