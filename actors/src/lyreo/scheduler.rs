@@ -111,7 +111,7 @@ impl SchedulerActor {
         table: CsvTable,
     ) -> Self {
         let n = s.servers.len();
-        let availability = Availability::new(n, s.report_timeout_ns, clock.now_ns());
+        let availability = Availability::new(n, s.report_timeout_ns);
         SchedulerActor {
             availability,
             liveness: Liveness::default(),
