@@ -188,6 +188,9 @@ impl<B: Backend + 'static> ServerActor<B> {
         self.slot_of.clear();
         self.upload_start.clear();
         self.armed = None;
+        // The slot in progress has no row (a dead server writes none).
+        self.assigned_in_slot = 0;
+        self.lost_in_slot = 0;
         let n = users.len() as u64;
         self.s.live.server(&self.s.name, |l| {
             l.down = true;
