@@ -298,6 +298,18 @@ fn a_server_killed_during_a_batch_accounts_for_every_request_and_the_scheduler_r
         s1_slots.contains(&1) && s1_slots.contains(&6),
         "{s1_slots:?}"
     );
+    // Back empty: the first slot after the restart holds no KV, no backlog.
+    let row6: Vec<&str> = slots
+        .lines()
+        .find(|l| l.starts_with("6,s1,"))
+        .expect("s1 slot 6")
+        .split(',')
+        .collect();
+    assert_eq!(
+        (row6[9], row6[10]),
+        ("0", "0"),
+        "occupancy, backlog: {row6:?}"
+    );
 }
 
 /// The scheduler is killed for 2 s (restarting by itself), and a user is
