@@ -158,14 +158,24 @@ impl SeqKv {
         Ok((k, v, b))
     }
 
-    /// Attention of one new query row (CPU only) against `layer`'s first
-    /// `len + 1` tokens (the freshly appended one included), on the raw F32
+    /// Forgets every token from position `len` on (no-op if `len ≥ self.len()`):
+    /// the next appended token goes to position `len`, over the old rows.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Attention of one new query row (CPU only) against `layer`'s first `n`
+    /// tokens (the query's own, freshly appended row last), on the raw F32
     /// storage: `q` holds `n_kv_heads · rep` heads of `head_dim` (scaled and
     /// rotated; head `h · rep + r` uses KV head `h`), `out` receives the same
-    /// layout. The arithmetic depends only on this sequence, not on its batch.
-    pub(crate) fn attend_one(
+    /// layout. A one-token decode step uses `n = len + 1`; row `i` of a
+    /// multi-row pass computed as decode uses `n = len + i + 1` and gets the
+    /// same arithmetic as if it had been decoded alone at that position. The
+    /// arithmetic depends only on this sequence and `n`, not on the batch.
+    pub(crate) fn attend_row(
         &self,
         layer: usize,
+        n: usize,
         q: &[f32],
         rep: usize,
         scores: &mut Vec<f32>,
@@ -173,8 +183,7 @@ impl SeqKv {
     ) -> Result<()> {
         let l = &self.layers[layer];
         let (hd, nkv, cap) = (self.head_dim, self.n_kv_heads, self.capacity);
-        let n = self.len + 1;
-        if q.len() != nkv * rep * hd || out.len() != q.len() || n > cap {
+        if q.len() != nkv * rep * hd || out.len() != q.len() || n > cap || n == 0 {
             return Err(GpuError::Engine("attention row shape".into()));
         }
         let (ks, kl) = l.k.storage_and_layout();
