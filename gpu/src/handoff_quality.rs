@@ -237,10 +237,65 @@ pub struct Quality {
     pub top1: f64,
 }
 
-/// Where an evaluator's time went (wall seconds, summed over calls) and how
-/// much it computed.
+/// CPU seconds (user + system, all threads) this process has used so far, from
+/// `/proc/self/stat`; 0 where that is not available. On a shared machine it
+/// tells work from waiting for a core.
+pub fn process_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesized command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks (100 per second on Linux).
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+impl EvalStats {
+    /// Adds `other`'s times and counts.
+    pub fn add(&mut self, other: &EvalStats) {
+        self.rebuild_cpu_s += other.rebuild_cpu_s;
+        self.cue_cpu_s += other.cue_cpu_s;
+        self.forced_cpu_s += other.forced_cpu_s;
+        self.free_cpu_s += other.free_cpu_s;
+        self.handoffs += other.handoffs;
+        self.rebuild_s += other.rebuild_s;
+        self.cue_s += other.cue_s;
+        self.forced_s += other.forced_s;
+        self.free_s += other.free_s;
+        self.forced_rows += other.forced_rows;
+        self.free_tokens += other.free_tokens;
+        self.forward_calls += other.forward_calls;
+        self.forward_rows += other.forward_rows;
+    }
+}
+
+/// Wall and CPU time since it was started.
+struct Stopwatch(Instant, f64);
+
+impl Stopwatch {
+    fn start() -> Self {
+        Stopwatch(Instant::now(), process_cpu_s())
+    }
+
+    /// Adds the wall and CPU seconds since the start to `wall` and `cpu`.
+    fn add(&self, wall: &mut f64, cpu: &mut f64) {
+        *wall += self.0.elapsed().as_secs_f64();
+        *cpu += process_cpu_s() - self.1;
+    }
+}
+
+/// Where an evaluator's time went (wall seconds, and CPU seconds of the whole
+/// process as `*_cpu_s`, summed over calls) and how much it computed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EvalStats {
+    pub rebuild_cpu_s: f64,
+    pub cue_cpu_s: f64,
+    pub forced_cpu_s: f64,
+    pub free_cpu_s: f64,
     /// Handoffs scored.
     pub handoffs: u64,
     /// Rebuilding caches from partial blocks (import to F32).
@@ -323,6 +378,11 @@ impl QualityEvaluator {
         &self.stats
     }
 
+    /// Time and work since the last call (or the start); starts counting anew.
+    pub fn take_stats(&mut self) -> EvalStats {
+        std::mem::take(&mut self.stats)
+    }
+
     fn check(&self, case: &HandoffCase<'_>) -> Result<()> {
         if case.prompt.len() <= case.n_tokens {
             return Err(GpuError::Engine(format!(
@@ -346,7 +406,7 @@ impl QualityEvaluator {
     }
 
     fn rebuild_all(&mut self, cases: &[HandoffCase<'_>]) -> Result<Vec<SeqKv>> {
-        let t0 = Instant::now();
+        let t0 = Stopwatch::start();
         let cfg = self.model().config().clone();
         let mut kvs = Vec::with_capacity(cases.len());
         for case in cases {
@@ -359,7 +419,7 @@ impl QualityEvaluator {
                 case.mode,
             )?);
         }
-        self.stats.rebuild_s += t0.elapsed().as_secs_f64();
+        t0.add(&mut self.stats.rebuild_s, &mut self.stats.rebuild_cpu_s);
         Ok(kvs)
     }
 
@@ -386,7 +446,17 @@ impl QualityEvaluator {
             ids.push(id);
         }
         let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
-        for step in self.engine.run_to_idle(0)? {
+        let t0 = Stopwatch::start();
+        let steps = self.engine.run_to_idle(0)?;
+        // The engine times its prefill and decode parts; the CPU time of the
+        // whole run is split between them in proportion.
+        let (mut wall, mut cpu) = (0.0, 0.0);
+        t0.add(&mut wall, &mut cpu);
+        let prefill: f64 = steps.iter().map(|s| s.prefill_s()).sum();
+        let share = if wall > 0.0 { prefill / wall } else { 0.0 };
+        self.stats.cue_cpu_s += cpu * share;
+        self.stats.free_cpu_s += cpu * (1.0 - share);
+        for step in steps {
             self.stats.cue_s += step.prefill_s();
             self.stats.free_s += step.decode_s();
             if step.decode_batch > 0 {
@@ -436,7 +506,7 @@ impl QualityEvaluator {
         references: &[Vec<u32>],
         kvs: &mut [SeqKv],
     ) -> Result<Vec<Vec<u32>>> {
-        let t0 = Instant::now();
+        let t0 = Stopwatch::start();
         let first = {
             let mut batch: Vec<SeqInput<'_>> = kvs
                 .iter_mut()
@@ -448,8 +518,8 @@ impl QualityEvaluator {
                 .collect();
             self.forward(&mut batch, Phase::Prefill)?
         };
-        self.stats.cue_s += t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
+        t0.add(&mut self.stats.cue_s, &mut self.stats.cue_cpu_s);
+        let t1 = Stopwatch::start();
         let mut out: Vec<Vec<u32>> = first.into_iter().map(|a| vec![a]).collect();
         let mut active = Vec::new();
         let mut batch: Vec<SeqInput<'_>> = Vec::new();
@@ -477,7 +547,7 @@ impl QualityEvaluator {
                 at += n;
             }
         }
-        self.stats.forced_s += t1.elapsed().as_secs_f64();
+        t1.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
         Ok(out)
     }
 
@@ -503,7 +573,7 @@ impl QualityEvaluator {
         self.stats.handoffs += cases.len() as u64;
         let mut kvs = self.rebuild_all(cases)?;
         let forced = self.forced_argmax(cases, references, &mut kvs)?;
-        let t0 = Instant::now();
+        let t0 = Stopwatch::start();
         let d = self.decode_len;
         // Free-running tokens known from teacher forcing, and the cache cut back
         // to just before the last of them (its next input).
@@ -548,7 +618,7 @@ impl QualityEvaluator {
                 tokens[i].push(t);
             }
         }
-        self.stats.free_s += t0.elapsed().as_secs_f64();
+        t0.add(&mut self.stats.free_s, &mut self.stats.free_cpu_s);
         Ok(tokens
             .into_iter()
             .zip(&forced)
@@ -599,7 +669,7 @@ impl QualityEvaluator {
         let steps = references.iter().map(Vec::len).max().unwrap_or(0);
         let mut hits = vec![0usize; cases.len()];
         for step in 0..steps {
-            let t0 = Instant::now();
+            let t0 = Stopwatch::start();
             // Cases whose reference is shorter drop out.
             let mut active = Vec::with_capacity(cases.len());
             let mut batch: Vec<SeqInput<'_>> = Vec::with_capacity(cases.len());
@@ -626,11 +696,10 @@ impl QualityEvaluator {
                     hits[i] += 1;
                 }
             }
-            let dt = t0.elapsed().as_secs_f64();
             if step == 0 {
-                self.stats.cue_s += dt;
+                t0.add(&mut self.stats.cue_s, &mut self.stats.cue_cpu_s);
             } else {
-                self.stats.forced_s += dt;
+                t0.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
                 self.stats.forced_rows += active.len() as u64;
             }
         }
