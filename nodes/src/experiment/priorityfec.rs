@@ -31,6 +31,11 @@
 //! agent B's prompt is the context plus the ChatML assistant cue; 32 tokens
 //! are decoded greedily from the rebuilt cache (zero-fill or mask) and scored
 //! against the full-cache continuation by token F1 and teacher-forced top-1.
+//! The evaluator forces all positions in one pass and decodes free-running
+//! only past the first disagreement (`QualityEvaluator::evaluate`);
+//! `--stepwise` runs the direct computation instead, with the same figures bit
+//! for bit. The time of each quality phase (wall and process CPU seconds) is in
+//! `summary.json` (`quality_stats`) and on the last line of the table.
 //!
 //! Outputs in `results/<run>/`: `handoffs.csv` (one row per context ×
 //! realization × ρ × scheme), `transport.csv` (one row per transport run),
