@@ -34,8 +34,10 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::time::Instant;
 
 use candle_core::{DType, Device, D};
+use serde::Serialize;
 
 use crate::backend::RealBackend;
 use crate::engine::{BatchEngine, EngineConfig, Request};
@@ -235,12 +237,116 @@ pub struct Quality {
     pub top1: f64,
 }
 
-/// Decodes from rebuilt caches in batches through a [`BatchEngine`] on the real
-/// (or tiny) model and scores them against references (module docs).
+/// CPU seconds (user + system, all threads) this process has used so far, from
+/// `/proc/self/stat`; 0 where that is not available. On a shared machine it
+/// tells work from waiting for a core.
+pub fn process_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesized command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks (100 per second on Linux).
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+impl EvalStats {
+    /// Adds `other`'s times and counts.
+    pub fn add(&mut self, other: &EvalStats) {
+        self.rebuild_cpu_s += other.rebuild_cpu_s;
+        self.cue_cpu_s += other.cue_cpu_s;
+        self.forced_cpu_s += other.forced_cpu_s;
+        self.free_cpu_s += other.free_cpu_s;
+        self.handoffs += other.handoffs;
+        self.rebuild_s += other.rebuild_s;
+        self.cue_s += other.cue_s;
+        self.forced_s += other.forced_s;
+        self.free_s += other.free_s;
+        self.forced_rows += other.forced_rows;
+        self.free_tokens += other.free_tokens;
+        self.forward_calls += other.forward_calls;
+        self.forward_rows += other.forward_rows;
+    }
+}
+
+/// Wall and CPU time since it was started.
+struct Stopwatch(Instant, f64);
+
+impl Stopwatch {
+    fn start() -> Self {
+        Stopwatch(Instant::now(), process_cpu_s())
+    }
+
+    /// Adds the wall and CPU seconds since the start to `wall` and `cpu`.
+    fn add(&self, wall: &mut f64, cpu: &mut f64) {
+        *wall += self.0.elapsed().as_secs_f64();
+        *cpu += process_cpu_s() - self.1;
+    }
+}
+
+/// Where an evaluator's time went (wall seconds, and CPU seconds of the whole
+/// process as `*_cpu_s`, summed over calls) and how much it computed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EvalStats {
+    pub rebuild_cpu_s: f64,
+    pub cue_cpu_s: f64,
+    pub forced_cpu_s: f64,
+    pub free_cpu_s: f64,
+    /// Handoffs scored.
+    pub handoffs: u64,
+    /// Rebuilding caches from partial blocks (import to F32).
+    pub rebuild_s: f64,
+    /// Prefilling the cue on the rebuilt caches.
+    pub cue_s: f64,
+    /// Teacher-forced positions: one forward of every position
+    /// ([`QualityEvaluator::evaluate`]), or one decode step per position
+    /// ([`QualityEvaluator::evaluate_stepwise`]).
+    pub forced_s: f64,
+    /// Free-running decode steps (after the divergence point in
+    /// [`QualityEvaluator::evaluate`]; all of them in the stepwise path).
+    pub free_s: f64,
+    /// Teacher-forced rows computed.
+    pub forced_rows: u64,
+    /// Free-running tokens decoded one step at a time.
+    pub free_tokens: u64,
+    /// Forward calls and the rows they carried (mean batch = rows / calls).
+    pub forward_calls: u64,
+    pub forward_rows: u64,
+}
+
+/// Decodes from rebuilt caches in batches on the real (or tiny) model and
+/// scores them against references (module docs).
+///
+/// **How [`QualityEvaluator::evaluate`] saves work without changing a figure.**
+/// Free-running greedy decoding from a cache feeds back its own argmax; as long
+/// as that argmax equals the reference token, its input is the reference token,
+/// i.e. exactly the teacher-forced input. So the free-running continuation
+/// equals the reference up to and including the first teacher-forced
+/// disagreement `j` (where it takes the teacher-forced argmax), and only the
+/// tokens after `j` need their own decode steps. All teacher-forced positions
+/// of a handoff run as one forward ([`Llama::forward_rows_as_decode`], bit for
+/// bit the decode steps), then the cache is cut back to `j` and decoding goes
+/// on, batched over the handoffs still running. Each cache is rebuilt once.
+/// [`QualityEvaluator::evaluate_stepwise`] is the direct computation (engine
+/// continuation, then one forward per forced position) and the test oracle:
+/// both give the same tokens and scores bit for bit on the CPU.
 pub struct QualityEvaluator {
     engine: BatchEngine<RealBackend>,
     next_id: u64,
     decode_len: usize,
+    stats: EvalStats,
+}
+
+fn argmax_rows(logits: &candle_core::Tensor, what: &str) -> Result<Vec<u32>> {
+    logits
+        .argmax(D::Minus1)
+        .and_then(|t| t.to_dtype(DType::U32))
+        .and_then(|t| t.to_vec1::<u32>())
+        .ctx(what)
 }
 
 impl QualityEvaluator {
@@ -259,11 +365,22 @@ impl QualityEvaluator {
             engine,
             next_id: 0,
             decode_len,
+            stats: EvalStats::default(),
         }
     }
 
     fn model(&self) -> &Llama {
         self.engine.backend().model()
+    }
+
+    /// Time and work so far.
+    pub fn stats(&self) -> &EvalStats {
+        &self.stats
+    }
+
+    /// Time and work since the last call (or the start); starts counting anew.
+    pub fn take_stats(&mut self) -> EvalStats {
+        std::mem::take(&mut self.stats)
     }
 
     fn check(&self, case: &HandoffCase<'_>) -> Result<()> {
@@ -277,20 +394,48 @@ impl QualityEvaluator {
         Ok(())
     }
 
-    /// Greedy continuations (`decode_len` tokens) from each case's rebuilt cache,
-    /// all decoded together through the engine.
-    pub fn continuations(&mut self, cases: &[HandoffCase<'_>]) -> Result<Vec<Vec<u32>>> {
-        let mut ids = Vec::with_capacity(cases.len());
+    fn check_refs(cases: &[HandoffCase<'_>], references: &[Vec<u32>]) -> Result<()> {
+        if cases.len() != references.len() {
+            return Err(GpuError::Engine(format!(
+                "{} handoffs but {} references",
+                cases.len(),
+                references.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn rebuild_all(&mut self, cases: &[HandoffCase<'_>]) -> Result<Vec<SeqKv>> {
+        let t0 = Stopwatch::start();
+        let cfg = self.model().config().clone();
+        let mut kvs = Vec::with_capacity(cases.len());
         for case in cases {
             self.check(case)?;
-            let cfg = self.model().config().clone();
-            let kv = rebuild(
+            kvs.push(rebuild(
                 &cfg,
                 self.model().device(),
                 case.n_tokens,
                 case.blocks,
                 case.mode,
-            )?;
+            )?);
+        }
+        t0.add(&mut self.stats.rebuild_s, &mut self.stats.rebuild_cpu_s);
+        Ok(kvs)
+    }
+
+    fn forward(&mut self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Vec<u32>> {
+        self.stats.forward_calls += 1;
+        self.stats.forward_rows += batch.iter().map(|s| s.tokens.len() as u64).sum::<u64>();
+        let logits = self.model().forward(batch, phase)?;
+        argmax_rows(&logits, "argmax")
+    }
+
+    /// Greedy continuations (`decode_len` tokens) from each case's rebuilt cache,
+    /// all decoded together through the engine.
+    pub fn continuations(&mut self, cases: &[HandoffCase<'_>]) -> Result<Vec<Vec<u32>>> {
+        let kvs = self.rebuild_all(cases)?;
+        let mut ids = Vec::with_capacity(cases.len());
+        for (case, kv) in cases.iter().zip(kvs) {
             let id = self.next_id;
             self.next_id += 1;
             self.engine.submit_with_cache(
@@ -301,7 +446,24 @@ impl QualityEvaluator {
             ids.push(id);
         }
         let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
-        for step in self.engine.run_to_idle(0)? {
+        let t0 = Stopwatch::start();
+        let steps = self.engine.run_to_idle(0)?;
+        // The engine times its prefill and decode parts; the CPU time of the
+        // whole run is split between them in proportion.
+        let (mut wall, mut cpu) = (0.0, 0.0);
+        t0.add(&mut wall, &mut cpu);
+        let prefill: f64 = steps.iter().map(|s| s.prefill_s()).sum();
+        let share = if wall > 0.0 { prefill / wall } else { 0.0 };
+        self.stats.cue_cpu_s += cpu * share;
+        self.stats.free_cpu_s += cpu * (1.0 - share);
+        for step in steps {
+            self.stats.cue_s += step.prefill_s();
+            self.stats.free_s += step.decode_s();
+            if step.decode_batch > 0 {
+                self.stats.forward_calls += 1;
+                self.stats.forward_rows += step.decode_batch as u64;
+                self.stats.free_tokens += step.decode_batch as u64;
+            }
             for f in step.finished {
                 out.insert(f.id, f.tokens);
             }
@@ -315,38 +477,199 @@ impl QualityEvaluator {
     }
 
     /// Teacher-forced top-1 agreement of each case's rebuilt cache with its
-    /// reference continuation (one batched forward per position).
+    /// reference continuation (one batched forward of every position).
     pub fn teacher_forced_top1(
-        &self,
+        &mut self,
         cases: &[HandoffCase<'_>],
         references: &[Vec<u32>],
     ) -> Result<Vec<f64>> {
-        if cases.len() != references.len() {
-            return Err(GpuError::Engine(format!(
-                "{} handoffs but {} references",
-                cases.len(),
-                references.len()
-            )));
+        Self::check_refs(cases, references)?;
+        if cases.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut kvs = self.rebuild_all(cases)?;
+        let forced = self.forced_argmax(cases, references, &mut kvs)?;
+        Ok(forced
+            .iter()
+            .zip(references)
+            .map(|(a, r)| top1_of(a, r))
+            .collect())
+    }
+
+    /// The argmax at every teacher-forced position of each case: position 0
+    /// from prefilling the cue, positions `1..len` from one forward of the
+    /// reference tokens `0..len-1` ([`Llama::forward_rows_as_decode`]).
+    /// Leaves each cache holding the cue and the forced tokens.
+    fn forced_argmax(
+        &mut self,
+        cases: &[HandoffCase<'_>],
+        references: &[Vec<u32>],
+        kvs: &mut [SeqKv],
+    ) -> Result<Vec<Vec<u32>>> {
+        let t0 = Stopwatch::start();
+        let first = {
+            let mut batch: Vec<SeqInput<'_>> = kvs
+                .iter_mut()
+                .zip(cases)
+                .map(|(kv, c)| SeqInput {
+                    tokens: &c.prompt[c.n_tokens..],
+                    kv,
+                })
+                .collect();
+            self.forward(&mut batch, Phase::Prefill)?
+        };
+        t0.add(&mut self.stats.cue_s, &mut self.stats.cue_cpu_s);
+        let t1 = Stopwatch::start();
+        let mut out: Vec<Vec<u32>> = first.into_iter().map(|a| vec![a]).collect();
+        let mut active = Vec::new();
+        let mut batch: Vec<SeqInput<'_>> = Vec::new();
+        for (i, kv) in kvs.iter_mut().enumerate() {
+            let r = &references[i];
+            if r.len() >= 2 {
+                active.push(i);
+                batch.push(SeqInput {
+                    tokens: &r[..r.len() - 1],
+                    kv,
+                });
+            }
+        }
+        if !batch.is_empty() {
+            let rows: u64 = batch.iter().map(|s| s.tokens.len() as u64).sum();
+            self.stats.forward_calls += 1;
+            self.stats.forward_rows += rows;
+            self.stats.forced_rows += rows;
+            let logits = self.model().forward_rows_as_decode(&mut batch)?;
+            let argmax = argmax_rows(&logits, "teacher-forced argmax")?;
+            let mut at = 0;
+            for &i in &active {
+                let n = references[i].len() - 1;
+                out[i].extend_from_slice(&argmax[at..at + n]);
+                at += n;
+            }
+        }
+        t1.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
+        Ok(out)
+    }
+
+    /// F1 and top-1 of each case against its reference continuation (decoded
+    /// from the same prompt with every block complete, e.g. by
+    /// [`QualityEvaluator::continuations`] on [`PartialBlock::complete`] blocks).
+    /// Teacher forcing first, free-running only past the first disagreement
+    /// (type docs); the same results as [`QualityEvaluator::evaluate_stepwise`].
+    pub fn evaluate(
+        &mut self,
+        cases: &[HandoffCase<'_>],
+        references: &[Vec<u32>],
+    ) -> Result<Vec<Quality>> {
+        Self::check_refs(cases, references)?;
+        if self.decode_len == 0 {
+            return Err(GpuError::Engine(
+                "handoff quality with 0 decoded tokens".into(),
+            ));
         }
         if cases.is_empty() {
             return Ok(vec![]);
         }
-        let model = self.model();
-        let cfg = model.config().clone();
-        let mut kvs = Vec::with_capacity(cases.len());
-        for case in cases {
-            self.check(case)?;
-            kvs.push(rebuild(
-                &cfg,
-                model.device(),
-                case.n_tokens,
-                case.blocks,
-                case.mode,
-            )?);
+        self.stats.handoffs += cases.len() as u64;
+        let mut kvs = self.rebuild_all(cases)?;
+        let forced = self.forced_argmax(cases, references, &mut kvs)?;
+        let t0 = Stopwatch::start();
+        let d = self.decode_len;
+        // Free-running tokens known from teacher forcing, and the cache cut back
+        // to just before the last of them (its next input).
+        let mut tokens: Vec<Vec<u32>> = Vec::with_capacity(cases.len());
+        for (i, (a, r)) in forced.iter().zip(references).enumerate() {
+            let known = r.len().min(d);
+            let p = match (0..known).find(|&j| a[j] != r[j]) {
+                Some(j) => j + 1,
+                None => known.max(1),
+            };
+            let mut f: Vec<u32> = r[..p - 1].to_vec();
+            f.push(a[p - 1]);
+            kvs[i].truncate(cases[i].prompt.len() + p - 1);
+            tokens.push(f);
         }
+        loop {
+            let mut active = Vec::new();
+            let mut inputs = Vec::new();
+            for (i, f) in tokens.iter().enumerate() {
+                if f.len() < d {
+                    active.push(i);
+                    inputs.push(f[f.len() - 1]);
+                }
+            }
+            if active.is_empty() {
+                break;
+            }
+            let mut batch: Vec<SeqInput<'_>> = Vec::with_capacity(active.len());
+            let mut next = 0;
+            for (i, kv) in kvs.iter_mut().enumerate() {
+                if active.get(next) == Some(&i) {
+                    batch.push(SeqInput {
+                        tokens: std::slice::from_ref(&inputs[next]),
+                        kv,
+                    });
+                    next += 1;
+                }
+            }
+            let out = self.forward(&mut batch, Phase::Decode)?;
+            self.stats.free_tokens += out.len() as u64;
+            for (&i, t) in active.iter().zip(out) {
+                tokens[i].push(t);
+            }
+        }
+        t0.add(&mut self.stats.free_s, &mut self.stats.free_cpu_s);
+        Ok(tokens
+            .into_iter()
+            .zip(&forced)
+            .zip(references)
+            .map(|((tokens, a), r)| Quality {
+                f1: token_f1(r, &tokens),
+                top1: top1_of(a, r),
+                tokens,
+            })
+            .collect())
+    }
+
+    /// The direct computation of [`QualityEvaluator::evaluate`]: each case's
+    /// free-running continuation through the engine, then teacher forcing one
+    /// decode step per position for all cases. Slower; kept as the oracle the
+    /// fast path is tested against.
+    pub fn evaluate_stepwise(
+        &mut self,
+        cases: &[HandoffCase<'_>],
+        references: &[Vec<u32>],
+    ) -> Result<Vec<Quality>> {
+        Self::check_refs(cases, references)?;
+        self.stats.handoffs += cases.len() as u64;
+        let tokens = self.continuations(cases)?;
+        let top1 = self.teacher_forced_top1_stepwise(cases, references)?;
+        Ok(tokens
+            .into_iter()
+            .zip(top1)
+            .zip(references)
+            .map(|((tokens, top1), r)| Quality {
+                f1: token_f1(r, &tokens),
+                tokens,
+                top1,
+            })
+            .collect())
+    }
+
+    /// Teacher-forced top-1, one batched decode step per position.
+    fn teacher_forced_top1_stepwise(
+        &mut self,
+        cases: &[HandoffCase<'_>],
+        references: &[Vec<u32>],
+    ) -> Result<Vec<f64>> {
+        if cases.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut kvs = self.rebuild_all(cases)?;
         let steps = references.iter().map(Vec::len).max().unwrap_or(0);
         let mut hits = vec![0usize; cases.len()];
         for step in 0..steps {
+            let t0 = Stopwatch::start();
             // Cases whose reference is shorter drop out.
             let mut active = Vec::with_capacity(cases.len());
             let mut batch: Vec<SeqInput<'_>> = Vec::with_capacity(cases.len());
@@ -367,16 +690,17 @@ impl QualityEvaluator {
             } else {
                 Phase::Decode
             };
-            let logits = model.forward(&mut batch, phase)?;
-            let argmax = logits
-                .argmax(D::Minus1)
-                .and_then(|t| t.to_dtype(DType::U32))
-                .and_then(|t| t.to_vec1::<u32>())
-                .ctx("top-1 argmax")?;
+            let argmax = self.forward(&mut batch, phase)?;
             for (&i, &a) in active.iter().zip(&argmax) {
                 if a == references[i][step] {
                     hits[i] += 1;
                 }
+            }
+            if step == 0 {
+                t0.add(&mut self.stats.cue_s, &mut self.stats.cue_cpu_s);
+            } else {
+                t0.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
+                self.stats.forced_rows += active.len() as u64;
             }
         }
         Ok(hits
@@ -391,28 +715,16 @@ impl QualityEvaluator {
             })
             .collect())
     }
+}
 
-    /// F1 and top-1 of each case against its reference continuation (decoded
-    /// from the same prompt with every block complete, e.g. by
-    /// [`QualityEvaluator::continuations`] on [`PartialBlock::complete`] blocks).
-    pub fn evaluate(
-        &mut self,
-        cases: &[HandoffCase<'_>],
-        references: &[Vec<u32>],
-    ) -> Result<Vec<Quality>> {
-        let tokens = self.continuations(cases)?;
-        let top1 = self.teacher_forced_top1(cases, references)?;
-        Ok(tokens
-            .into_iter()
-            .zip(top1)
-            .zip(references)
-            .map(|((tokens, top1), r)| Quality {
-                f1: token_f1(r, &tokens),
-                tokens,
-                top1,
-            })
-            .collect())
+/// Fraction of positions where the forced argmax equals the reference (1 for
+/// an empty reference).
+fn top1_of(argmax: &[u32], reference: &[u32]) -> f64 {
+    if reference.is_empty() {
+        return 1.0;
     }
+    let hits = argmax.iter().zip(reference).filter(|(a, r)| a == r).count();
+    hits as f64 / reference.len() as f64
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Task quality of decoding from a rebuilt handoff cache on the real SmolLM2
 //! model: the full cache agrees with itself, a cache of which nothing arrived
-//! does not. Skips (prints a line) when the model is missing, fails under `CI`.
+//! does not, and the shared and stepwise computations agree bit for bit. Skips (prints a line) when the model is missing, fails under `CI`.
 
 use candle_core::Device;
 use edgemu_gpu::handoff_quality::{chatml_cue, HandoffCase, PartialBlock, QualityEvaluator};
@@ -111,4 +111,11 @@ fn full_cache_agrees_and_lost_cache_does_not() {
     assert_eq!((q[0].f1, q[0].top1), (1.0, 1.0));
     assert_eq!((q[1].f1, q[1].top1), (1.0, 1.0));
     assert!(q[4].top1 < 0.5, "nothing arrived yet top-1 {}", q[4].top1);
+    // The shared computation (teacher forcing in one pass, free-running only
+    // past the first disagreement) equals the direct one bit for bit on the
+    // real model's kernels.
+    let s = ev
+        .evaluate_stepwise(&cases, &vec![reference.clone(); cases.len()])
+        .unwrap();
+    assert_eq!(q, s);
 }

@@ -27,6 +27,7 @@ fn args(tiny: bool, run: &str) -> PriorityFecArgs {
         tiny,
         decode_len: 8,
         batch: 8,
+        stepwise: false,
         results: std::env::temp_dir().join(format!("edgemu-pfec-test-{}", std::process::id())),
         run_id: Some(run.into()),
     }
@@ -95,6 +96,30 @@ fn quick_grid_on_real_model() {
         return;
     }
     check(&args(false, "real"));
+}
+
+/// The shared quality computation (teacher forcing in one pass, free-running
+/// only past the first disagreement) gives the direct computation's figures
+/// bit for bit: every handoff row of the tiny grid is equal, in both rebuild
+/// modes.
+#[test]
+fn shared_quality_path_equals_stepwise() {
+    for mode in ["zero-fill", "mask"] {
+        let mut rows = Vec::new();
+        for stepwise in [false, true] {
+            let run = format!("paths-{mode}-{stepwise}");
+            let mut a = args(true, &run);
+            a.mode = mode.into();
+            a.stepwise = stepwise;
+            a.decode_len = 12;
+            report(&a).expect("experiment runs");
+            let dir = a.results.join(&run);
+            rows.push(std::fs::read_to_string(dir.join("handoffs.csv")).expect("handoffs.csv"));
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        assert!(rows[0].lines().count() > 1);
+        assert_eq!(rows[0], rows[1], "{mode}: shared and stepwise paths differ");
+    }
 }
 
 /// `--loss-trace` replaces the GE channel: a trace that loses every packet

@@ -225,3 +225,78 @@ fn full_cache_scores_one_and_wrong_reference_scores_zero() {
     let top1 = ev.teacher_forced_top1(&cases[..1], &[wrong]).unwrap();
     assert!(top1[0] < 1.0);
 }
+
+/// Partial blocks losing, block by block, nothing / everything / half of the
+/// bytes, by a fixed pattern.
+fn damaged_pattern(blocks: &[KvBlock], salt: usize) -> Vec<PartialBlock> {
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| match (i + salt) % 3 {
+            0 => PartialBlock::complete(b),
+            1 => PartialBlock::lost(b),
+            _ => {
+                let mut p = PartialBlock::complete(b);
+                let total = b.k.len() + b.v.len();
+                p.present = vec![0..total / 3, total / 2..total];
+                p
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn shared_evaluation_equals_stepwise_bit_for_bit() {
+    let lm = tiny();
+    let blocks = hand_built(&lm.model);
+    let full = partial(&blocks);
+    let parts: Vec<Vec<PartialBlock>> = (0..3).map(|s| damaged_pattern(&blocks, s)).collect();
+    let lost: Vec<PartialBlock> = blocks.iter().map(PartialBlock::lost).collect();
+    let mut prompt = context();
+    prompt.extend([5, 6, 7]);
+    let vocab = lm.model.config().vocab_size as u32;
+    for decode_len in [1, 6, 10] {
+        let mut fast = QualityEvaluator::new(tiny().model, decode_len, 16);
+        let mut slow = QualityEvaluator::new(tiny().model, decode_len, 16);
+        for mode in [MissingRows::ZeroFill, MissingRows::Mask] {
+            let case = |blocks| HandoffCase {
+                n_tokens: N,
+                blocks,
+                mode,
+                prompt: &prompt,
+            };
+            let reference = slow.continuations(&[case(&full)]).unwrap().remove(0);
+            let mut cases = vec![case(&full), case(&lost)];
+            cases.extend(parts.iter().map(|p| case(p)));
+            // References: the true one, and ones shorter, longer, empty and
+            // never predicted, so every divergence position is exercised.
+            let long: Vec<u32> = reference
+                .iter()
+                .chain(&[9, 4, 2])
+                .copied()
+                .collect::<Vec<_>>();
+            let wrong: Vec<u32> = reference.iter().map(|t| (t + 1) % vocab).collect();
+            let variants = [
+                reference.clone(),
+                reference[..reference.len() / 2].to_vec(),
+                long,
+                vec![],
+                wrong,
+            ];
+            for r in &variants {
+                let refs = vec![r.clone(); cases.len()];
+                let a = fast.evaluate(&cases, &refs).unwrap();
+                let b = slow.evaluate_stepwise(&cases, &refs).unwrap();
+                assert_eq!(a, b, "decode_len {decode_len}, {mode:?}, reference {r:?}");
+                let t = fast.teacher_forced_top1(&cases, &refs).unwrap();
+                assert_eq!(t, b.iter().map(|q| q.top1).collect::<Vec<_>>());
+            }
+            let q = fast
+                .evaluate(&cases[..1], std::slice::from_ref(&reference))
+                .unwrap();
+            assert_eq!((q[0].f1, q[0].top1), (1.0, 1.0));
+        }
+        // The shared path decodes fewer free-running tokens.
+        assert!(fast.stats().free_tokens < slow.stats().free_tokens || decode_len == 1);
+    }
+}

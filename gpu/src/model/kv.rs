@@ -158,14 +158,24 @@ impl SeqKv {
         Ok((k, v, b))
     }
 
-    /// Attention of one new query row (CPU only) against `layer`'s first
-    /// `len + 1` tokens (the freshly appended one included), on the raw F32
+    /// Forgets every token from position `len` on (no-op if `len ≥ self.len()`):
+    /// the next appended token goes to position `len`, over the old rows.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Attention of one new query row (CPU only) against `layer`'s first `n`
+    /// tokens (the query's own, freshly appended row last), on the raw F32
     /// storage: `q` holds `n_kv_heads · rep` heads of `head_dim` (scaled and
     /// rotated; head `h · rep + r` uses KV head `h`), `out` receives the same
-    /// layout. The arithmetic depends only on this sequence, not on its batch.
-    pub(crate) fn attend_one(
+    /// layout. A one-token decode step uses `n = len + 1`; row `i` of a
+    /// multi-row pass computed as decode uses `n = len + i + 1` and gets the
+    /// same arithmetic as if it had been decoded alone at that position. The
+    /// arithmetic depends only on this sequence and `n`, not on the batch.
+    pub(crate) fn attend_row(
         &self,
         layer: usize,
+        n: usize,
         q: &[f32],
         rep: usize,
         scores: &mut Vec<f32>,
@@ -173,8 +183,7 @@ impl SeqKv {
     ) -> Result<()> {
         let l = &self.layers[layer];
         let (hd, nkv, cap) = (self.head_dim, self.n_kv_heads, self.capacity);
-        let n = self.len + 1;
-        if q.len() != nkv * rep * hd || out.len() != q.len() || n > cap {
+        if q.len() != nkv * rep * hd || out.len() != q.len() || n > cap || n == 0 {
             return Err(GpuError::Engine("attention row shape".into()));
         }
         let (ks, kl) = l.k.storage_and_layout();
@@ -210,10 +219,7 @@ impl SeqKv {
                     sum += *s;
                 }
                 let o = &mut out[head..head + hd];
-                o.fill(0.0);
-                for (a, vr) in scores.iter().zip(vh.chunks_exact(hd)) {
-                    axpy(simd, o, *a, vr);
-                }
+                weighted_sum(simd, o, scores, vh);
                 let inv = 1.0 / sum;
                 for od in o.iter_mut() {
                     *od *= inv;
@@ -304,6 +310,48 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     _mm_cvtss_f32(h)
 }
 
+/// `o = Σ_p w[p] · v[p]` over the rows `v[p]` of `vs` (each `o.len()` long),
+/// accumulated in row order from 0 — bit for bit a zeroed `o` followed by
+/// [`axpy`] per row. For 64-wide rows (SmolLM2's head dim) with AVX2 the 64
+/// sums stay in 8 registers instead of being loaded and stored for every row.
+fn weighted_sum(simd: bool, o: &mut [f32], w: &[f32], vs: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd && o.len() == 64 && vs.len() >= w.len() * 64 {
+            // SAFETY: AVX2 and FMA were detected (`simd`); lengths checked.
+            unsafe { weighted_sum64_avx2(o, w, vs) };
+            return;
+        }
+    }
+    o.fill(0.0);
+    let n = o.len().max(1);
+    for (a, vr) in w.iter().zip(vs.chunks_exact(n)) {
+        axpy(simd, o, *a, vr);
+    }
+}
+
+/// # Safety
+/// AVX2 and FMA must be available; `o.len() == 64`, `vs.len() ≥ 64 · w.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weighted_sum64_avx2(o: &mut [f32], w: &[f32], vs: &[f32]) {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let pv = vs.as_ptr();
+    for (p, &a) in w.iter().enumerate() {
+        let av = _mm256_set1_ps(a);
+        let row = pv.add(p * 64);
+        for (j, r) in acc.iter_mut().enumerate() {
+            // Same operation and order as `axpy_avx2`: fma(a, v, o).
+            *r = _mm256_fmadd_ps(av, _mm256_loadu_ps(row.add(j * 8)), *r);
+        }
+    }
+    let po = o.as_mut_ptr();
+    for (j, r) in acc.iter().enumerate() {
+        _mm256_storeu_ps(po.add(j * 8), *r);
+    }
+}
+
 /// `o += a · v` (`simd` must be [`has_avx2_fma`]).
 fn axpy(simd: bool, o: &mut [f32], a: f32, v: &[f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -333,5 +381,42 @@ unsafe fn axpy_avx2(o: &mut [f32], a: f32, v: &[f32]) {
         let r = _mm256_fmadd_ps(av, _mm256_loadu_ps(pv.add(i)), _mm256_loadu_ps(po.add(i)));
         _mm256_storeu_ps(po.add(i), r);
         i += 8;
+    }
+}
+
+#[cfg(test)]
+mod kernel_tests {
+    use super::*;
+
+    /// The register-held weighted sum is bit for bit the zeroed output plus
+    /// one `axpy` per row, on values of both signs over a wide range.
+    #[test]
+    fn weighted_sum_equals_axpy_per_row() {
+        let simd = has_avx2_fma();
+        let mut x = 0x9e37_79b9u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            f32::from_bits((x & 0x807f_ffff) | (((x >> 23) % 40 + 100) << 23))
+        };
+        for rows in [0usize, 1, 7, 300] {
+            for width in [64usize, 16] {
+                let vs: Vec<f32> = (0..rows * width).map(|_| next()).collect();
+                let w: Vec<f32> = (0..rows).map(|_| next()).collect();
+                let mut fast = vec![f32::NAN; width];
+                weighted_sum(simd, &mut fast, &w, &vs);
+                let mut slow = vec![0f32; width];
+                for (a, vr) in w.iter().zip(vs.chunks_exact(width)) {
+                    axpy(simd, &mut slow, *a, vr);
+                }
+                assert!(
+                    fast.iter()
+                        .zip(&slow)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{rows} rows × {width}"
+                );
+            }
+        }
     }
 }

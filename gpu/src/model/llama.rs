@@ -12,8 +12,9 @@
 //!
 //! Rotary embedding is the interleaved (GPT-J) form that llama.cpp's GGUF export
 //! of Llama weights expects, with per-row positions. The LM head is applied only
-//! to the last new row of each sequence and is tied to the token embedding when
-//! the GGUF has no `output.weight`.
+//! to the last new row of each sequence (every row in
+//! [`Llama::forward_rows_as_decode`], teacher forcing in one pass) and is tied to
+//! the token embedding when the GGUF has no `output.weight`.
 
 use candle_core::{DType, Device, Tensor, D};
 use rayon::prelude::*;
@@ -169,6 +170,24 @@ impl Llama {
     /// Runs the new tokens of every sequence; returns logits `(batch, vocab)` for
     /// the last new token of each sequence and extends every cache.
     pub fn forward(&self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Tensor> {
+        self.run(batch, phase, false)
+    }
+
+    /// Runs the new tokens of every sequence *as decode steps* and returns the
+    /// logits of every new row, `(Σ tokens, vocab)` in batch order (teacher
+    /// forcing in one pass). Every row uses the decode matrices, and on the CPU
+    /// its attention is the one-token decode computation at its own position
+    /// ([`SeqKv::attend_row`]), so row `i`'s logits are bit-identical to feeding
+    /// the tokens one at a time with [`Phase::Decode`] — while the matmuls run
+    /// over all rows at once and each cache is read once per layer, not once
+    /// per token. On other devices the rows go through the causal multi-row
+    /// attention (equal up to rounding).
+    pub fn forward_rows_as_decode(&self, batch: &mut [SeqInput<'_>]) -> Result<Tensor> {
+        self.run(batch, Phase::Decode, true)
+    }
+
+    /// [`Llama::forward`]; `every_row`: see [`Llama::forward_rows_as_decode`].
+    fn run(&self, batch: &mut [SeqInput<'_>], phase: Phase, every_row: bool) -> Result<Tensor> {
         let c = &self.config;
         if batch.is_empty() {
             return Err(GpuError::Engine("forward on an empty batch".into()));
@@ -202,6 +221,7 @@ impl Llama {
         let n = ids.len();
         let dev = &self.device;
         let decode = phase == Phase::Decode;
+        let rowwise = every_row && matches!(dev, Device::Cpu);
         let ids = Tensor::new(ids.as_slice(), dev).ctx("token ids")?;
         let pos = Tensor::new(pos.as_slice(), dev).ctx("positions")?;
         let half = c.head_dim / 2;
@@ -219,7 +239,7 @@ impl Llama {
         let mut masks = Vec::with_capacity(batch.len());
         for s in batch.iter() {
             let t = s.tokens.len();
-            masks.push(if t > 1 {
+            masks.push(if t > 1 && !rowwise {
                 let l = s.kv.len() + t;
                 let past = l - t;
                 let m: Vec<f32> = (0..t)
@@ -266,7 +286,7 @@ impl Llama {
             let k = k.reshape((n, c.n_kv_heads, c.head_dim)).ctx("k reshape")?;
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
             let attn = if matches!(dev, Device::Cpu) {
-                self.attend_cpu(li, batch, &masks, &q, &k, &v)?
+                self.attend_cpu(li, batch, &masks, &q, &k, &v, rowwise)?
             } else {
                 let mut outs = Vec::with_capacity(batch.len());
                 let mut off = 0;
@@ -289,15 +309,20 @@ impl Llama {
         for s in batch.iter_mut() {
             s.kv.advance(s.tokens.len());
         }
-        let last = Tensor::new(last.as_slice(), dev).ctx("last rows")?;
-        let x = x.index_select(&last, 0).ctx("last rows")?;
+        let x = if every_row {
+            x
+        } else {
+            let last = Tensor::new(last.as_slice(), dev).ctx("last rows")?;
+            x.index_select(&last, 0).ctx("last rows")?
+        };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, eps).ctx("final norm")?;
         self.lm_head.forward(&x, true)
     }
 
-    /// Attention of every sequence on the CPU: single new rows (decode) run on
-    /// the raw cache ([`SeqKv::attend_one`]) instead of a dozen tiny tensor ops
-    /// each; multi-row sequences use [`Llama::attend`]. Returns `(n, hidden)`.
+    /// Attention of every sequence on the CPU: single new rows (decode), and
+    /// with `rowwise` every row, run on the raw cache ([`SeqKv::attend_row`])
+    /// instead of a dozen tiny tensor ops each; other multi-row sequences use
+    /// [`Llama::attend`]. Returns `(n, hidden)`.
     #[allow(clippy::too_many_arguments)]
     fn attend_cpu(
         &self,
@@ -307,6 +332,7 @@ impl Llama {
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
+        rowwise: bool,
     ) -> Result<Tensor> {
         let c = &self.config;
         let (nkv, hd, hs) = (c.n_kv_heads, c.head_dim, c.hidden_size);
@@ -330,6 +356,18 @@ impl Llama {
                     .and_then(|x| x.reshape((nkv, 1, hd)))
                     .ctx("v row")?;
                 s.kv.append(layer, &kn, &vn)?;
+            } else if rowwise {
+                let kn = k
+                    .narrow(0, off, t)
+                    .and_then(|x| x.transpose(0, 1))
+                    .and_then(|x| x.contiguous())
+                    .ctx("k rows")?;
+                let vn = v
+                    .narrow(0, off, t)
+                    .and_then(|x| x.transpose(0, 1))
+                    .and_then(|x| x.contiguous())
+                    .ctx("v rows")?;
+                s.kv.append(layer, &kn, &vn)?;
             } else {
                 let o = self
                     .attend(layer, s.kv, q, k, v, off, t, mask.as_ref())?
@@ -340,11 +378,14 @@ impl Llama {
             }
             off += t;
         }
-        let mut rows: Vec<Option<&SeqKv>> = Vec::with_capacity(n);
+        // Per row: the cache and how many tokens it attends to.
+        let mut rows: Vec<Option<(&SeqKv, usize)>> = Vec::with_capacity(n);
         for s in batch.iter() {
-            match s.tokens.len() {
-                1 => rows.push(Some(&*s.kv)),
-                t => rows.extend(std::iter::repeat_n(None, t)),
+            let (len, t) = (s.kv.len(), s.tokens.len());
+            if t == 1 || rowwise {
+                rows.extend((0..t).map(|i| Some((&*s.kv, len + i + 1))));
+            } else {
+                rows.extend(std::iter::repeat_n(None, t));
             }
         }
         let rep = c.n_rep();
@@ -352,7 +393,7 @@ impl Llama {
             .zip(qs.par_chunks(hs))
             .zip(rows.par_iter())
             .try_for_each_init(Vec::new, |scores, ((o, qr), kv)| match kv {
-                Some(kv) => kv.attend_one(layer, qr, rep, scores, o),
+                Some((kv, upto)) => kv.attend_row(layer, *upto, qr, rep, scores, o),
                 None => Ok(()),
             })?;
         Tensor::from_vec(out, (n, hs), q.device()).ctx("attn rows")
@@ -536,6 +577,96 @@ mod tests {
         assert!(d < 1e-3, "max logit difference {d}");
         assert_eq!(kv1.len(), 20);
         assert_eq!(kv2.len(), 20);
+    }
+
+    #[test]
+    fn rows_as_decode_equal_decode_steps_bit_for_bit() {
+        // Teacher forcing in one pass must give exactly the logits of feeding
+        // the tokens one decode step at a time, for every row and whatever
+        // shares the batch.
+        let m = tiny(WeightLayout::for_device(&Device::Cpu));
+        let prompts: [Vec<u32>; 2] = [(5..17).collect(), (40..49).collect()];
+        let forced: [Vec<u32>; 2] = [vec![3, 77, 12, 9, 60, 2, 31], vec![8, 8, 100, 4]];
+        let mut stepwise = Vec::new();
+        for (p, f) in prompts.iter().zip(&forced) {
+            let mut kv = m.new_kv(0).unwrap();
+            m.forward(
+                &mut [SeqInput {
+                    tokens: p,
+                    kv: &mut kv,
+                }],
+                Phase::Prefill,
+            )
+            .unwrap();
+            for t in f {
+                let l = m
+                    .forward(
+                        &mut [SeqInput {
+                            tokens: &[*t],
+                            kv: &mut kv,
+                        }],
+                        Phase::Decode,
+                    )
+                    .unwrap();
+                stepwise.push(l.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+            }
+        }
+        let mut kvs = Vec::new();
+        for p in &prompts {
+            let mut kv = m.new_kv(0).unwrap();
+            m.forward(
+                &mut [SeqInput {
+                    tokens: p,
+                    kv: &mut kv,
+                }],
+                Phase::Prefill,
+            )
+            .unwrap();
+            kvs.push(kv);
+        }
+        let (a, b) = kvs.split_at_mut(1);
+        let logits = m
+            .forward_rows_as_decode(&mut [
+                SeqInput {
+                    tokens: &forced[0],
+                    kv: &mut a[0],
+                },
+                SeqInput {
+                    tokens: &forced[1],
+                    kv: &mut b[0],
+                },
+            ])
+            .unwrap();
+        let rows = logits.to_vec2::<f32>().unwrap();
+        assert_eq!(rows.len(), stepwise.len());
+        for (i, (r, s)) in rows.iter().zip(&stepwise).enumerate() {
+            assert!(
+                r.iter().zip(s).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "row {i} differs"
+            );
+        }
+        assert_eq!(kvs[0].len(), 12 + 7);
+        assert_eq!(kvs[1].len(), 9 + 4);
+        // Truncating and decoding again overwrites the forced rows.
+        let mut kv = kvs.swap_remove(0);
+        kv.truncate(12 + 3);
+        let again = m
+            .forward(
+                &mut [SeqInput {
+                    tokens: &[forced[0][3]],
+                    kv: &mut kv,
+                }],
+                Phase::Decode,
+            )
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert!(again
+            .iter()
+            .zip(&stepwise[3])
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
     }
 
     #[test]

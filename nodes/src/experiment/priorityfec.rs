@@ -31,6 +31,11 @@
 //! agent B's prompt is the context plus the ChatML assistant cue; 32 tokens
 //! are decoded greedily from the rebuilt cache (zero-fill or mask) and scored
 //! against the full-cache continuation by token F1 and teacher-forced top-1.
+//! The evaluator forces all positions in one pass and decodes free-running
+//! only past the first disagreement (`QualityEvaluator::evaluate`);
+//! `--stepwise` runs the direct computation instead, with the same figures bit
+//! for bit. The time of each quality phase (wall and process CPU seconds) is in
+//! `summary.json` (`quality_stats`) and on the last line of the table.
 //!
 //! Outputs in `results/<run>/`: `handoffs.csv` (one row per context ×
 //! realization × ρ × scheme), `transport.csv` (one row per transport run),
@@ -48,7 +53,9 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use edgemu_data::contexts::{build, ContextConfig};
-use edgemu_gpu::handoff_quality::{chatml_cue, HandoffCase, PartialBlock, QualityEvaluator};
+use edgemu_gpu::handoff_quality::{
+    chatml_cue, process_cpu_s, EvalStats, HandoffCase, PartialBlock, QualityEvaluator,
+};
 use edgemu_gpu::kv_transfer::export;
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
 use edgemu_gpu::model::llama::{Llama, Phase, SeqInput};
@@ -132,6 +139,11 @@ pub struct PriorityFecArgs {
     /// Handoffs decoded together.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
+    /// Score task quality with the direct computation (free-running decode of
+    /// every token, then one decode step per teacher-forced position) instead
+    /// of the shared one; the same figures, slower (for checking).
+    #[arg(long)]
+    pub stepwise: bool,
     /// Results root.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
@@ -854,7 +866,11 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     );
     // (context, outcome key) -> (f1, top1)
     let mut scores: HashMap<(usize, u64), (f64, f64)> = HashMap::new();
+    // Prefilling the contexts and decoding their references (wall, CPU).
+    let (mut ctx_wall, mut ctx_cpu) = (0.0, 0.0);
+    let mut qstats = EvalStats::default();
     for (ci, ctx) in w.contexts.iter().enumerate() {
+        let (t_ctx0, cpu0) = (Instant::now(), process_cpu_s());
         let blocks = context_blocks(&w.model, ctx)
             .with_context(|| format!("prefilling evaluation context {ci}"))?;
         let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
@@ -868,6 +884,10 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
             .with_context(|| format!("reference continuation of context {ci}"))?
             .pop()
             .context("no reference continuation")?;
+        ctx_wall += t_ctx0.elapsed().as_secs_f64();
+        ctx_cpu += process_cpu_s() - cpu0;
+        // The reference is counted with its context, not with the handoffs.
+        evaluator.take_stats();
         pb.inc(1);
         for chunk in distinct.chunks(a.batch.max(1)) {
             let parts: Vec<Vec<PartialBlock>> =
@@ -882,14 +902,18 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
                 })
                 .collect();
             let refs = vec![reference.clone(); cases.len()];
-            let q = evaluator
-                .evaluate(&cases, &refs)
-                .with_context(|| format!("scoring handoffs of context {ci}"))?;
+            let q = if a.stepwise {
+                evaluator.evaluate_stepwise(&cases, &refs)
+            } else {
+                evaluator.evaluate(&cases, &refs)
+            }
+            .with_context(|| format!("scoring handoffs of context {ci}"))?;
             for (t, q) in chunk.iter().zip(q) {
                 scores.insert((ci, t.key), (q.f1, q.top1));
             }
             pb.inc(chunk.len() as u64);
         }
+        qstats.add(&evaluator.take_stats());
     }
     pb.finish_and_clear();
     let quality_s = t_quality.elapsed().as_secs_f64();
@@ -976,6 +1000,10 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         "distinct_incomplete_outcomes": distinct.len(),
         "transport_s": transport_s,
         "quality_s": quality_s,
+        "quality_stats": qstats,
+        "context_prefill_s": ctx_wall,
+        "context_prefill_cpu_s": ctx_cpu,
+        "quality_path": if a.stepwise { "stepwise" } else { "shared" },
         "contexts_s": t_transport.duration_since(t_ctx).as_secs_f64(),
         "wall_s": wall_s,
         "cells": cells,
@@ -999,6 +1027,24 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         transport_s,
         quality_s,
         wall_s
+    ));
+    report.push_str(&format!(
+        "quality ({} path), wall / CPU s: contexts (prefill + reference) {:.1} / {:.1}; handoffs: rebuild {:.1} / {:.1}, cue prefill {:.1} / {:.1}, teacher-forced {:.1} / {:.1} ({} rows), free-running {:.1} / {:.1} ({} tokens); {} forwards, mean {:.1} rows each\n",
+        if a.stepwise { "stepwise" } else { "shared" },
+        ctx_wall,
+        ctx_cpu,
+        qstats.rebuild_s,
+        qstats.rebuild_cpu_s,
+        qstats.cue_s,
+        qstats.cue_cpu_s,
+        qstats.forced_s,
+        qstats.forced_cpu_s,
+        qstats.forced_rows,
+        qstats.free_s,
+        qstats.free_cpu_s,
+        qstats.free_tokens,
+        qstats.forward_calls,
+        qstats.forward_rows as f64 / qstats.forward_calls.max(1) as f64
     ));
     write_file(&dir.join("summary.txt"), report.as_bytes())?;
     if !a.json {
