@@ -533,7 +533,9 @@ impl Trainer {
                 self.cfg.bc_lr,
                 &mut self.rng,
             );
-            tracing::info!("warm start: greedy agrees with Least-Loaded on {acc:.3} of its decisions");
+            tracing::info!(
+                "warm start: greedy agrees with Least-Loaded on {acc:.3} of its decisions"
+            );
             // The critic: a few rounds of fitting GAE targets.
             let inputs = Self::critic_inputs(&ro);
             let r: Vec<f32> = r.iter().map(|x| x * self.reward_scale).collect();
@@ -618,7 +620,7 @@ impl Trainer {
         let (adv, ret) = truncated_gae(&learn_r, &values, last, self.cfg.gamma, self.cfg.lambda);
         let req_adv = request_advantages(&ro, &o);
         self.update(&ro, &inputs, &adv, &ret, &req_adv);
-        let due = self.cfg.eval_every > 0 && (e + 1) % self.cfg.eval_every == 0;
+        let due = self.cfg.eval_every > 0 && (e + 1).is_multiple_of(self.cfg.eval_every);
         let eval_lat_s = if due || e + 1 == self.cfg.episodes {
             Some(self.consider(Some(e))?)
         } else {
@@ -1192,7 +1194,10 @@ mod tests {
             agree += ll.iter().zip(&net).filter(|(a, b)| a == b).count();
             total += ll.len();
         }
-        assert!(agree * 100 >= total * 95, "{agree}/{total} held-out decisions agree");
+        assert!(
+            agree * 100 >= total * 95,
+            "{agree}/{total} held-out decisions agree"
+        );
     }
 
     #[test]
@@ -1201,9 +1206,16 @@ mod tests {
         let r = &runs[0];
         assert!(r.curve.iter().all(|p| p.eval_lat_s.is_some()));
         let evals: Vec<f64> = r.curve.iter().filter_map(|p| p.eval_lat_s).collect();
-        assert!(evals.iter().all(|&e| r.best_eval.0 <= e), "{:?} {evals:?}", r.best_eval);
+        assert!(
+            evals.iter().all(|&e| r.best_eval.0 <= e),
+            "{:?} {evals:?}",
+            r.best_eval
+        );
         assert!(r.ll_eval > 0.0);
-        assert!(r.model.obs_std.iter().any(|s| *s != 1.0), "normalization fitted");
+        assert!(
+            r.model.obs_std.iter().any(|s| *s != 1.0),
+            "normalization fitted"
+        );
     }
 
     #[test]

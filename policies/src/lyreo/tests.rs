@@ -287,7 +287,11 @@ fn fitted_normalization_round_trips_through_the_weights_file() {
         // Column k: mean k, std = 10^(k%5−4) · std(−24.5..24.5) ≈ 14.43.
         assert!((m.obs_mean[k] - k as f32).abs() < 1e-3, "{k}");
         let want = 10f32.powi(k as i32 % 5 - 4) * 14.430869;
-        assert!((m.obs_std[k] / want - 1.0).abs() < 1e-3, "{k}: {}", m.obs_std[k]);
+        assert!(
+            (m.obs_std[k] / want - 1.0).abs() < 1e-3,
+            "{k}: {}",
+            m.obs_std[k]
+        );
     }
     let mut row = rows[..learned::ACTOR_INPUT].to_vec();
     m.normalize_row(&mut row);
@@ -316,7 +320,9 @@ fn version_1_weights_are_refused_with_a_version_error() {
 
 #[test]
 fn imitating_policy_acts_as_least_loaded() {
-    let mut s: Vec<ServerObs> = (0..4).map(|i| server(0.05 * (3 - i) as f64, 1_000_000)).collect();
+    let mut s: Vec<ServerObs> = (0..4)
+        .map(|i| server(0.05 * (3 - i) as f64, 1_000_000))
+        .collect();
     s[1].waiting_kv_bytes = 300_000;
     let o = obs(s, (0..9).map(|i| req(i, 20 + 10 * i as u32, 50)).collect());
     let mut ll = Vec::new();
