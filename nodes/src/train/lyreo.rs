@@ -96,6 +96,17 @@ pub struct TrainLyreoArgs {
     /// Held-out scenario seeds for that evaluation.
     #[arg(long, value_delimiter = ',', default_value = "7001,7002")]
     pub eval_seeds: Vec<u64>,
+    /// Weight of the per-request advantage next to the slot's (0: the
+    /// paper's slot credit only).
+    #[arg(long, default_value_t = 1.0)]
+    pub request_credit: f32,
+    /// PPO learning rate (after the warm start).
+    #[arg(long, default_value_t = 1e-4)]
+    pub lr: f32,
+    /// Behaviour-cloning epochs of the warm start (0: no warm start, only
+    /// the normalization is fitted).
+    #[arg(long, default_value_t = 8)]
+    pub bc_epochs: usize,
     /// Output folder (weights, curves.csv, convergence.csv).
     #[arg(long, default_value = "results/train-lyreo")]
     pub out: PathBuf,
@@ -925,6 +936,9 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
     cfg.users = a.users;
     cfg.eval_every = a.eval_every;
     cfg.eval_seeds = a.eval_seeds.clone();
+    cfg.request_credit = a.request_credit;
+    cfg.lr = a.lr;
+    cfg.bc_epochs = a.bc_epochs;
     if a.quick {
         cfg.episodes = 2;
         cfg.seeds.truncate(1);
