@@ -36,12 +36,13 @@ KINDS = {
     },
     "lyreo-actor-critic": {
         "nets": {
-            "actor": ([13, 64, 64, 64, 1], "tanh"),
-            "critic": ([18, 64, 64, 64, 1], "tanh"),
+            "actor": ([21, 64, 64, 64, 1], "tanh"),
+            "critic": ([19, 64, 64, 64, 1], "tanh"),
         },
-        "obs": 13,
+        "obs": 21,
         "normalized_net": "actor",
-        "version": 1,
+        # 2: 12 pair + 9 slot-context features per row, fitted normalization.
+        "version": 2,
         # edgemu reads the variant from the start of `notes`.
         "notes": "variant=lyreo; written by scripts/write_policy_weights.py",
     },

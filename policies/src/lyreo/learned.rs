@@ -8,12 +8,19 @@
 //! `ℓ_s = f_θ(φ(i, s))` for every server `s`, where `f_θ` is an MLP with one
 //! output scoring a (request, server) pair and `φ` is the
 //! [`ACTOR_INPUT`]-float pair vector: the 12
-//! [`SlotObservation::pair_features`] plus the predicted memory-time this
-//! slot's earlier requests already put on `s` (so the policy sees `x_{<i}`).
-//! The same weights serve any number of servers. The critic `V_φ(s_t)` scores
-//! the slot from [`CRITIC_INPUT`] aggregate floats (see [`critic_features`]).
-//! Both are four fully connected layers (three hidden of 64, tanh), the
-//! paper's shape.
+//! [`SlotObservation::pair_features`] plus [`CONTEXT_FEATURES`] features of
+//! what this slot's earlier requests already put on `s` and of the request on
+//! `s` (so the policy sees `x_{<i}` and the load in the units that decide the
+//! latency; see [`context_features`]). The same weights serve any number of
+//! servers. The critic `V_φ(s_t)` scores the slot from [`CRITIC_INPUT`]
+//! aggregate floats (see [`critic_features`]). Both are four fully connected
+//! layers (three hidden of 64, tanh), the paper's shape.
+//!
+//! **Normalization.** Raw features differ by orders of magnitude (a
+//! request's placed memory-time is ≈ 1e-4, its decode time ≈ 2 s), so the
+//! actor input is standardized with `obs_mean`/`obs_std`, which the trainer
+//! fits on its first (Least-Loaded) rollout ([`LearnedModel::fit_normalization`])
+//! and which travel in the weights file.
 //!
 //! **Variants** ([`Variant`]) differ in what the features show and in the
 //! reward they were trained on (the trainer in `edgemu-nodes` defines the
@@ -22,14 +29,15 @@
 //! memory-time workload `η_s` by active requests (`backlog / 32`) in its
 //! features and keeps its own count-based virtual queues.
 //!
-//! **Weights** ([`WeightsFile`], kind [`WEIGHTS_KIND`], version 1): tensors
-//! `actor.{0,1,2,3}.{weight,bias}` with shapes `[64,13] [64] [64,64] [64]
+//! **Weights** ([`WeightsFile`], kind [`WEIGHTS_KIND`], version 2): tensors
+//! `actor.{0,1,2,3}.{weight,bias}` with shapes `[64,21] [64] [64,64] [64]
 //! [64,64] [64] [1,64] [1]` and `critic.{0..3}.{weight,bias}` with
-//! `[64,18] [64] [64,64] [64] [64,64] [64] [1,64] [1]`; metadata `obs_mean`
-//! and `obs_std` (13 floats each) normalize the actor input
+//! `[64,19] [64] [64,64] [64] [64,64] [64] [1,64] [1]`; metadata `obs_mean`
+//! and `obs_std` (21 floats each) normalize the actor input
 //! `(x − mean) / std` before the network; `notes` starts with
 //! `variant=<name>`. The critic input is not normalized (its features are
-//! already scaled to about [0, 1]).
+//! scaled to about [0, 1]). Version 1 files (13-input actor, 18-input
+//! critic, identity normalization) are refused with a version error.
 //!
 //! At evaluation the policy is greedy (argmax per request); in training it
 //! samples and records every decision in a shared [`Rollout`].
@@ -46,12 +54,17 @@ use crate::nn::{Activation, Expected, Mlp, MlpScratch, PolicyError, WeightsFile}
 
 /// `kind` metadata of a learned LYREO policy file.
 pub const WEIGHTS_KIND: &str = "lyreo-actor-critic";
-/// Weights format version.
-pub const WEIGHTS_VERSION: u32 = 1;
-/// Actor input: the pair features plus this slot's placed memory-time.
-pub const ACTOR_INPUT: usize = PAIR_FEATURES + 1;
+/// Weights format version (2: the 21-input actor with fitted normalization).
+pub const WEIGHTS_VERSION: u32 = 2;
+/// Per-pair features beyond [`PAIR_FEATURES`] (see [`context_features`]).
+pub const CONTEXT_FEATURES: usize = 9;
+/// Actor input: the pair features plus the slot context.
+pub const ACTOR_INPUT: usize = PAIR_FEATURES + CONTEXT_FEATURES;
 /// Critic input (see [`critic_features`]).
-pub const CRITIC_INPUT: usize = 18;
+pub const CRITIC_INPUT: usize = 19;
+/// Index in the critic input of the remaining-episode share `(T − t)/T`,
+/// which only the trainer knows (0 at inference, where the critic is unused).
+pub const CRITIC_TIME: usize = 18;
 /// Hidden width of both nets.
 pub const HIDDEN: usize = 64;
 
@@ -171,13 +184,40 @@ impl LearnedModel {
         w
     }
 
+    /// Standardizes one raw row of [`ACTOR_INPUT`] features in place.
+    pub fn normalize_row(&self, row: &mut [f32]) {
+        for (k, v) in row.iter_mut().enumerate() {
+            *v = (*v - self.obs_mean[k]) / self.obs_std[k];
+        }
+    }
+
+    /// Fits `obs_mean`/`obs_std` to raw actor rows (`[N, ACTOR_INPUT]`,
+    /// as a rollout under identity normalization records them); a feature
+    /// that never varies keeps std 1.
+    pub fn fit_normalization(&mut self, rows: &[f32]) {
+        let n = rows.len() / ACTOR_INPUT;
+        if n == 0 {
+            return;
+        }
+        for k in 0..ACTOR_INPUT {
+            let col = rows.iter().skip(k).step_by(ACTOR_INPUT).map(|&x| x as f64);
+            let mean = col.clone().sum::<f64>() / n as f64;
+            let var = col.map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64;
+            let std = var.sqrt();
+            self.obs_mean[k] = mean as f32;
+            self.obs_std[k] = if std.is_finite() && std > 1e-12 * (1.0 + mean.abs()) {
+                std as f32
+            } else {
+                1.0
+            };
+        }
+    }
+
     /// The actor's logit for one (request, server) row of [`ACTOR_INPUT`]
     /// raw features; normalizes the row in place with `obs_mean`/`obs_std`
     /// first (the row then holds what the network saw, for training).
     pub fn actor_logit(&self, row: &mut [f32], scratch: &mut MlpScratch) -> f32 {
-        for (k, v) in row.iter_mut().enumerate() {
-            *v = (*v - self.obs_mean[k]) / self.obs_std[k];
-        }
+        self.normalize_row(row);
         let mut y = [0.0f32];
         self.actor.forward(row, &mut y, scratch);
         y[0]
@@ -250,10 +290,97 @@ fn variant_view(variant: Variant, obs: &SlotObservation, count_z: &[f64]) -> Slo
     o
 }
 
+/// What this slot's earlier decisions put on each server, as the actor's
+/// context features and Least-Loaded's bookkeeping see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlotPlacement {
+    /// The variant's workload placed per server (memory-time share, or
+    /// `1/32` per request for LYREO-Count).
+    pub workload: Vec<f64>,
+    /// Requests placed per server.
+    pub count: Vec<f64>,
+    /// Prefill seconds placed per server, `Σ l_in / v_pre`.
+    pub prefill_s: Vec<f64>,
+    /// Least-Loaded's load per server: `η_s` + queued KV / `M_s` + the
+    /// predicted memory-time of the requests placed on it this slot.
+    pub ll_load: Vec<f64>,
+}
+
+impl SlotPlacement {
+    /// Empty placement at the start of a slot (`obs` unmodified: raw `η`).
+    pub fn start(obs: &SlotObservation) -> SlotPlacement {
+        let n = obs.servers.len();
+        SlotPlacement {
+            workload: vec![0.0; n],
+            count: vec![0.0; n],
+            prefill_s: vec![0.0; n],
+            ll_load: obs
+                .servers
+                .iter()
+                .map(|v| v.eta + v.waiting_kv_bytes as f64 / v.capacity_bytes.max(1) as f64)
+                .collect(),
+        }
+    }
+
+    /// Least-Loaded's choice now (lowest load, ties to the lowest index).
+    pub fn least_loaded(&self) -> usize {
+        let mut best = 0;
+        for s in 1..self.ll_load.len() {
+            if self.ll_load[s] < self.ll_load[best] {
+                best = s;
+            }
+        }
+        best
+    }
+
+    /// Records request `r` of `obs` placed on `s`; `workload` is the
+    /// variant's own workload of it.
+    pub fn place(&mut self, obs: &SlotObservation, r: usize, s: usize, workload: f64) {
+        self.workload[s] += workload;
+        self.count[s] += 1.0;
+        self.prefill_s[s] += obs.requests[r].input_len as f64 / obs.servers[s].prefill_tok_s;
+        self.ll_load[s] += LeastLoaded::request_workload(obs, r, s);
+    }
+}
+
+/// The [`CONTEXT_FEATURES`] raw features of request `r` on server `s` given
+/// this slot's placement so far (`obs` raw, as the scheduler sent it):
+/// the variant's placed workload, placed requests, placed prefill seconds,
+/// the backlog, the request's own prefill `l_in/v_pre` and decode
+/// `l_out·t_dec` seconds on `s`, its predicted memory-time on `s`,
+/// Least-Loaded's load of `s` and that load minus the lowest over servers
+/// (0 on Least-Loaded's choice). Raw units; the model's normalization scales them.
+pub fn context_features(
+    obs: &SlotObservation,
+    r: usize,
+    s: usize,
+    placed: &SlotPlacement,
+    min_ll: f64,
+    out: &mut [f32],
+) {
+    let q = &obs.requests[r];
+    let v = &obs.servers[s];
+    let vals = [
+        placed.workload[s],
+        placed.count[s],
+        placed.prefill_s[s],
+        v.backlog as f64,
+        q.input_len as f64 / v.prefill_tok_s,
+        q.output_len as f64 * v.decode_step_empty_s,
+        LeastLoaded::request_workload(obs, r, s),
+        placed.ll_load[s],
+        placed.ll_load[s] - min_ll,
+    ];
+    for (o, x) in out.iter_mut().zip(vals) {
+        *o = x as f32;
+    }
+}
+
 /// The slot-level critic input: mean over requests of (l_in, l_out, upload)
 /// features (3), mean over servers of the 9 server features (capacity,
 /// prefill, decode, occupancy, reserved, waiting, η, high-KV, Z), max over
-/// servers of the 6 state features (occupancy … Z).
+/// servers of the 6 state features (occupancy … Z), and at [`CRITIC_TIME`]
+/// 0 (the trainer writes the remaining-episode share there).
 pub fn critic_features(obs: &SlotObservation, out: &mut [f32; CRITIC_INPUT]) {
     *out = [0.0; CRITIC_INPUT];
     let (nr, ns) = (obs.requests.len(), obs.servers.len());
@@ -283,6 +410,8 @@ pub fn critic_features(obs: &SlotObservation, out: &mut [f32; CRITIC_INPUT]) {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     pub slot: u64,
+    /// The request's id ([`super::RequestObs::id`]).
+    pub request: u64,
     /// `[S, ACTOR_INPUT]`, normalized.
     pub inputs: Vec<f32>,
     pub action: usize,
@@ -295,8 +424,7 @@ pub struct Rollout {
     pub decisions: Vec<Decision>,
     /// One critic input per slot.
     pub critic_inputs: Vec<[f32; CRITIC_INPUT]>,
-    /// Mean over the slot's decisions of the chosen pair's actor input (the
-    /// action summary the return predictor reads).
+    /// Mean over the slot's decisions of the chosen pair's actor input.
     pub action_summaries: Vec<[f32; ACTOR_INPUT]>,
     /// The variant's own count-based `Y_s` per slot (LYREO-Count), from the
     /// backlog reports it observed; empty otherwise.
@@ -305,16 +433,17 @@ pub struct Rollout {
 }
 
 /// A learned scheduling policy: greedy for evaluation, sampling (with a
-/// recorder) for training.
+/// recorder) for training, or imitating (acts as Least-Loaded, records what
+/// the network saw: behaviour-cloning data).
 pub struct LearnedPolicy {
     model: Arc<LearnedModel>,
     rng: Option<ChaCha8Rng>,
+    imitate: bool,
     recorder: Option<Arc<Mutex<Rollout>>>,
     scratch: MlpScratch,
     logits: Vec<f32>,
     logp: Vec<f32>,
     inputs: Vec<f32>,
-    placed: Vec<f64>,
     count_z: Vec<f64>,
     epsilon: f64,
 }
@@ -325,11 +454,11 @@ impl LearnedPolicy {
             scratch: model.actor.scratch(),
             model,
             rng: None,
+            imitate: false,
             recorder: None,
             logits: Vec::new(),
             logp: Vec::new(),
             inputs: Vec::new(),
-            placed: Vec::new(),
             count_z: Vec::new(),
             epsilon: 0.0,
         }
@@ -343,6 +472,16 @@ impl LearnedPolicy {
     ) -> LearnedPolicy {
         let mut p = LearnedPolicy::greedy(model);
         p.rng = Some(ChaCha8Rng::seed_from_u64(seed));
+        p.recorder = Some(recorder);
+        p
+    }
+
+    /// Acts exactly as [`LeastLoaded`] and records every decision with the
+    /// network's inputs and log-probabilities (the teacher for behaviour
+    /// cloning, and the rollout normalization is fitted on).
+    pub fn imitating(model: Arc<LearnedModel>, recorder: Arc<Mutex<Rollout>>) -> LearnedPolicy {
+        let mut p = LearnedPolicy::greedy(model);
+        p.imitate = true;
         p.recorder = Some(recorder);
         p
     }
@@ -390,8 +529,7 @@ impl SchedulingPolicy for LearnedPolicy {
             out.resize(view.requests.len(), 0);
             return;
         }
-        self.placed.clear();
-        self.placed.resize(ns, 0.0);
+        let mut placed = SlotPlacement::start(obs);
         self.logits.resize(ns, 0.0);
         self.logp.resize(ns, 0.0);
         let mut summary = [0.0f32; ACTOR_INPUT];
@@ -399,17 +537,30 @@ impl SchedulingPolicy for LearnedPolicy {
         let mut decisions = Vec::new();
         for r in 0..view.requests.len() {
             self.inputs.clear();
+            let ll = placed.least_loaded();
+            let min_ll = placed.ll_load[ll];
             for s in 0..ns {
                 view.pair_features(r, s, &mut f);
                 let start = self.inputs.len();
                 self.inputs.extend_from_slice(&f);
-                self.inputs.push(self.placed[s] as f32);
+                self.inputs.resize(start + ACTOR_INPUT, 0.0);
+                context_features(
+                    obs,
+                    r,
+                    s,
+                    &placed,
+                    min_ll,
+                    &mut self.inputs[start + PAIR_FEATURES..],
+                );
                 let row = &mut self.inputs[start..];
                 self.logits[s] = self.model.actor_logit(row, &mut self.scratch);
             }
+            if self.rng.is_some() || self.recorder.is_some() {
+                log_softmax(&self.logits, None, &mut self.logp);
+            }
             let a = match self.rng.as_mut() {
+                _ if self.imitate => ll,
                 Some(rng) => {
-                    log_softmax(&self.logits, None, &mut self.logp);
                     let probs: Vec<f32> = self.logp.iter().map(|l| l.exp()).collect();
                     sample_categorical(&probs, rng).min(ns - 1)
                 }
@@ -432,10 +583,11 @@ impl SchedulingPolicy for LearnedPolicy {
             for (acc, v) in summary.iter_mut().zip(row) {
                 *acc += v / view.requests.len() as f32;
             }
-            self.placed[a] += w;
+            placed.place(obs, r, a, w);
             if self.recorder.is_some() {
                 decisions.push(Decision {
                     slot: obs.slot,
+                    request: obs.requests[r].id,
                     inputs: self.inputs.clone(),
                     action: a,
                     logp: self.logp[a],

@@ -263,3 +263,82 @@ fn bad_weights_files_are_refused_with_a_clear_error() {
         .to_string();
     assert!(e.contains("repair-ddqn") || e.contains("kind"), "{e}");
 }
+
+#[test]
+fn fitted_normalization_round_trips_through_the_weights_file() {
+    let mut m = LearnedModel::new(Variant::Lyreo, 4);
+    // Two features per column at very different scales; column 3 constant.
+    let mut rows = Vec::new();
+    for i in 0..50 {
+        let mut row = vec![0.0f32; learned::ACTOR_INPUT];
+        for (k, x) in row.iter_mut().enumerate() {
+            *x = if k == 3 {
+                7.0
+            } else {
+                (i as f32 - 24.5) * 10f32.powi(k as i32 % 5 - 4) + k as f32
+            };
+        }
+        rows.extend(row);
+    }
+    m.fit_normalization(&rows);
+    assert_eq!(m.obs_std[3], 1.0, "a constant feature keeps std 1");
+    assert!((m.obs_mean[3] - 7.0).abs() < 1e-6);
+    for k in [0, 1, 2, 4, 12] {
+        // Column k: mean k, std = 10^(k%5−4) · std(−24.5..24.5) ≈ 14.43.
+        assert!((m.obs_mean[k] - k as f32).abs() < 1e-3, "{k}");
+        let want = 10f32.powi(k as i32 % 5 - 4) * 14.430869;
+        assert!(
+            (m.obs_std[k] / want - 1.0).abs() < 1e-3,
+            "{k}: {}",
+            m.obs_std[k]
+        );
+    }
+    let mut row = rows[..learned::ACTOR_INPUT].to_vec();
+    m.normalize_row(&mut row);
+    assert!(row.iter().all(|x| x.abs() < 2.0), "{row:?}");
+    let p = tmp("norm.safetensors");
+    m.save(&p, "test").unwrap();
+    let back = LearnedModel::load(&p, Variant::Lyreo).unwrap();
+    assert_eq!(back.obs_mean, m.obs_mean);
+    assert_eq!(back.obs_std, m.obs_std);
+    assert_eq!(back, m);
+}
+
+#[test]
+fn version_1_weights_are_refused_with_a_version_error() {
+    use crate::nn::WeightsFile;
+    let mut w = LearnedModel::new(Variant::Lyreo, 1).to_weights("t");
+    w.version = 1;
+    let p = tmp("v1.safetensors");
+    w.save(&p).unwrap();
+    let e = LearnedModel::load(&p, Variant::Lyreo)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("version is 1"), "{e}");
+    let _ = WeightsFile::new(learned::WEIGHTS_KIND, learned::WEIGHTS_VERSION);
+}
+
+#[test]
+fn imitating_policy_acts_as_least_loaded() {
+    let mut s: Vec<ServerObs> = (0..4)
+        .map(|i| server(0.05 * (3 - i) as f64, 1_000_000))
+        .collect();
+    s[1].waiting_kv_bytes = 300_000;
+    let o = obs(s, (0..9).map(|i| req(i, 20 + 10 * i as u32, 50)).collect());
+    let mut ll = Vec::new();
+    LeastLoaded::new().assign(&o, &mut ll);
+    let rec = std::sync::Arc::new(std::sync::Mutex::new(Rollout::default()));
+    let mut p = LearnedPolicy::imitating(
+        std::sync::Arc::new(LearnedModel::new(Variant::Lyreo, 2)),
+        rec.clone(),
+    );
+    let mut out = Vec::new();
+    p.assign(&o, &mut out);
+    assert_eq!(out, ll);
+    let r = rec.lock().unwrap();
+    // The last context feature is 0 on Least-Loaded's choice.
+    for d in &r.decisions {
+        let row = &d.inputs[d.action * learned::ACTOR_INPUT..(d.action + 1) * learned::ACTOR_INPUT];
+        assert_eq!(row[learned::ACTOR_INPUT - 1], 0.0);
+    }
+}

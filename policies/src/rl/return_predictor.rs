@@ -13,6 +13,16 @@
 //! `r'_t = g_t − g_{t−1}` with `g_{−1} = 0`: it sums to the window's
 //! predicted return and moves credit to the step where the prediction
 //! changed, i.e. to the decision that caused the delayed outcome.
+//!
+//! [`ReturnPredictor::redistribute_windows`] is what the LYREO trainer uses:
+//! with `g_{−1} = 0` every window's first step carries the whole predicted
+//! window return (a sawtooth with period `H` that no critic without a time
+//! input can follow), so there each window's actual return `G_w` is spread
+//! evenly over its steps and only the prediction's *changes* move credit:
+//! `r'_t = G_w / n + (g_t − g_{t−1}) − (g_last − ḡ) / n` with
+//! `g_{t0−1} = ḡ`, the mean first-step prediction over the episode's windows.
+//! The shift terms sum to zero in each window, so `Σ r' = Σ G_w` — the
+//! episode's return when the windows carry no bootstrap and `γ = 1`.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -163,6 +173,30 @@ impl ReturnPredictor {
             .collect()
     }
 
+    /// Redistributes every window's target over its steps (see the module
+    /// docs): sums to `Σ_w target_w` exactly (up to float rounding).
+    pub fn redistribute_windows(&self, windows: &[ReturnWindow]) -> Vec<f32> {
+        let preds: Vec<Vec<f32>> = windows.iter().map(|w| self.predict(&w.features)).collect();
+        let firsts: Vec<f32> = preds.iter().filter_map(|g| g.first().copied()).collect();
+        let g_bar = if firsts.is_empty() {
+            0.0
+        } else {
+            firsts.iter().sum::<f32>() / firsts.len() as f32
+        };
+        let mut out = Vec::new();
+        for (w, g) in windows.iter().zip(&preds) {
+            let Some(&last) = g.last() else { continue };
+            let n = g.len() as f32;
+            let spread = (w.target - (last - g_bar)) / n;
+            let mut prev = g_bar;
+            for &gt in g {
+                out.push(spread + gt - prev);
+                prev = gt;
+            }
+        }
+        out
+    }
+
     /// The loss of one window (see the module docs), without training.
     pub fn loss(&self, w: &ReturnWindow) -> f32 {
         let g = self.predict(&w.features);
@@ -255,6 +289,39 @@ mod tests {
         let w = p.windows(&f, &r, &v, true);
         assert_eq!(w[2].target, 5.0);
         assert_eq!(w[2].features.len(), 1);
+    }
+
+    /// A hand-built episode of 5 steps in windows of 2: the redistributed
+    /// rewards sum to the episode's return whatever the (untrained)
+    /// predictor says, and a window whose prediction never changes gets its
+    /// return spread evenly.
+    #[test]
+    fn window_redistribution_sums_to_the_episode_return() {
+        let mut cfg = ReturnPredictorConfig::new(2, 2);
+        cfg.gamma = 1.0;
+        cfg.hidden = 4;
+        cfg.seed = 5;
+        let p = ReturnPredictor::new(cfg);
+        let f = [0.3, -1.0, 0.7, 0.2, -0.4, 0.9, 1.0, 0.0, 0.5, 0.5];
+        let r = [-1.0, -2.0, 0.5, -4.0, -3.0];
+        let w = p.windows(&f, &r, &[], true);
+        assert_eq!(w.len(), 3);
+        assert_eq!(
+            w.iter().map(|w| w.target).collect::<Vec<_>>(),
+            vec![-3.0, -3.5, -3.0]
+        );
+        let rr = p.redistribute_windows(&w);
+        assert_eq!(rr.len(), 5);
+        let total: f32 = rr.iter().sum();
+        assert!((total - (-9.5)).abs() < 1e-5, "{rr:?} sums to {total}");
+        // Per window, too.
+        assert!((rr[0] + rr[1] + 3.0).abs() < 1e-5 && (rr[2] + rr[3] + 3.5).abs() < 1e-5);
+        // Identical steps: the prediction changes only between steps through
+        // the LSTM state, never by a whole window return at the first step.
+        let same = [0.1f32; 4];
+        let w = p.windows(&same, &[-10.0, -10.0], &[], true);
+        let rr = p.redistribute_windows(&w);
+        assert!((rr[0] - rr[1]).abs() < 2.0, "no sawtooth: {rr:?}");
     }
 
     /// Delayed reward: 8 steps of random bits, the only reward at the end is
