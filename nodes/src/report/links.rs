@@ -34,53 +34,22 @@ struct Ev {
 }
 
 fn read_events(report: &mut Report, hosts: &[PathBuf]) -> Vec<Ev> {
-    let mut evs = Vec::new();
-    for h in hosts {
-        let path = h.join("events.jsonl");
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            report.skip(format!(
-                "{}: missing or unreadable (no event spans from this host)",
-                path.display()
-            ));
-            continue;
-        };
-        for (i, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                report.skip(format!(
-                    "{} line {}: not JSON (truncated?)",
-                    path.display(),
-                    i + 1
-                ));
-                continue;
-            };
-            let (Some(t), Some(kind)) = (v["t_ns"].as_u64(), v["kind"].as_str()) else {
-                report.skip(format!("{} line {}: no t_ns/kind", path.display(), i + 1));
-                continue;
-            };
-            // Link actors write {"link", "dir"}; control/chaos write {"target": "link NAME DIR"}.
-            let mut link = v["detail"]["link"].as_str().map(str::to_string);
-            let mut ldir = v["detail"]["dir"].as_str().map(str::to_string);
-            if let Some(target) = v["detail"]["target"].as_str() {
-                let mut parts = target.split_whitespace();
-                if parts.next() == Some("link") {
-                    link = link.or_else(|| parts.next().map(str::to_string));
-                    ldir = ldir.or_else(|| parts.next().map(str::to_string));
-                }
-            }
-            evs.push(Ev {
-                t_s: t as f64 / 1e9,
-                kind: kind.to_string(),
-                link,
-                dir: ldir,
-            });
-        }
+    let (lines, skipped) = super::events::read_events(hosts);
+    for s in skipped {
+        report.skip(s);
     }
-    evs.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
-    evs
+    lines
+        .into_iter()
+        .map(|e| {
+            let (link, dir) = e.link();
+            Ev {
+                t_s: e.t_ns as f64 / 1e9,
+                kind: e.kind,
+                link,
+                dir,
+            }
+        })
+        .collect()
 }
 
 /// Spans for one link direction: its kill→restore intervals (open until `end` if never
