@@ -252,14 +252,14 @@ fn real_main() -> Result<()> {
     match command {
         Command::Run(a) => {
             let cluster = run::load(a.file.as_ref().unwrap_or(&a.config))?;
-            edgemu_nodes::setup::ensure_assets(&cluster)?;
+            edgemu_nodes::setup::ensure_assets(&cluster, None)?;
             let out = run::run_all(cluster, a.run_id, !a.quiet)?;
             run::print_summary(&out.dir, &out.hosts);
             Ok(())
         }
         Command::Node(a) => {
             let cluster = run::load(&a.config)?;
-            edgemu_nodes::setup::ensure_assets(&cluster)?;
+            edgemu_nodes::setup::ensure_assets(&cluster, Some(&a.host))?;
             let s = run::run_node(cluster.clone(), &a.host, a.run_id, a.wait_peers, !a.quiet)?;
             let dir = s
                 .dir

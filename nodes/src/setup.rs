@@ -25,9 +25,15 @@ pub struct Needs {
 }
 
 impl Needs {
-    pub fn of(cluster: &Cluster) -> Needs {
+    /// What the actors of `host` need (every host's: `None`).
+    pub fn of(cluster: &Cluster, host: Option<&str>) -> Needs {
+        let host = host.and_then(|h| cluster.host_by_name(h)).map(|h| h.id);
         let mut n = Needs::default();
-        for a in &cluster.actors {
+        for a in cluster
+            .actors
+            .iter()
+            .filter(|a| host.is_none_or(|h| a.host == h))
+        {
             match &a.kind {
                 ActorKind::Server(s) if s.backend == ServerBackend::Real(RealModel::SmolLm2) => {
                     n.model = true
@@ -73,9 +79,10 @@ const SHAREGPT: Asset = Asset {
     dir_env: "EDGEMU_DATA_DIR",
 };
 
-/// Fetches what `cluster` needs and is absent (see the module docs).
-pub fn ensure_assets(cluster: &Cluster) -> Result<()> {
-    let needs = Needs::of(cluster);
+/// Fetches what the actors of `host` (every host: `None`) need and is absent (see the
+/// module docs).
+pub fn ensure_assets(cluster: &Cluster, host: Option<&str>) -> Result<()> {
+    let needs = Needs::of(cluster, host);
     let file = cluster.source.display();
     if needs.model {
         let path = edgemu_gpu::model::locate::expected_model_path();
@@ -166,7 +173,8 @@ mod tests {
              [[actors]]\nname = \"sched\"\nhost = \"h\"\nkind = \"scheduler\"\nservers = [\"s\"]\n{actors}"
         );
         let c = Cluster::from_str(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
-        Needs::of(&c)
+        assert_eq!(Needs::of(&c, Some("nowhere")), Needs::of(&c, None));
+        Needs::of(&c, Some("h"))
     }
 
     #[test]
