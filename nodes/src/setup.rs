@@ -9,8 +9,9 @@
 //! repository's `models/` / `data-cache/`, exactly where `edgemu_gpu::model` and
 //! `edgemu_data::locate` look). Nothing is fetched when the files are present, when
 //! `EDGEMU_GGUF` / `EDGEMU_SHAREGPT_JSON` name an explicit file, or when
-//! `EDGEMU_NO_FETCH` is set; a failed fetch (no network, no python3) is an error that says
-//! what to put where by hand.
+//! `EDGEMU_NO_FETCH` is set (then the host refuses to start, naming the actor and the
+//! missing file); a failed fetch (no network, no python3) is an error that says what to
+//! put where by hand.
 
 use anyhow::{bail, Context as _, Result};
 use edgemu_config::{ActorKind, Cluster, RealModel, ServerBackend, WorkloadKind};
@@ -114,11 +115,8 @@ fn ensure(asset: &Asset, path: &Path, file: &str) -> Result<()> {
         );
     }
     if std::env::var_os("EDGEMU_NO_FETCH").is_some() {
-        bail!(
-            "{file} needs {}, absent from {} (EDGEMU_NO_FETCH is set, so it is not fetched): {by_hand}",
-            asset.what,
-            path.display()
-        );
+        // The host then refuses to start, naming the actor and the missing file.
+        return Ok(());
     }
     let script = scripts_dir().join(asset.script);
     if !script.is_file() {

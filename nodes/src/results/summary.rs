@@ -285,6 +285,8 @@ fn policy_table(requests: &[Csv]) -> Result<SummaryTable, String> {
     for t in requests {
         let [cs, cp, cv, co, ce] =
             cols(t, ["slot", "policy", "policy_version", "outcome", "e2e_s"])?;
+        // Why a request failed (`reason`, when the file has it), else its outcome.
+        let creason = col_any(t, &["reason"]);
         for r in &t.rows {
             let slot = r[cs].parse::<u64>().unwrap_or(0);
             let acc = by
@@ -299,7 +301,11 @@ fn policy_table(requests: &[Csv]) -> Result<SummaryTable, String> {
             if r[co] == "served" {
                 acc.e2e.push(Csv::f64(r, ce));
             } else {
-                *acc.failed.entry(r[co].clone()).or_default() += 1;
+                let why = creason
+                    .map(|c| r[c].as_str())
+                    .filter(|w| !w.is_empty())
+                    .unwrap_or(&r[co]);
+                *acc.failed.entry(why.to_string()).or_default() += 1;
             }
         }
     }
@@ -558,7 +564,7 @@ fn target(e: &EventLine) -> String {
 /// The rest of an event's detail, compact and cut to a readable length: keys the other
 /// columns already show (or the time, again) are left out, version hashes shortened.
 fn detail(e: &EventLine) -> String {
-    const SKIP: [&str; 10] = [
+    const SKIP: [&str; 14] = [
         "target",
         "link",
         "dir",
@@ -566,6 +572,10 @@ fn detail(e: &EventLine) -> String {
         "peer",
         "hosts",
         "host",
+        "server",
+        "scheduler",
+        "problem",
+        "requested_by",
         "at_ns",
         "effective_ns",
         "loaded_at_ns",
@@ -577,10 +587,16 @@ fn detail(e: &EventLine) -> String {
     let parts: Vec<String> = map
         .iter()
         .filter(|(k, v)| !SKIP.contains(&k.as_str()) && !v.is_null())
-        .map(|(k, v)| match v {
-            serde_json::Value::String(s) if hashlike(s) => format!("{k}={}", short(s)),
-            serde_json::Value::String(s) => format!("{k}={s}"),
-            other => format!("{k}={other}"),
+        .map(|(k, v)| match (k.strip_suffix("_ns"), v) {
+            // Times and durations in seconds, like the time column.
+            (Some(k), serde_json::Value::Number(n)) => match n.as_u64() {
+                Some(ns) => format!("{k}={:.3}s", ns as f64 / 1e9),
+                None => format!("{k}={n}"),
+            },
+            (_, serde_json::Value::String(s)) if k == "detail" => s.clone(),
+            (_, serde_json::Value::String(s)) if hashlike(s) => format!("{k}={}", short(s)),
+            (_, serde_json::Value::String(s)) => format!("{k}={s}"),
+            (_, other) => format!("{k}={other}"),
         })
         .collect();
     let s = parts.join(" ");
@@ -595,7 +611,15 @@ fn detail(e: &EventLine) -> String {
 /// time (the run's start and end) is one row naming them all.
 fn event_table(events: &[EventLine]) -> SummaryTable {
     let mut rows: Vec<Vec<String>> = Vec::new();
-    for e in events {
+    // Hosts leaving after the end make the mesh report peers down: not the run's story.
+    let end = events
+        .iter()
+        .find(|e| e.kind == "run.end")
+        .map_or(u64::MAX, |e| e.t_ns);
+    for e in events
+        .iter()
+        .filter(|e| !(e.source == "mesh" && e.t_ns >= end))
+    {
         let row = vec![
             format!("{:.3}", e.t_ns as f64 / 1e9),
             e.host.clone(),
@@ -713,12 +737,12 @@ priorityfec,abcdef0123,0.7,80,2000000\n");
         let t = event_table(&[
             ev(0, "a", "run.start", d.clone()),
             ev(0, "b", "run.start", d.clone()),
-            ev(1, "a", "policy.swap", swap),
-            ev(2, "b", "run.start", d),
+            ev(1_000_000_000, "a", "policy.swap", swap),
+            ev(2_000_000_000, "b", "run.start", d),
         ]);
         assert_eq!(t.column("host"), ["a,b", "a", "b"]);
         assert_eq!(t.column("target"), ["-", "sched", "-"]);
-        assert_eq!(t.column("detail")[0], "duration_ns=5");
+        assert_eq!(t.column("detail")[0], "duration=0.000s");
         assert_eq!(t.column("detail")[1], "version=abababab");
     }
 }
