@@ -298,6 +298,18 @@ fn a_server_killed_during_a_batch_accounts_for_every_request_and_the_scheduler_r
         s1_slots.contains(&1) && s1_slots.contains(&6),
         "{s1_slots:?}"
     );
+    // Back empty: the first slot after the restart holds no KV, no backlog.
+    let row6: Vec<&str> = slots
+        .lines()
+        .find(|l| l.starts_with("6,s1,"))
+        .expect("s1 slot 6")
+        .split(',')
+        .collect();
+    assert_eq!(
+        (row6[9], row6[10]),
+        ("0", "0"),
+        "occupancy, backlog: {row6:?}"
+    );
 }
 
 /// The scheduler is killed for 2 s (restarting by itself), and a user is
@@ -421,4 +433,165 @@ fn chaos_and_control_share_the_actor_commands_and_refuse_bad_names() {
     )
     .expect_err("restart has nothing to heal");
     assert!(e.contains("`for` is valid only with"), "{e}");
+}
+
+/// `actor.kill` / `actor.restart` over the control websocket in real time:
+/// asked of alpha, forwarded to beta (the server's host), answered with
+/// what the kill did; repeats change nothing; bad names are refused; the
+/// faults land in beta's event log.
+#[test]
+fn actor_commands_over_the_control_socket_reach_the_owner_host() {
+    use edgemu_nodes::control::client;
+    use edgemu_nodes::host::{run_host_real, HostOptions};
+    use serde_json::json;
+    use std::time::Duration;
+
+    let dir = temp_dir("faults-control");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let text = format!(
+        r#"
+[run]
+name = "fc"
+duration = "30s"
+results = "results"
+token_env = "EDGEMU_TEST_FAULTS_TOKEN_UNSET"
+
+[[hosts]]
+name = "alpha"
+listen = "127.0.0.1:{}"
+control = "127.0.0.1:{}"
+
+[[hosts]]
+name = "beta"
+listen = "127.0.0.1:{}"
+
+[[actors]]
+name = "sched"
+host = "alpha"
+kind = "scheduler"
+servers = ["s0", "s1"]
+policy = "least-loaded"
+slot = "200ms"
+
+[[actors]]
+name = "u0"
+host = "alpha"
+kind = "user"
+scheduler = "sched"
+max_input = 64
+max_output = 400
+
+[[actors]]
+name = "s0"
+host = "beta"
+kind = "server"
+gpu = "rtx3080"
+
+[[actors]]
+name = "s1"
+host = "beta"
+kind = "server"
+gpu = "rtx4090"
+
+[[actors]]
+name = "probe"
+host = "beta"
+kind = "sink"
+"#,
+        ports[0], ports[1], ports[2]
+    );
+    let cfg = write(&dir, "cluster.toml", &text);
+    let cluster = load(&cfg).expect("load");
+    let mut threads = Vec::new();
+    for h in &cluster.hosts {
+        let opts = HostOptions {
+            run_id: Some("fc".into()),
+            wait_peers: Some(Duration::from_secs(10)),
+            ..Default::default()
+        };
+        let (c, id) = (cluster.clone(), h.id);
+        threads.push(std::thread::spawn(move || {
+            actix::System::new().block_on(run_host_real(c, id, opts))
+        }));
+    }
+    let alpha = format!("ws://127.0.0.1:{}", ports[1]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let ask = |req: serde_json::Value| client::request(&alpha, req, None);
+        let mut up = false;
+        for _ in 0..200 {
+            if ask(json!({"cmd": "status"})).await.is_ok() {
+                up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(up, "alpha's control socket never answered");
+        // Let a few slots run so that s1 holds requests.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+
+        let r = ask(json!({"cmd": "actor.kill", "actor": "s1"}))
+            .await
+            .expect("kill");
+        let a = &r["applied"][0];
+        assert_eq!(
+            (a["host"].as_str(), a["target"].as_str()),
+            (Some("beta"), Some("actor s1")),
+            "{r}"
+        );
+        assert!(
+            a["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("killed; ")),
+            "{r}"
+        );
+        assert!(a.get("error").is_none(), "{r}");
+        let r = ask(json!({"cmd": "actor.kill", "actor": "s1"}))
+            .await
+            .expect("kill again");
+        assert_eq!(r["applied"][0]["detail"], "already dead", "{r}");
+        for (name, want) in [("nope", "no actor named"), ("probe", "cannot be killed")] {
+            let e = ask(json!({"cmd": "actor.kill", "actor": name}))
+                .await
+                .expect_err("refused")
+                .to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        let r = ask(json!({"cmd": "actor.restart", "actor": "s1"}))
+            .await
+            .expect("restart");
+        assert_eq!(r["applied"][0]["detail"], "restarted, empty", "{r}");
+        let r = ask(json!({"cmd": "actor.restart", "actor": "s1"}))
+            .await
+            .expect("restart again");
+        assert_eq!(r["applied"][0]["detail"], "not dead; nothing to restart");
+        // A user on alpha itself, killed for a moment.
+        let r = ask(json!({"cmd": "actor.kill", "actor": "u0", "for": "300ms"}))
+            .await
+            .expect("kill u0");
+        assert_eq!(r["applied"][0]["host"], "alpha", "{r}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        ask(json!({"cmd": "run.stop"})).await.expect("stop");
+    });
+    for t in threads {
+        t.join().expect("host thread").expect("host result");
+    }
+    let beta = std::fs::read_to_string(dir.join("results/fc/beta/events.jsonl")).expect("events");
+    let kills: Vec<&str> = beta
+        .lines()
+        .filter(|l| l.contains("\"actor.kill\""))
+        .collect();
+    assert_eq!(kills.len(), 2, "{beta}");
+    assert!(kills[0].contains("control (via alpha)"), "{beta}");
+    assert!(beta.contains("\"actor.restart\""), "{beta}");
+    let alpha_ev =
+        std::fs::read_to_string(dir.join("results/fc/alpha/events.jsonl")).expect("events");
+    assert!(
+        alpha_ev.contains("\"source\":\"actor.kill for\"")
+            && alpha_ev.contains("\"actor.restart\""),
+        "u0 restarted by itself: {alpha_ev}"
+    );
 }

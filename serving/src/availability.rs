@@ -8,8 +8,14 @@
 //! report at or before K) is marked unavailable at the first decision after
 //! `last report + 2Δ`, i.e. within three slots of the kill, and is
 //! available again at the first decision after its first report following a
-//! restart. At the start every server counts as seen at `now` (none has
-//! reported yet).
+//! restart.
+//!
+//! A server that has **never reported** is starting up (a real model may
+//! take seconds to load while its mailbox holds what it is sent) and stays
+//! available until its first report; the timeout runs from then on. A
+//! restarted scheduler ([`Availability::reset`]) instead counts every
+//! server as seen at the restart, so one that stays dead is marked
+//! unavailable after the timeout.
 
 /// Slots without a report before a server is marked unavailable.
 pub const DEFAULT_TIMEOUT_SLOTS: u64 = 2;
@@ -26,16 +32,17 @@ pub struct AvailabilityChange {
 /// Per-server availability from report times.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Availability {
-    last_report_ns: Vec<u64>,
+    /// `None`: not reported yet (starting up).
+    last_report_ns: Vec<Option<u64>>,
     available: Vec<bool>,
     timeout_ns: u64,
 }
 
 impl Availability {
-    /// `servers` servers, all available, as if each had just reported at `now_ns`.
-    pub fn new(servers: usize, timeout_ns: u64, now_ns: u64) -> Self {
+    /// `servers` servers, all available and starting up (none has reported).
+    pub fn new(servers: usize, timeout_ns: u64) -> Self {
         Availability {
-            last_report_ns: vec![now_ns; servers],
+            last_report_ns: vec![None; servers],
             available: vec![true; servers],
             timeout_ns,
         }
@@ -44,7 +51,7 @@ impl Availability {
     /// Server `s` reported at `now_ns` (an unknown index is ignored).
     pub fn report(&mut self, s: usize, now_ns: u64) {
         if let Some(t) = self.last_report_ns.get_mut(s) {
-            *t = (*t).max(now_ns);
+            *t = Some(t.map_or(now_ns, |t| t.max(now_ns)));
         }
     }
 
@@ -58,6 +65,9 @@ impl Availability {
             .zip(self.available.iter_mut())
             .enumerate()
         {
+            let Some(last) = last else {
+                continue;
+            };
             let now_up = now_ns.saturating_sub(last) <= self.timeout_ns;
             if now_up != *up {
                 *up = now_up;
@@ -80,9 +90,14 @@ impl Availability {
         self.available.get(s).copied().unwrap_or(false)
     }
 
-    /// Back to the start (a restarted scheduler): all available, seen at `now_ns`.
+    /// A restarted scheduler: all available, each as if it had reported
+    /// at `now_ns` (a server still dead is marked unavailable after the
+    /// timeout).
     pub fn reset(&mut self, now_ns: u64) {
-        *self = Availability::new(self.available.len(), self.timeout_ns, now_ns);
+        self.last_report_ns
+            .iter_mut()
+            .for_each(|t| *t = Some(now_ns));
+        self.available.iter_mut().for_each(|a| *a = true);
     }
 }
 
@@ -95,8 +110,10 @@ mod tests {
     #[test]
     fn a_silent_server_goes_down_after_the_timeout_and_comes_back_on_a_report() {
         // Two servers, 1 s slots, decisions 0.2 s into each slot.
-        let mut a = Availability::new(2, 2 * S, 0);
+        let mut a = Availability::new(2, 2 * S);
         let decide = |t: u64| t * S + S / 5;
+        // Not reported yet (a model loading): available however long it takes.
+        assert!(a.update(decide(9)).is_empty());
         for t in 0..3 {
             assert!(a.update(decide(t)).is_empty(), "slot {t}");
             a.report(0, (t + 1) * S);
@@ -134,5 +151,10 @@ mod tests {
         a.reset(10 * S);
         assert_eq!(a.mask(), &[true, true]);
         assert!(a.update(decide(11)).is_empty());
+        // After a reset the timeout runs from the reset, reported or not.
+        a.report(0, 12 * S);
+        let ch = a.update(decide(12));
+        assert_eq!(ch.len(), 1);
+        assert!(!ch[0].available && ch[0].server == 1 && ch[0].last_report_ns == 10 * S);
     }
 }

@@ -26,6 +26,11 @@
 //! in `serving::RequestRecord`; `e2e` = issue → last token. In the paper the
 //! upload starts at the slot start (the scheduler is instantaneous); here
 //! the decision takes `collect` plus the network, which is in `sched`.
+//!
+//! Faults (`actor.kill` / `actor.restart`): each of the three actors
+//! handles `crate::messages::ActorFault` (what a kill means for each is in
+//! its module doc and in docs/control.md); the scheduler marks a server
+//! that stopped reporting unavailable and routes around it.
 
 pub mod live;
 pub mod messages;

@@ -111,7 +111,7 @@ impl SchedulerActor {
         table: CsvTable,
     ) -> Self {
         let n = s.servers.len();
-        let availability = Availability::new(n, s.report_timeout_ns, clock.now_ns());
+        let availability = Availability::new(n, s.report_timeout_ns);
         SchedulerActor {
             availability,
             liveness: Liveness::default(),
@@ -223,9 +223,7 @@ impl SchedulerActor {
             self.core.set_policy(now.spec.build(self.policy.seed));
             self.policy.seen = now;
         }
-        let (assignment, _moved) = self
-            .core
-            .assign_available(&obs, self.availability.mask());
+        let (assignment, _moved) = self.core.assign_available(&obs, self.availability.mask());
         let assignment = assignment.to_vec();
         let policy = self.policy.seen.name.clone();
         let version = self.policy.seen.version.clone();

@@ -392,7 +392,9 @@ function drawServers(servers) {
       const pct = (b) => v.capacity_bytes ? (100 * b / v.capacity_bytes).toFixed(2) + " %" : "–";
       const peak = el("span", { class: v.capacity_bytes && v.peak_bytes > 0.9 * v.capacity_bytes ? "state down" : "" },
         `${fmtBytes(v.peak_bytes)} (${pct(v.peak_bytes)})`);
-      return [n, `${v.gpu} / ${v.backend}`, `${fmtBytes(v.occupancy_bytes)} (${pct(v.occupancy_bytes)})`, peak,
+      // Killed (`actor.kill`) and not restarted yet.
+      const name = v.down ? el("span", { class: "state down" }, `${n} (down)`) : n;
+      return [name, `${v.gpu} / ${v.backend}`, `${fmtBytes(v.occupancy_bytes)} (${pct(v.occupancy_bytes)})`, peak,
         v.running, v.backlog, v.eta.toFixed(4), `${v.high_kv_slots} / ${v.slots}`, `${v.served} / ${v.rejected}`];
     })));
 }
@@ -407,7 +409,9 @@ function drawScheduler(scheds) {
     const servers = Object.keys(v.servers).sort();
     return el("div", {}, "").appendChild(table(
       ["scheduler", "server", "assigned", "Z_s"],
-      servers.map((sv) => [n, sv, v.servers[sv].assigned, v.servers[sv].z.toFixed(5)]))).parentNode;
+      servers.map((sv) => [n,
+        v.servers[sv].unavailable ? el("span", { class: "state down" }, `${sv} (unavailable)`) : sv,
+        v.servers[sv].assigned, v.servers[sv].z.toFixed(5)]))).parentNode;
   }));
   pol.replaceChildren(...names.map((n) => {
     const v = scheds[n];

@@ -248,6 +248,36 @@ b = "sink"
     }
 
     #[test]
+    fn an_actor_fault_goes_to_the_actor_host_once() {
+        let c = cluster();
+        let (alpha, beta) = (HostId(0), HostId(1));
+        // cbr (actor 0) lives on beta.
+        let kill = Request::Action {
+            action: NetAction::ActorKill { actor: ActorId(0) },
+            for_ns: Some(5),
+        };
+        assert_eq!(
+            plan(&c, alpha, &kill, false, true),
+            Plan::Apply {
+                local: vec![],
+                remote: vec![beta]
+            }
+        );
+        let here = Plan::Apply {
+            local: vec![Target::Actor { actor: ActorId(0) }],
+            remote: vec![],
+        };
+        assert_eq!(plan(&c, beta, &kill, false, true), here);
+        assert_eq!(plan(&c, beta, &kill, true, true), here);
+        assert!(matches!(
+            plan(&c, alpha, &kill, true, true),
+            Plan::Refuse(_)
+        ));
+        assert!(commands::concerns_host(&c, &kill, beta));
+        assert!(!commands::concerns_host(&c, &kill, alpha));
+    }
+
+    #[test]
     fn a_policy_command_goes_to_the_actor_host_once() {
         let c = cluster();
         let (alpha, beta) = (HostId(0), HostId(1));

@@ -18,9 +18,10 @@
 //!   `gpu`) `server_kv_bytes`, `server_kv_peak_bytes`,
 //!   `server_kv_capacity_bytes`, `server_batch_size`,
 //!   `server_backlog_requests`, `server_memory_time`, `server_slots_total`,
-//!   `server_high_kv_slots_total`, `server_requests_total` by `outcome`,
+//!   `server_high_kv_slots_total`, `server_requests_total` by `outcome`
+//!   (served, rejected, failed), `server_up` (0 while killed),
 //!   `server_requests_in_state` by `state` (arriving, queued, running); per
-//!   scheduler and server `scheduler_queue_z`,
+//!   scheduler and server `scheduler_queue_z`, `scheduler_server_available`,
 //!   `scheduler_assigned_requests_total`; per scheduler
 //!   `scheduler_decisions_total` and `scheduler_policy` (1, labels `policy`
 //!   and `version`).
@@ -439,6 +440,13 @@ fn lyreo_families(reg: &mut Registry, l: &edgemu_actors::lyreo::live::LiveState)
             }),
             |n| Some(*n as i64),
         );
+        gauge_family(
+            reg,
+            "server_up",
+            "1 while the server runs, 0 while it is killed (actor.kill)",
+            servers.iter().cloned(),
+            |v| Some(i64::from(!v.down)),
+        );
         counter_family(
             reg,
             "server_slots",
@@ -458,7 +466,12 @@ fn lyreo_families(reg: &mut Registry, l: &edgemu_actors::lyreo::live::LiveState)
             "server_requests",
             "Requests the server answered, by outcome",
             l.servers.iter().flat_map(|(name, v)| {
-                [("served", v.served), ("rejected", v.rejected)].map(|(outcome, n)| {
+                [
+                    ("served", v.served),
+                    ("rejected", v.rejected),
+                    ("failed", v.failed),
+                ]
+                .map(|(outcome, n)| {
                     (
                         OutcomeLabels {
                             server: name.clone(),
@@ -490,6 +503,13 @@ fn lyreo_families(reg: &mut Registry, l: &edgemu_actors::lyreo::live::LiveState)
             "scheduler_queue_z",
             "The scheduler's Lyapunov virtual queue Z_s of each server",
             per_server().map(|(k, x)| (k, x.z)),
+        );
+        gauge_family(
+            reg,
+            "scheduler_server_available",
+            "1 while the scheduler assigns to the server, 0 once it is marked unavailable (no report for 2 slots)",
+            per_server(),
+            |x| Some(i64::from(!x.unavailable)),
         );
         counter_family(
             reg,
