@@ -10,7 +10,9 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Host sub-folders holding a `links.csv`.
+/// Host sub-folders: holding a `links.csv` and an `events.jsonl` (a host opens both
+/// when the run starts; a report folder inside the run, with its own `links.csv`, is not
+/// one).
 pub fn host_dirs(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -18,7 +20,7 @@ pub fn host_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.join("links.csv").is_file())
+        .filter(|p| p.join("links.csv").is_file() && p.join("events.jsonl").is_file())
         .collect();
     v.sort();
     v

@@ -196,19 +196,9 @@ impl RunTables {
     }
 }
 
-/// The host sub-folders of a results folder (any folder holding one of the files a host
-/// writes), sorted by name.
+/// The host sub-folders of a results folder, sorted by name (the report's definition).
 pub fn host_dirs(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut v: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.join("events.jsonl").is_file() || p.join("links.csv").is_file())
-        .collect();
-    v.sort();
-    v
+    crate::report::links::host_dirs(dir)
 }
 
 fn cols<const N: usize>(t: &Csv, names: [&str; N]) -> Result<[usize; N], String> {
