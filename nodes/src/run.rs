@@ -99,14 +99,9 @@ pub fn run_all(
         &outcome.dir.join("summary.json"),
         serde_json::to_string_pretty(&summary)?.as_bytes(),
     )?;
-    let name = outcome
-        .dir
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
     results::write_file(
         &outcome.dir.join("summary.md"),
-        tables.markdown(&name).as_bytes(),
+        tables.markdown().as_bytes(),
     )?;
     Ok(outcome)
 }

@@ -169,9 +169,10 @@ impl RunTables {
             .join("\n")
     }
 
-    /// `summary.md`: every table, then what was skipped.
-    pub fn markdown(&self, run: &str) -> String {
-        let mut md = format!("# Run {run}\n\n");
+    /// `summary.md`: every table, then what was skipped (nothing that differs between two
+    /// virtual-time runs of one file and seed, not even the run's folder name).
+    pub fn markdown(&self) -> String {
+        let mut md = String::from("# End-of-run tables\n\n");
         for t in &self.tables {
             md.push_str(&t.markdown());
             md.push('\n');
