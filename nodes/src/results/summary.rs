@@ -448,6 +448,7 @@ fn server_table(slots: &[Csv], requests: &[Csv]) -> Result<SummaryTable, String>
 #[derive(Default)]
 struct HandoffAcc {
     n: usize,
+    not_ok: usize,
     utility: Vec<f64>,
     ttft_ms: Vec<f64>,
     tokens: Vec<f64>,
@@ -456,26 +457,33 @@ struct HandoffAcc {
     repairs: Vec<f64>,
 }
 
-/// Per-handoff utility and time to first token, by scheme and policy version, from every
-/// `handoffs.csv` (columns looked up by name; a missing one shows `-`).
+/// Per-handoff utility and time to first token, by scheme, repair policy and its version,
+/// from every `handoffs.csv` (the agents' columns, looked up by name; a missing one shows
+/// `-`): packets = source + repair packets sent.
 fn handoff_table(handoffs: &[Csv]) -> Result<SummaryTable, String> {
-    let mut by: BTreeMap<(String, String), HandoffAcc> = BTreeMap::new();
+    let mut by: BTreeMap<(String, String, String), HandoffAcc> = BTreeMap::new();
     for t in handoffs {
         let cs = t.col("scheme").map_err(|e| e.to_string())?;
+        let cp = col_any(t, &["policy"]);
         let cv = col_any(t, &["policy_version", "version"]);
         let cu = col_any(t, &["recovered_utility", "utility"]);
         let (cttft_ms, cttft_s) = (col_any(t, &["ttft_ms"]), col_any(t, &["ttft_s"]));
-        let (ctok, cby, cpk, crp) = (
-            col_any(t, &["tokens"]),
-            col_any(t, &["bytes"]),
-            col_any(t, &["packets"]),
-            col_any(t, &["repairs"]),
+        let ctok = col_any(t, &["tokens_decoded", "tokens"]);
+        let cby = col_any(t, &["bytes"]);
+        let (csrc, crep) = (
+            col_any(t, &["source_sent"]),
+            col_any(t, &["repair_sent", "repairs"]),
         );
+        let cpk = col_any(t, &["packets"]);
+        let cout = col_any(t, &["outcome"]);
         let get = |r: &[String], c: Option<usize>| c.map_or(f64::NAN, |c| Csv::f64(r, c));
+        let text = |r: &[String], c: Option<usize>| c.map(|c| r[c].clone()).unwrap_or_default();
         for r in &t.rows {
-            let version = cv.map(|c| r[c].clone()).unwrap_or_default();
-            let a = by.entry((r[cs].clone(), version)).or_default();
+            let a = by
+                .entry((r[cs].clone(), text(r, cp), text(r, cv)))
+                .or_default();
             a.n += 1;
+            a.not_ok += usize::from(cout.is_some_and(|c| r[c] != "ok"));
             a.utility.push(get(r, cu));
             a.ttft_ms.push(match cttft_ms {
                 Some(c) => Csv::f64(r, c),
@@ -483,22 +491,25 @@ fn handoff_table(handoffs: &[Csv]) -> Result<SummaryTable, String> {
             });
             a.tokens.push(get(r, ctok));
             a.bytes.push(get(r, cby));
-            a.packets.push(get(r, cpk));
-            a.repairs.push(get(r, crp));
+            a.packets.push(match (cpk, csrc) {
+                (Some(c), _) => Csv::f64(r, c),
+                (None, Some(c)) => Csv::f64(r, c) + get(r, crep),
+                (None, None) => f64::NAN,
+            });
+            a.repairs.push(get(r, crep));
         }
     }
     let f = |x: Option<f64>, digits: usize| x.map_or("-".into(), |v| format!("{v:.digits$}"));
+    let dash = |s: String| if s.is_empty() { "-".into() } else { s };
     let rows = by
         .into_iter()
-        .map(|((scheme, version), a)| {
+        .map(|((scheme, policy, version), a)| {
             vec![
                 scheme,
-                if version.is_empty() {
-                    "-".into()
-                } else {
-                    short(&version)
-                },
+                dash(policy),
+                dash(short(&version)),
                 a.n.to_string(),
+                a.not_ok.to_string(),
                 mean(&a.utility).map_or("-".into(), |u| format!("{:.1}%", u * 100.0)),
                 f(quantile(&a.ttft_ms, 0.5), 1),
                 f(quantile(&a.ttft_ms, 1.0), 1),
@@ -511,11 +522,13 @@ fn handoff_table(handoffs: &[Csv]) -> Result<SummaryTable, String> {
         .collect();
     Ok(SummaryTable::new(
         "handoffs",
-        "Handoffs: recovered utility (share of the context's KV utility complete at the deadline) and time to first token, per scheme and policy version (means per handoff):",
+        "Handoffs: recovered utility (share of the context's KV utility complete at the deadline) and time to first token, per scheme and repair policy version (means per handoff; not ok = aborted):",
         &[
             "scheme",
+            "policy",
             "version",
             "handoffs",
+            "not ok",
             "utility",
             "TTFT p50 ms",
             "TTFT max ms",
@@ -700,15 +713,24 @@ mod tests {
 
     #[test]
     fn handoff_columns_are_found_by_name_and_missing_ones_show_a_dash() {
-        let h = csv("scheme,policy_version,recovered_utility,ttft_ms,bytes\n\
-priorityfec,abcdef0123,0.9,120,2000000\n\
-priorityfec,abcdef0123,0.7,80,2000000\n");
+        // The agents' columns (a subset, in their order), text quoted.
+        let h = csv("handoff,scheme,policy,policy_version,bytes,source_sent,repair_sent,recovered_utility,ttft_ms,tokens_decoded,outcome,text\n\
+1,priorityfec,ddqn,abcdef0123,2000000,100,20,0.9,120,8,\"ok\",\"Hi, there\"\n\
+2,priorityfec,ddqn,abcdef0123,2000000,100,10,0.7,80,8,\"aborted:agent killed\",\"\"\n");
         let t = handoff_table(&[h]).unwrap();
         assert_eq!(t.column("handoffs"), ["2"]);
+        assert_eq!(t.column("policy"), ["ddqn"]);
+        assert_eq!(t.column("not ok"), ["1"]);
         assert_eq!(t.column("utility"), ["80.0%"]);
         assert_eq!(t.column("TTFT p50 ms"), ["100.0"]);
+        assert_eq!(t.column("tokens"), ["8.0"]);
         assert_eq!(t.column("MB"), ["2.00"]);
+        assert_eq!(t.column("packets"), ["115"]);
+        assert_eq!(t.column("repairs"), ["15"]);
+        let bare = csv("scheme,utility\nudp,0.5\n");
+        let t = handoff_table(&[bare]).unwrap();
         assert_eq!(t.column("repairs"), ["-"]);
+        assert_eq!(t.column("version"), ["-"]);
         let no_scheme = csv("utility\n1\n");
         assert!(handoff_table(&[no_scheme]).is_err());
     }
