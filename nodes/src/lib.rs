@@ -16,4 +16,5 @@ pub mod profile_kv;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod setup;
 pub mod train;

@@ -74,9 +74,12 @@ enum ExperimentCmd {
 
 #[derive(Args)]
 struct RunArgs {
-    /// The cluster file.
+    /// The cluster file (also as `-c FILE`).
     #[arg(short, long, default_value = "cluster.toml")]
     config: PathBuf,
+    /// The cluster file, e.g. `edgemu run examples/link-probe.toml`.
+    #[arg(conflicts_with = "config")]
+    file: Option<PathBuf>,
     /// Name of the results folder (default: <run name>-<UTC start time>).
     #[arg(long)]
     run_id: Option<String>,
@@ -245,18 +248,21 @@ fn real_main() -> Result<()> {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Run(RunArgs {
         config: PathBuf::from("cluster.toml"),
+        file: None,
         run_id: None,
         quiet: false,
     }));
     match command {
         Command::Run(a) => {
-            let cluster = run::load(&a.config)?;
+            let cluster = run::load(a.file.as_ref().unwrap_or(&a.config))?;
+            edgemu_nodes::setup::ensure_assets(&cluster, None)?;
             let out = run::run_all(cluster, a.run_id, !a.quiet)?;
             run::print_summary(&out.dir, &out.hosts);
             Ok(())
         }
         Command::Node(a) => {
             let cluster = run::load(&a.config)?;
+            edgemu_nodes::setup::ensure_assets(&cluster, Some(&a.host))?;
             let s = run::run_node(cluster.clone(), &a.host, a.run_id, a.wait_peers, !a.quiet)?;
             let dir = s
                 .dir

@@ -1,9 +1,12 @@
 //! `edgemu run` and `edgemu node`: run the hosts of a cluster file and print
-//! the summary tables.
+//! the summary tables ([`crate::results::summary`]): latency per policy
+//! version, server load and KV, handoffs, links, flows and events. `edgemu
+//! run` also writes them to `summary.md` and the `tables` key of
+//! `summary.json`.
 
 use crate::host::supervisor::HostSummary;
 use crate::host::{run_host_real, run_virtual, HostOptions};
-use crate::results::{self, flow_table, link_table, LinkRow};
+use crate::results::{self, flow_table, LinkRow, RunTables};
 use anyhow::{Context as _, Result};
 use edgemu_config::{Cluster, TimeMode};
 use std::path::{Path, PathBuf};
@@ -90,10 +93,15 @@ pub fn run_all(
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    let summary = serde_json::json!({ "hosts": outcome.hosts });
+    let tables = RunTables::read(&outcome.dir, &links_of(&outcome.hosts));
+    let summary = serde_json::json!({ "hosts": outcome.hosts, "tables": tables.json() });
     results::write_file(
         &outcome.dir.join("summary.json"),
         serde_json::to_string_pretty(&summary)?.as_bytes(),
+    )?;
+    results::write_file(
+        &outcome.dir.join("summary.md"),
+        tables.markdown().as_bytes(),
     )?;
     Ok(outcome)
 }
@@ -137,15 +145,34 @@ pub fn run_node(
     r
 }
 
-/// The terminal summary of a run.
+fn links_of(hosts: &[HostSummary]) -> Vec<LinkRow> {
+    hosts.iter().flat_map(|h| h.links.iter().cloned()).collect()
+}
+
+/// The terminal summary of a run: the tables of [`RunTables`] read from the
+/// results folder, with the flows measured by probe sinks after the links.
 pub fn print_summary(dir: &Path, hosts: &[HostSummary]) {
-    let links: Vec<LinkRow> = hosts.iter().flat_map(|h| h.links.iter().cloned()).collect();
+    let tables = RunTables::read(dir, &links_of(hosts));
     let flows: Vec<_> = hosts.iter().flat_map(|h| h.flows.iter().cloned()).collect();
-    println!("\nLinks (rates in Mb/s over the run; delay = model one-way incl. queueing):");
-    print!("{}", link_table(&links));
-    if !flows.is_empty() {
+    let has = |name: &str| tables.get(name).is_some();
+    let print_flows = || {
         println!("\nFlows (measured at the sink / pinger):");
         print!("{}", flow_table(&flows));
+    };
+    for t in &tables.tables {
+        if t.name == "events" && !flows.is_empty() {
+            print_flows();
+        }
+        println!("\n{}", t.text().trim_end());
+        if t.name == "servers" && !has("handoffs") {
+            println!("\nHandoffs: none in this run (no <host>/handoffs.csv).");
+        }
+    }
+    if !has("events") && !flows.is_empty() {
+        print_flows();
+    }
+    for s in &tables.skipped {
+        eprintln!("skipped: {s}");
     }
     for h in hosts {
         let r = &h.router;
@@ -161,5 +188,9 @@ pub fn print_summary(dir: &Path, hosts: &[HostSummary]) {
             );
         }
     }
-    println!("\nresults: {}", dir.display());
+    println!(
+        "\nresults: {} (these tables: summary.md; plots: edgemu report {})",
+        dir.display(),
+        dir.display()
+    );
 }

@@ -380,6 +380,7 @@ fn a_missing_sharegpt_file_stops_the_host_naming_it() {
         .arg(&cfg)
         .env("EDGEMU_DATA_DIR", dir.join("no-data"))
         .env_remove("EDGEMU_SHAREGPT_JSON")
+        .env("EDGEMU_NO_FETCH", "1")
         .output()
         .expect("run edgemu");
     let err = String::from_utf8_lossy(&out.stderr);

@@ -120,8 +120,40 @@ impl Workload {
     }
 
     /// [`Workload::sharegpt`] from the ShareGPT JSON at `data` and the GGUF
-    /// at `model`.
+    /// at `model`; built once per process for the same files and limits (the
+    /// users of a run share the pool).
     pub fn sharegpt_at(
+        data: &std::path::Path,
+        model: &std::path::Path,
+        max_input: u32,
+        max_output: u32,
+    ) -> Result<Self, ServingError> {
+        // Every user of a run builds the same pool: build it once per process.
+        type Key = (std::path::PathBuf, std::path::PathBuf, u32, u32);
+        static POOLS: std::sync::OnceLock<std::sync::Mutex<Vec<(Key, Workload)>>> =
+            std::sync::OnceLock::new();
+        let pools = POOLS.get_or_init(Default::default);
+        let key: Key = (
+            data.to_path_buf(),
+            model.to_path_buf(),
+            max_input,
+            max_output,
+        );
+        if let Some((_, w)) = pools
+            .lock()
+            .ok()
+            .and_then(|p| p.iter().find(|(k, _)| *k == key).cloned())
+        {
+            return Ok(w);
+        }
+        let w = Workload::build_sharegpt(data, model, max_input, max_output)?;
+        if let Ok(mut p) = pools.lock() {
+            p.push((key, w.clone()));
+        }
+        Ok(w)
+    }
+
+    fn build_sharegpt(
         data: &std::path::Path,
         model: &std::path::Path,
         max_input: u32,

@@ -1,6 +1,8 @@
-//! A tolerant reader for the plain CSV files edgemu writes (no quoting, `,` separated,
-//! header first). Rows with the wrong number of fields (a truncated last line of a run in
-//! progress, a damaged file) are skipped and reported, never a panic.
+//! A tolerant reader for the CSV files edgemu writes (`,` separated, header first, one
+//! row per line; a field may be quoted with `"`, a `""` inside it being one quote, as
+//! `handoffs.csv` quotes its text columns). Rows with the wrong number of fields (a
+//! truncated last line of a run in progress, a damaged file) are skipped and reported,
+//! never a panic.
 
 use super::ReportError;
 use std::path::{Path, PathBuf};
@@ -27,9 +29,7 @@ impl Table {
     pub fn parse(path: &Path, text: &str) -> Result<Self, ReportError> {
         let mut lines = text.lines().enumerate();
         let header: Vec<String> = match lines.next() {
-            Some((_, h)) if !h.trim().is_empty() => {
-                h.split(',').map(|s| s.trim().to_string()).collect()
-            }
+            Some((_, h)) if !h.trim().is_empty() => fields(h),
             _ => {
                 return Err(ReportError::Csv {
                     path: path.to_path_buf(),
@@ -43,7 +43,7 @@ impl Table {
             if line.trim().is_empty() {
                 continue;
             }
-            let fields: Vec<String> = line.split(',').map(|s| s.trim().to_string()).collect();
+            let fields = fields(line);
             if fields.len() == header.len() {
                 rows.push(fields);
             } else {
@@ -90,8 +90,55 @@ impl Table {
     }
 }
 
+/// The fields of one line: split at `,` outside quotes; a quoted field loses its quotes
+/// and `""` inside it becomes `"`; unquoted fields are trimmed.
+fn fields(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let (mut quoted, mut in_quotes) = (false, false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if in_quotes && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' if in_quotes => in_quotes = false,
+            '"' if cur.trim().is_empty() && !quoted => {
+                cur.clear();
+                quoted = true;
+                in_quotes = true;
+            }
+            ',' if !in_quotes => {
+                out.push(if quoted {
+                    cur.clone()
+                } else {
+                    cur.trim().to_string()
+                });
+                cur.clear();
+                quoted = false;
+            }
+            c => cur.push(c),
+        }
+    }
+    out.push(if quoted { cur } else { cur.trim().to_string() });
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn quoted_fields_keep_their_commas_and_quotes() {
+        let t = Table::parse(
+            Path::new("h.csv"),
+            "scheme,outcome,text\npriorityfec,\"ok\",\"Hello, \"\"world\"\"\"\n udp , x ,\"\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.rows.len(), 2, "{:?}", t.skipped);
+        assert_eq!(t.rows[0], ["priorityfec", "ok", "Hello, \"world\""]);
+        assert_eq!(t.rows[1], ["udp", "x", ""]);
+    }
+
     use super::*;
 
     #[test]

@@ -10,7 +10,9 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Host sub-folders holding a `links.csv`.
+/// Host sub-folders: holding a `links.csv` and an `events.jsonl` (a host opens both
+/// when the run starts; a report folder inside the run, with its own `links.csv`, is not
+/// one).
 pub fn host_dirs(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -18,7 +20,7 @@ pub fn host_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.join("links.csv").is_file())
+        .filter(|p| p.join("links.csv").is_file() && p.join("events.jsonl").is_file())
         .collect();
     v.sort();
     v
@@ -34,53 +36,22 @@ struct Ev {
 }
 
 fn read_events(report: &mut Report, hosts: &[PathBuf]) -> Vec<Ev> {
-    let mut evs = Vec::new();
-    for h in hosts {
-        let path = h.join("events.jsonl");
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            report.skip(format!(
-                "{}: missing or unreadable (no event spans from this host)",
-                path.display()
-            ));
-            continue;
-        };
-        for (i, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                report.skip(format!(
-                    "{} line {}: not JSON (truncated?)",
-                    path.display(),
-                    i + 1
-                ));
-                continue;
-            };
-            let (Some(t), Some(kind)) = (v["t_ns"].as_u64(), v["kind"].as_str()) else {
-                report.skip(format!("{} line {}: no t_ns/kind", path.display(), i + 1));
-                continue;
-            };
-            // Link actors write {"link", "dir"}; control/chaos write {"target": "link NAME DIR"}.
-            let mut link = v["detail"]["link"].as_str().map(str::to_string);
-            let mut ldir = v["detail"]["dir"].as_str().map(str::to_string);
-            if let Some(target) = v["detail"]["target"].as_str() {
-                let mut parts = target.split_whitespace();
-                if parts.next() == Some("link") {
-                    link = link.or_else(|| parts.next().map(str::to_string));
-                    ldir = ldir.or_else(|| parts.next().map(str::to_string));
-                }
-            }
-            evs.push(Ev {
-                t_s: t as f64 / 1e9,
-                kind: kind.to_string(),
-                link,
-                dir: ldir,
-            });
-        }
+    let (lines, skipped) = super::events::read_events(hosts);
+    for s in skipped {
+        report.skip(s);
     }
-    evs.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
-    evs
+    lines
+        .into_iter()
+        .map(|e| {
+            let (link, dir) = e.link();
+            Ev {
+                t_s: e.t_ns as f64 / 1e9,
+                kind: e.kind,
+                link,
+                dir,
+            }
+        })
+        .collect()
 }
 
 /// Spans for one link direction: its kill→restore intervals (open until `end` if never

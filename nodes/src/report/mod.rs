@@ -3,7 +3,8 @@
 //!
 //! - a link run (`edgemu run`): `<host>/links.csv` (+ `events.jsonl`) → per link direction
 //!   offered / achieved / configured rate, delay p50/p99 and loss over time, with chaos and
-//!   control events as shaded spans ([`links`]);
+//!   control events as shaded spans ([`links`]), and the run's tables (latency per policy
+//!   version, servers, handoffs, events: [`crate::results::summary`]);
 //! - a LYREO experiment: `requests.csv` + `server_slots.csv` (+ `summary.json`) → latency
 //!   CDF and box plot per policy, load-balance deviation per policy, per-server KV
 //!   occupancy over time with the 90 % line, Table II ([`lyreo`]);
@@ -15,8 +16,9 @@
 //! missing summary of a run still in progress, a chart with no data — is listed under
 //! "Skipped" in the report and on stderr; a folder that is no run is an error.
 
-mod csv;
-mod links;
+pub(crate) mod csv;
+pub(crate) mod events;
+pub(crate) mod links;
 mod lyreo;
 mod pfec;
 
@@ -204,7 +206,8 @@ pub fn build(
         };
         report.heading(2, &format!("{} ({kind:?})", dir.display()));
         let r = match kind {
-            RunKind::Links => links::report(&mut report, dir, &pre),
+            RunKind::Links => links::report(&mut report, dir, &pre)
+                .and_then(|()| run_tables(&mut report, dir, &pre)),
             RunKind::Lyreo => lyreo::report(&mut report, dir, &pre),
             RunKind::PriorityFec => pfec::report(&mut report, dir, &pre),
         };
@@ -213,6 +216,27 @@ pub fn build(
         }
     }
     report.finish()
+}
+
+/// The end-of-run tables of a live run (`edgemu run`: latency per policy version,
+/// servers, handoffs, events; [`crate::results::summary`]), each as a CSV beside the report.
+fn run_tables(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
+    let tables = crate::results::RunTables::read(dir, &[]);
+    for s in tables.skipped {
+        if !report.skipped.contains(&s) {
+            report.skip(s);
+        }
+    }
+    if tables.tables.is_empty() {
+        return Ok(());
+    }
+    report.heading(3, "Run tables");
+    for t in &tables.tables {
+        report.text(&t.title);
+        let headers: Vec<&str> = t.headers.iter().map(String::as_str).collect();
+        report.table(&format!("{pre}{}", t.name), &headers, &t.rows)?;
+    }
+    Ok(())
 }
 
 /// `edgemu report`.

@@ -4,7 +4,8 @@
 //! results/<run-id>/
 //!   config.toml        the cluster file as given
 //!   run.json           resolved run facts: seed, time mode, git revision, hosts
-//!   summary.json       all hosts of this process (written by `edgemu run`)
+//!   summary.json       all hosts of this process and the end-of-run tables (`edgemu run`)
+//!   summary.md         the end-of-run tables ([`summary`]) as Markdown (`edgemu run`)
 //!   <host>/events.jsonl   every control, chaos and mesh event, with its time
 //!   <host>/links.csv      per-sample counters of each link direction it owns
 //!   <host>/probes.csv     every probe packet and ping round trip it recorded
@@ -15,10 +16,12 @@
 //! In virtual time nothing wall-clock-dependent goes into these files, so the
 //! same file and seed give byte-identical results.
 
+pub mod summary;
 mod table;
 mod writers;
 
-pub use table::{flow_table, link_table, render, render_csv, render_markdown, LinkRow};
+pub use summary::{RunTables, SummaryTable};
+pub use table::{flow_table, link_cells, link_table, render, render_csv, render_markdown, LinkRow};
 pub use writers::{HostResults, JsonlEvents, LinksCsv, ProbesCsv, SharedEvents};
 
 use anyhow::{Context as _, Result};

@@ -127,8 +127,9 @@ pub fn render_csv(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The per-link table: configured vs achieved rate, delay percentiles, loss.
-pub fn link_table(rows: &[LinkRow]) -> String {
+/// The per-link table's headers and cells: configured vs achieved rate, delay
+/// percentiles, loss.
+pub fn link_cells(rows: &[LinkRow]) -> ([&'static str; 12], Vec<Vec<String>>) {
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -149,8 +150,8 @@ pub fn link_table(rows: &[LinkRow]) -> String {
             ]
         })
         .collect();
-    render(
-        &[
+    (
+        [
             "link",
             "dir",
             "host",
@@ -164,8 +165,14 @@ pub fn link_table(rows: &[LinkRow]) -> String {
             "q-drop",
             "down-drop",
         ],
-        &body,
+        body,
     )
+}
+
+/// The per-link table: configured vs achieved rate, delay percentiles, loss.
+pub fn link_table(rows: &[LinkRow]) -> String {
+    let (headers, body) = link_cells(rows);
+    render(&headers, &body)
 }
 
 /// The per-flow table from sinks and pingers.

