@@ -3,6 +3,7 @@
 
 use crate::command::{Command, Resolved};
 use crate::error::ConfigError;
+pub use crate::agent::{AgentSpec, ContextSource, HandoffDeadline, HandoffTask, RebuildMode};
 pub use crate::lyreo::{
     GpuClass, MobilityKind, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
     WorkloadKind,
@@ -112,6 +113,8 @@ pub enum ActorKind {
     Server(ServerSpec),
     /// LYREO request scheduler.
     Scheduler(SchedulerSpec),
+    /// An LLM agent bound to a server, handing off KV (see [`crate::agent`]).
+    Agent(AgentSpec),
 }
 
 #[derive(Clone, Debug)]
@@ -235,6 +238,7 @@ impl ActorKind {
             ActorKind::User(_) => "user",
             ActorKind::Server(_) => "server",
             ActorKind::Scheduler(_) => "scheduler",
+            ActorKind::Agent(_) => "agent",
         }
     }
 
@@ -247,7 +251,8 @@ impl ActorKind {
             ActorKind::Sink
             | ActorKind::User(_)
             | ActorKind::Server(_)
-            | ActorKind::Scheduler(_) => None,
+            | ActorKind::Scheduler(_)
+            | ActorKind::Agent(_) => None,
         }
     }
 
@@ -271,7 +276,8 @@ impl ActorKind {
             ActorKind::Sink
             | ActorKind::User(_)
             | ActorKind::Server(_)
-            | ActorKind::Scheduler(_) => None,
+            | ActorKind::Scheduler(_)
+            | ActorKind::Agent(_) => None,
         }
     }
 }

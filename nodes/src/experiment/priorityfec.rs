@@ -49,11 +49,10 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use edgemu_data::contexts::{build, ContextConfig};
 use edgemu_gpu::handoff_quality::{chatml_cue, HandoffCase, PartialBlock, QualityEvaluator};
-use edgemu_gpu::kv_transfer::export;
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
-use edgemu_gpu::model::llama::{Llama, Phase, SeqInput};
+use edgemu_gpu::model::llama::Llama;
 use edgemu_gpu::model::{load, load_tiny, parse_device, resolve_model_path, LoadedModel};
-use edgemu_gpu::{KvBlock, KvDtype, MissingRows};
+use edgemu_gpu::{KvBlock, MissingRows};
 use edgemu_handoff::reliable::{paper_link, run_quic, run_tcp, ReliableRun};
 use edgemu_handoff::{
     placeholder_utilities, run_handoff, scheme, synthetic_payload, BlockLayout, HandoffScenario,
@@ -671,22 +670,7 @@ fn workload(a: &PriorityFecArgs, g: &Grid, profile_contexts: usize) -> Result<Wo
 
 /// BF16 transport blocks of a prefilled context, in block-id order.
 fn context_blocks(model: &Llama, tokens: &[u32]) -> Result<Vec<KvBlock>> {
-    let mut kv = model.new_kv(tokens.len())?;
-    model.forward(
-        &mut [SeqInput {
-            tokens,
-            kv: &mut kv,
-        }],
-        Phase::Prefill,
-    )?;
-    let n_layers = model.config().n_layers;
-    let mut blocks = Vec::with_capacity(n_layers * tokens.len() / 16);
-    for l in 0..n_layers {
-        for s in (0..tokens.len()).step_by(16) {
-            blocks.extend(export(&kv, l..l + 1, s..s + 16, KvDtype::Bf16)?);
-        }
-    }
-    Ok(blocks)
+    Ok(edgemu_gpu::kv_cache::export_context_blocks(model, tokens)?)
 }
 
 fn partial(blocks: &[KvBlock], present: &[Vec<Range<usize>>]) -> Vec<PartialBlock> {
