@@ -59,3 +59,36 @@ impl EventLog {
         }
     }
 }
+
+/// The event log as one actor writes to it: its host's name filled in.
+/// Actors that can be killed record their faults' effects here (an
+/// automatic restart, a server marked unavailable, requests dropped).
+#[derive(Clone)]
+pub struct ActorLog {
+    pub host: String,
+    pub events: EventLog,
+}
+
+impl ActorLog {
+    pub fn new(host: impl Into<String>, events: EventLog) -> Self {
+        ActorLog {
+            host: host.into(),
+            events,
+        }
+    }
+
+    /// Keeps nothing (tests).
+    pub fn discard() -> Self {
+        ActorLog::new("", EventLog::discard())
+    }
+
+    pub fn record(&self, t_ns: u64, source: &str, kind: &str, detail: serde_json::Value) {
+        self.events.record(Event {
+            t_ns,
+            host: self.host.clone(),
+            source: source.into(),
+            kind: kind.into(),
+            detail,
+        });
+    }
+}

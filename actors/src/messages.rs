@@ -182,9 +182,142 @@ pub struct StopSending;
 #[rtype(result = "Vec<crate::probes::FlowSummary>")]
 pub struct Flush;
 
+/// A fault injected into one actor: `actor.kill NAME [for = D]` and
+/// `actor.restart NAME` (control and `[[chaos]]`). One message type for
+/// every actor kind that can fail (LYREO users, servers, schedulers,
+/// agents); the host finds the actor's [`Recipient<ActorFault>`] in its
+/// fault registry (`nodes/src/host/faults.rs`). Answered with what happened
+/// ([`FaultReply`]) or an error the control reply carries.
+///
+/// What a kill means is the actor kind's to define (and document): it
+/// stops doing its work and drops what it held, as a crashed process
+/// would; messages that reach a dead actor are dropped (counted). Restart
+/// brings it back empty, as a fresh process. [`Liveness`] keeps the
+/// bookkeeping every kind needs.
+#[derive(Message, Debug, Clone, PartialEq)]
+#[rtype(result = "Result<FaultReply, String>")]
+pub enum ActorFault {
+    Kill {
+        /// Run time (ns) at which the actor restarts by itself (`for = D`:
+        /// the kill's time plus D); `None`: dead until `actor.restart`.
+        until_ns: Option<u64>,
+        /// Who asked (`"control"`, `"control (via alpha)"`, `"chaos#3"`),
+        /// for the event log.
+        by: String,
+    },
+    Restart {
+        by: String,
+    },
+}
+
+/// What a fault did to an actor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FaultReply {
+    /// Run time (ns) at which it took effect.
+    pub at_ns: u64,
+    /// False when the actor already was in that state (a kill of a dead
+    /// actor, a restart of a live one): nothing changed.
+    pub changed: bool,
+    /// Work the kill dropped: requests (a server's running batch and queue,
+    /// a user's open requests, a scheduler's held requests), handoffs.
+    pub dropped: u64,
+    /// One line for the reply and the event log, like `"dropped 3
+    /// requests (2 running, 1 queued)"`.
+    pub detail: String,
+}
+
+impl FaultReply {
+    /// The reply to a kill that took effect at `at_ns`: `detail` plus,
+    /// with `until_ns`, when the actor restarts by itself.
+    pub fn killed(at_ns: u64, dropped: u64, detail: String, until_ns: Option<u64>) -> Self {
+        let detail = match until_ns {
+            Some(u) => format!("{detail}; restarts at {:.3} s", u as f64 / 1e9),
+            None => detail,
+        };
+        FaultReply {
+            at_ns,
+            changed: true,
+            dropped,
+            detail,
+        }
+    }
+
+    /// The reply to a fault that found the actor already in that state.
+    pub fn unchanged(at_ns: u64, detail: &str) -> Self {
+        FaultReply {
+            at_ns,
+            changed: false,
+            dropped: 0,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Whether an actor is alive, as a plain state machine every faultable
+/// actor keeps: a kill or restart of an actor already in that state
+/// changes nothing, and an automatic restart (`for = D`) scheduled by an
+/// earlier kill never ends a later one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Liveness {
+    dead: bool,
+    /// Bumped by every kill; an automatic restart carries the epoch of the
+    /// kill that scheduled it.
+    epoch: u64,
+}
+
+impl Liveness {
+    pub fn is_alive(&self) -> bool {
+        !self.dead
+    }
+
+    /// Kills: `Some(epoch)` to hand to [`Liveness::auto_restart`] later, or
+    /// `None` when already dead.
+    pub fn kill(&mut self) -> Option<u64> {
+        if self.dead {
+            return None;
+        }
+        self.dead = true;
+        self.epoch += 1;
+        Some(self.epoch)
+    }
+
+    /// `actor.restart`: true when the actor was dead.
+    pub fn restart(&mut self) -> bool {
+        std::mem::replace(&mut self.dead, false)
+    }
+
+    /// The automatic restart of the kill of `epoch`: true when that kill is
+    /// still the one in force (not restarted and killed again since).
+    pub fn auto_restart(&mut self, epoch: u64) -> bool {
+        if self.dead && self.epoch == epoch {
+            self.dead = false;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn liveness_ignores_repeats_and_stale_auto_restarts() {
+        let mut l = Liveness::default();
+        assert!(l.is_alive());
+        assert!(!l.restart(), "restarting a live actor changes nothing");
+        let first = l.kill().expect("alive");
+        assert_eq!(l.kill(), None, "already dead");
+        assert!(l.restart());
+        let second = l.kill().expect("alive again");
+        // The first kill's automatic restart must not end the second one.
+        assert!(!l.auto_restart(first));
+        assert!(!l.is_alive());
+        assert!(l.auto_restart(second));
+        assert!(l.is_alive());
+        assert!(!l.auto_restart(second), "once");
+    }
 
     #[test]
     fn delay_buckets_are_cumulative_and_end_with_everything() {

@@ -164,6 +164,19 @@ pub struct PolicySwap {
     pub weights_base64: Option<String>,
 }
 
+/// `actor.kill`, `actor.restart`: one actor (a LYREO user, server or
+/// scheduler, an agent; link probes cannot be killed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActorTarget {
+    /// The actor's name in `cluster.toml`.
+    pub actor: String,
+    /// Restart by itself after this long (a duration like `"5s"`);
+    /// `actor.kill` only.
+    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    pub for_: Option<String>,
+}
+
 /// Nothing but the command name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -202,6 +215,13 @@ pub enum Command {
     /// Return an actor's policy to its previous version: a [`PolicyReply`].
     #[serde(rename = "policy.rollback")]
     PolicyRollback(PolicyTarget),
+    /// Kill an actor (it drops what it holds; see docs/control.md): an
+    /// [`Applied`].
+    #[serde(rename = "actor.kill")]
+    ActorKill(ActorTarget),
+    /// Restart a killed actor, empty: an [`Applied`].
+    #[serde(rename = "actor.restart")]
+    ActorRestart(ActorTarget),
     /// End the run on every host.
     #[serde(rename = "run.stop")]
     RunStop(NoKeys),
@@ -258,7 +278,7 @@ pub const MAX_WEIGHTS_FILE_BYTES: u64 = 64 << 20;
 pub const ENVELOPE_KEYS: &[&str] = &["id", "token"];
 
 /// Commands whose fault `for` can heal.
-pub const HEALABLE: &[&str] = &["link.kill", "link.set", "host.partition"];
+pub const HEALABLE: &[&str] = &["link.kill", "link.set", "host.partition", "actor.kill"];
 
 /// The error for `for` on a command with nothing to heal.
 pub(crate) fn nothing_to_heal(name: &str) -> ActionError {
@@ -286,6 +306,8 @@ impl Command {
         "policy.get",
         "policy.swap",
         "policy.rollback",
+        "actor.kill",
+        "actor.restart",
         "run.stop",
     ];
 
@@ -344,6 +366,8 @@ impl Command {
             Command::PolicyGet(_) => "policy.get",
             Command::PolicySwap(_) => "policy.swap",
             Command::PolicyRollback(_) => "policy.rollback",
+            Command::ActorKill(_) => "actor.kill",
+            Command::ActorRestart(_) => "actor.restart",
             Command::RunStop(_) => "run.stop",
         }
     }
@@ -355,6 +379,7 @@ impl Command {
             Command::LinkKill(t) | Command::LinkRestore(t) => Some(&mut t.for_),
             Command::LinkSet(s) => Some(&mut s.for_),
             Command::HostPartition(p) | Command::HostHeal(p) => Some(&mut p.for_),
+            Command::ActorKill(t) | Command::ActorRestart(t) => Some(&mut t.for_),
             _ => None,
         }
     }
@@ -492,8 +517,41 @@ impl Command {
                 actor: resolve_actor(cluster, "actor", &s.actor)?,
                 op: resolve_swap(s)?,
             },
+            Command::ActorKill(t) => action(
+                NetAction::ActorKill {
+                    actor: faultable_actor(cluster, &t.actor)?,
+                },
+                for_ns(&t.for_)?,
+            ),
+            Command::ActorRestart(t) => {
+                no_for(&t.for_)?;
+                action(
+                    NetAction::ActorRestart {
+                        actor: faultable_actor(cluster, &t.actor)?,
+                    },
+                    None,
+                )
+            }
         })
     }
+}
+
+/// An actor that `actor.kill` / `actor.restart` can reach: every kind but
+/// the link probes (`constant`, `bursty`, `pinger`, `sink`), which measure
+/// links and have nothing to lose (kill their link instead).
+fn faultable_actor(cluster: &Cluster, name: &str) -> Result<ActorId, ActionError> {
+    let id = resolve_actor(cluster, "actor", name)?;
+    let kind = &cluster.actor(id).kind;
+    if kind.is_link_probe() {
+        return Err(ActionError::invalid(
+            "actor",
+            format!(
+                "actor {name:?} is a {} (a link probe), which cannot be killed or restarted; kill its link instead (`link.kill`)",
+                kind.kind_name()
+            ),
+        ));
+    }
+    Ok(id)
 }
 
 fn resolve_swap(s: &PolicySwap) -> Result<PolicyOp, ActionError> {
@@ -634,10 +692,15 @@ fn locate_error(
 pub struct AppliedTarget {
     /// The host that owns the target.
     pub host: String,
-    /// What was acted on, like `"link wan ab"` or `"peer beta"`.
+    /// What was acted on, like `"link wan ab"`, `"peer beta"` or
+    /// `"actor s1"`.
     pub target: String,
     /// Run time (ns) at which it took effect.
     pub effective_ns: u64,
+    /// What it did, when the target says (an actor: `"killed; dropped 3
+    /// requests (2 running, 1 queued)"`, `"already dead"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -779,8 +842,8 @@ pub struct Reply {
     /// The request's `id`, echoed.
     pub id: Value,
     pub ok: bool,
-    /// `status`, `metrics`: a [`StatusReply`]; link and host commands and
-    /// `run.stop`: an [`Applied`]; `policy.*`: a [`PolicyReply`];
+    /// `status`, `metrics`: a [`StatusReply`]; link, host and actor
+    /// commands and `run.stop`: an [`Applied`]; `policy.*`: a [`PolicyReply`];
     /// `metrics.subscribe`: `{"subscribed": true}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
@@ -817,7 +880,7 @@ pub fn json_schema() -> String {
         /// websocket upgrade), and one command.
         request: Command,
         reply: Reply,
-        /// `result` of link, host and `run.stop` commands.
+        /// `result` of link, host, actor and `run.stop` commands.
         applied: Applied,
         /// `result` of `status` and `metrics`.
         status: StatusReply,

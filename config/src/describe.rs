@@ -361,6 +361,9 @@ impl Cluster {
             NetAction::HostPartition { a, b } | NetAction::HostHeal { a, b } => {
                 format!("{cmd} {} | {}", self.host(*a).name, self.host(*b).name)
             }
+            NetAction::ActorKill { actor } | NetAction::ActorRestart { actor } => {
+                format!("{cmd} {}", self.actor(*actor).name)
+            }
             NetAction::LinkFlap {
                 link,
                 mtbf_ns,

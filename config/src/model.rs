@@ -195,6 +195,13 @@ pub enum NetAction {
         seed: u64,
         until_ns: Option<u64>,
     },
+    /// `actor.kill` (its `for` is the command's heal delay).
+    ActorKill {
+        actor: ActorId,
+    },
+    ActorRestart {
+        actor: ActorId,
+    },
 }
 
 /// A partial change of a link direction (`link.set`); `None` keeps the value.
@@ -240,6 +247,18 @@ impl ActorKind {
             ActorKind::Scheduler(_) => "scheduler",
             ActorKind::Agent(_) => "agent",
         }
+    }
+
+    /// A link probe (`constant`, `bursty`, `pinger`, `sink`): it measures
+    /// links and cannot be killed (`actor.kill` refuses it).
+    pub fn is_link_probe(&self) -> bool {
+        matches!(
+            self,
+            ActorKind::ConstantSender { .. }
+                | ActorKind::BurstySender { .. }
+                | ActorKind::Pinger { .. }
+                | ActorKind::Sink
+        )
     }
 
     /// Where a sender's packets go; `None` for actors that only receive.
@@ -334,6 +353,8 @@ impl NetAction {
             NetAction::HostPartition { .. } => "host.partition",
             NetAction::HostHeal { .. } => "host.heal",
             NetAction::LinkFlap { .. } => "link.flap",
+            NetAction::ActorKill { .. } => "actor.kill",
+            NetAction::ActorRestart { .. } => "actor.restart",
         }
     }
 }

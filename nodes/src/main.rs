@@ -144,6 +144,9 @@ enum CtlCmd {
     /// Get, swap or roll back an actor's policy.
     #[command(subcommand)]
     Policy(client::PolicyCmd),
+    /// Kill or restart an actor (user, server, scheduler, agent).
+    #[command(subcommand)]
+    Actor(client::ActorCmd),
     /// End the run on every host (results are written).
     Stop,
     /// Send a raw JSON request, e.g. '{"cmd":"status"}'.
@@ -341,6 +344,7 @@ fn ctl(a: CtlArgs) -> Result<()> {
         }
         CtlCmd::Heal { a: x, b: y } => serde_json::json!({ "cmd": "host.heal", "hosts": [x, y] }),
         CtlCmd::Policy(p) => p.request()?,
+        CtlCmd::Actor(a) => a.request(),
         CtlCmd::Stop => serde_json::json!({ "cmd": "run.stop" }),
         CtlCmd::Raw { json } => serde_json::from_str(&json).context("the request must be JSON")?,
     };

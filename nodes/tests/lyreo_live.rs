@@ -99,12 +99,12 @@ fn requests(path: &Path) -> Vec<Req> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("slot,id,user,server,policy,policy_version,input_len,output_len,outcome,sched_s,upload_s,wait_s,prefill_s,decode_s,e2e_s")
+        Some("slot,id,user,server,policy,policy_version,input_len,output_len,outcome,sched_s,upload_s,wait_s,prefill_s,decode_s,e2e_s,reason")
     );
     lines
         .map(|l| {
             let c: Vec<&str> = l.split(',').collect();
-            assert_eq!(c.len(), 15, "{l}");
+            assert_eq!(c.len(), 16, "{l}");
             let f = |i: usize| c[i].parse::<f64>().unwrap_or(f64::NAN);
             Req {
                 user: c[2].into(),

@@ -8,6 +8,7 @@
 //! cores are meant to run inside actors later; the harness composes them
 //! directly (users → radio → servers → scheduler), one slot at a time.
 
+pub mod availability;
 pub mod error;
 pub mod harness;
 pub mod mobility;
@@ -16,10 +17,11 @@ pub mod scheduler;
 pub mod server;
 pub mod workload;
 
+pub use availability::Availability;
 pub use error::ServingError;
 pub use harness::{run_episode, run_episode_with, EpisodeOutcome, GpuMix, Scenario, Summary};
 pub use scheduler::{LyapunovQueues, SchedulerCore};
-pub use server::{RequestRecord, ServerReport, ServerSlotCore};
+pub use server::{Dropped, RequestRecord, ServerReport, ServerSlotCore};
 
 /// Nanoseconds per second.
 pub const NS_PER_S: u64 = 1_000_000_000;

@@ -78,6 +78,28 @@ pub struct ServerReport {
     pub busy_ns: u64,
 }
 
+/// The requests a crash ([`ServerSlotCore::crash`]) dropped, by id
+/// (ascending), by where they were.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// In the running batch (prefilling or decoding).
+    pub running: Vec<u64>,
+    /// Admitted, waiting for KV room or a place in the batch.
+    pub queued: Vec<u64>,
+    /// Handed over but not yet submitted (their batch not ready).
+    pub pending: Vec<u64>,
+}
+
+impl Dropped {
+    pub fn len(&self) -> usize {
+        self.running.len() + self.queued.len() + self.pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 struct PendingBatch {
     ready_ns: u64,
     reqs: Vec<Assigned>,
@@ -355,6 +377,37 @@ impl<B: Backend> ServerSlotCore<B> {
         r
     }
 
+    /// The server crashes at `now_ns` (`actor.kill`): the running batch,
+    /// the queue and the batches not yet submitted are dropped, their KV
+    /// released in the ledger (and the backend's per-request state), and the
+    /// iteration in progress is lost; the core is empty afterwards and
+    /// serves whatever it is assigned next, from `now_ns` on.
+    pub fn crash(&mut self, now_ns: u64) -> Dropped {
+        let mut d = Dropped::default();
+        let mut ids: Vec<u64> = self.meta.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let running_before = self.engine.running_len();
+            if self.engine.abort(id) {
+                if self.engine.running_len() < running_before {
+                    d.running.push(id);
+                } else {
+                    d.queued.push(id);
+                }
+            }
+        }
+        self.meta.clear();
+        d.pending = self
+            .pending
+            .drain(..)
+            .flat_map(|b| b.reqs)
+            .map(|r| r.id)
+            .collect();
+        d.pending.sort_unstable();
+        self.busy_until = now_ns;
+        d
+    }
+
     /// No iteration starts before `now_ns`: for a backend that computes in
     /// real time (the live real backend), whose work cannot start in the
     /// past when the server fell behind (a model still loading, a long
@@ -478,6 +531,38 @@ mod tests {
         assert!(r.high_kv);
         // 941e3·0.94 + (942..=950)e3·0.01 = 884 540 + 85 140 = 969 680 B·s over 2 MB·s
         assert!((r.eta - 969_680.0 / 2e6).abs() < 1e-9, "{}", r.eta);
+    }
+
+    #[test]
+    fn a_crash_drops_everything_and_frees_the_kv() {
+        let mut s = tiny(BatchMode::Continuous);
+        // 1 and 2 (600 tokens each) cannot run together: 2 waits for KV.
+        s.assign(vec![a(1, 0, 500, 100), a(2, 0, 500, 100)]);
+        // 3 arrives later, in its own batch.
+        s.assign(vec![a(3, 5_000_000_000, 10, 10)]);
+        let mut done = Vec::new();
+        s.advance(600_000_000, &mut done).unwrap();
+        assert!(done.is_empty());
+        assert!(s.engine.ledger().reserved_bytes() > 0);
+        let d = s.crash(600_000_000);
+        assert_eq!(
+            d,
+            Dropped {
+                running: vec![1],
+                queued: vec![2],
+                pending: vec![3]
+            }
+        );
+        assert_eq!(d.len(), 3);
+        assert_eq!(s.engine.ledger().reserved_bytes(), 0);
+        assert_eq!(s.engine.ledger().occupancy_bytes(), 0);
+        assert!(s.is_idle() && s.backlog() == 0);
+        // It serves again, from the crash on; ids of dropped requests are free.
+        assert!(s.assign(vec![a(1, 700_000_000, 10, 2)]).is_empty());
+        s.advance(u64::MAX, &mut done).unwrap();
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].wait_ns, 0);
+        assert!(s.crash(2_000_000_000).is_empty());
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub struct ServerLive {
     /// Requests answered, by outcome.
     pub served: u64,
     pub rejected: u64,
+    /// Requests failed by a fault (`actor.kill` of the server).
+    pub failed: u64,
+    /// Killed (`actor.kill`) and not restarted yet.
+    pub down: bool,
 }
 
 /// A scheduler after its latest decision.
@@ -71,6 +75,8 @@ pub struct SchedulerServer {
     pub assigned: u64,
     /// Its Lyapunov virtual queue Z_s.
     pub z: f64,
+    /// Marked unavailable (no report for the timeout): assigned nothing.
+    pub unavailable: bool,
 }
 
 impl LyreoLive {

@@ -40,6 +40,9 @@ pub enum Outcome {
     Served,
     /// Could never fit in the server's KV (counted, never dropped silently).
     Rejected,
+    /// Lost to a fault: the server was killed while holding it, or was
+    /// down when it was assigned (the answer's `reason` says which).
+    Failed,
 }
 
 /// The server's answer: the request's latency parts, ns.
@@ -53,8 +56,12 @@ pub struct Answer {
     pub wait_ns: u64,
     pub prefill_ns: u64,
     pub decode_ns: u64,
-    /// Run time at which the last token was produced.
+    /// Run time at which the last token was produced (failed: when it
+    /// was lost).
     pub finished_ns: u64,
+    /// Why a request failed (`"server killed"`, `"server down"`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ pub struct CsvTable {
 
 impl CsvTable {
     pub const REQUESTS: &'static str = "requests.csv";
-    pub const REQUESTS_HEADER: &'static str = "slot,id,user,server,policy,policy_version,input_len,output_len,outcome,sched_s,upload_s,wait_s,prefill_s,decode_s,e2e_s";
+    pub const REQUESTS_HEADER: &'static str = "slot,id,user,server,policy,policy_version,input_len,output_len,outcome,sched_s,upload_s,wait_s,prefill_s,decode_s,e2e_s,reason";
     pub const SERVER_SLOTS: &'static str = "server_slots.csv";
     pub const SERVER_SLOTS_HEADER: &'static str = "slot,server,gpu,backend,assigned,lost_uploads,eta,peak_bytes,high_kv,occupancy_bytes,backlog,iterations,busy_s";
     pub const DECISIONS: &'static str = "decisions.csv";

@@ -1,17 +1,34 @@
 //! The request scheduler: serving's `SchedulerCore` (Lyapunov queues and
 //! the policy) on a slot timer, fed by users' requests and servers' reports.
+//!
+//! **Server availability.** A server that has not reported for
+//! `report_timeout_ns` (two slots by default,
+//! [`edgemu_serving::availability`]) is marked unavailable — logged as
+//! `server.unavailable` in `events.jsonl` — and assigned nothing while
+//! another server is up (`SchedulerCore::assign_available`: the policy sees
+//! it full, and what it still sends there is moved); its first report after
+//! that makes it available again at the next decision (`server.available`).
+//!
+//! **Faults** ([`ActorFault`]): a killed scheduler stops deciding. The
+//! requests it held and those that reach it while dead get no answer (a
+//! dead process answers nothing); their users record them as failed with
+//! reason `"no assignment"` after their timeout. Server reports to a dead
+//! scheduler are dropped. A restart (by command, or at the kill's
+//! `until_ns`) brings it back with fresh Lyapunov queues, no reports and
+//! every server available; the policy slot (and any swap) is kept.
 
 use super::messages::{Expected, LyreoMsg, SlotReport};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
-use crate::messages::{Deliver, Route};
+use crate::events::ActorLog;
+use crate::messages::{ActorFault, Deliver, FaultReply, Liveness, Route};
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::Envelope;
 use edgemu_policies::lyreo::{PolicySpec, RequestObs, ServerObs, SlotObservation};
 use edgemu_policies::slot::{LoadedPolicy, LyreoPolicies, PolicySlot};
 use edgemu_serving::radio::{channel_gain, shannon_rate_bps, upload_ns};
-use edgemu_serving::SchedulerCore;
+use edgemu_serving::{Availability, SchedulerCore};
 use std::sync::Arc;
 
 /// One server as the scheduler knows it (static, from the config).
@@ -32,6 +49,11 @@ pub struct SchedulerSetup {
     pub names: Vec<String>,
     /// Where the scheduler shows its decisions while the run goes on.
     pub live: super::live::LyreoLive,
+    /// A server silent this long is marked unavailable (default: two
+    /// slots, [`edgemu_serving::availability::DEFAULT_TIMEOUT_SLOTS`]).
+    pub report_timeout_ns: u64,
+    /// Where its faults and availability changes land (`events.jsonl`).
+    pub log: ActorLog,
 }
 
 struct Held {
@@ -72,6 +94,10 @@ pub struct SchedulerActor {
     reports: Vec<Option<SlotReport>>,
     slot: u64,
     pub ignored: u64,
+    availability: Availability,
+    liveness: Liveness,
+    /// Requests and reports that reached it while it was dead.
+    pub dropped_while_dead: u64,
 }
 
 impl SchedulerActor {
@@ -85,7 +111,11 @@ impl SchedulerActor {
         table: CsvTable,
     ) -> Self {
         let n = s.servers.len();
+        let availability = Availability::new(n, s.report_timeout_ns, clock.now_ns());
         SchedulerActor {
+            availability,
+            liveness: Liveness::default(),
+            dropped_while_dead: 0,
             s,
             core,
             policy,
@@ -118,15 +148,23 @@ impl SchedulerActor {
     /// Closes slot `t−1` in the queues, then assigns what is held.
     fn decide(&mut self, ctx: &mut Context<Self>) {
         let t = self.slot;
+        if !self.liveness.is_alive() {
+            self.slot += 1;
+            let next = self.decide_at(self.slot);
+            ctx.run_later(self.clock.until(next), |act, ctx| act.decide(ctx));
+            return;
+        }
+        self.update_availability();
         if t > 0 {
             // A server whose report is missing (partitioned, slow) counts
-            // with its last known workload.
+            // with its last known workload; an unavailable one not at all.
             let etas: Vec<f64> = self
                 .reports
                 .iter()
                 .map(|r| r.as_ref().map_or(0.0, |r| r.eta))
                 .collect();
-            self.core.end_slot(&etas);
+            self.core
+                .end_slot_available(&etas, self.availability.mask());
         }
         for (info, r) in self.s.servers.iter_mut().zip(&self.reports) {
             if let Some(r) = r {
@@ -185,7 +223,10 @@ impl SchedulerActor {
             self.core.set_policy(now.spec.build(self.policy.seed));
             self.policy.seen = now;
         }
-        let assignment = self.core.assign(&obs).to_vec();
+        let (assignment, _moved) = self
+            .core
+            .assign_available(&obs, self.availability.mask());
+        let assignment = assignment.to_vec();
         let policy = self.policy.seen.name.clone();
         let version = self.policy.seen.version.clone();
         let mut count = vec![0usize; self.s.servers.len()];
@@ -244,6 +285,102 @@ impl SchedulerActor {
 }
 
 impl SchedulerActor {
+    /// Marks servers silent for the timeout unavailable (and those that
+    /// reported again available), logging each change.
+    fn update_availability(&mut self) {
+        let now = self.clock.now_ns();
+        let changes = self.availability.update(now);
+        if changes.is_empty() {
+            return;
+        }
+        let me = name(&self.s.names, self.s.id).to_string();
+        for c in changes {
+            let Some(info) = self.s.servers.get(c.server) else {
+                continue;
+            };
+            let server = name(&self.s.names, info.actor).to_string();
+            let kind = if c.available {
+                "server.available"
+            } else {
+                "server.unavailable"
+            };
+            self.s.log.record(
+                now,
+                &me,
+                kind,
+                serde_json::json!({
+                    "scheduler": me,
+                    "server": server,
+                    "last_report_ns": c.last_report_ns,
+                    "timeout_ns": self.s.report_timeout_ns,
+                }),
+            );
+            self.s.live.scheduler(&me, |l| {
+                l.servers.entry(server).or_default().unavailable = !c.available;
+            });
+        }
+    }
+
+    fn kill(&mut self, until_ns: Option<u64>, ctx: &mut Context<Self>) -> FaultReply {
+        let now = self.clock.now_ns();
+        let Some(epoch) = self.liveness.kill() else {
+            return FaultReply::unchanged(now, "already dead");
+        };
+        let n = self.held.len() as u64;
+        self.held.clear();
+        if let Some(until) = until_ns {
+            ctx.run_later(self.clock.until(until), move |act, _| {
+                if act.liveness.auto_restart(epoch) {
+                    let at = act.restarted();
+                    act.s.log.record(
+                        at,
+                        "actor.kill for",
+                        "actor.restart",
+                        serde_json::json!({
+                            "actor": name(&act.s.names, act.s.id),
+                            "detail": "restarted by itself (kill `for`), fresh queues",
+                        }),
+                    );
+                }
+            });
+        }
+        FaultReply::killed(
+            now,
+            n,
+            format!(
+                "killed; {n} held requests dropped (their users record them failed, \"no assignment\", {} slots after issuing them)",
+                super::user::ASSIGN_TIMEOUT_SLOTS
+            ),
+            until_ns,
+        )
+    }
+
+    /// Back from a kill: fresh Lyapunov queues, no reports, every server
+    /// available and seen now, server states as at the start.
+    fn restarted(&mut self) -> u64 {
+        let now = self.clock.now_ns();
+        self.core.reset_queues();
+        self.reports.iter_mut().for_each(|r| *r = None);
+        self.availability.reset(now);
+        for info in &mut self.s.servers {
+            let o = &mut info.obs;
+            o.occupancy_bytes = 0;
+            o.reserved_bytes = 0;
+            o.waiting_kv_bytes = 0;
+            o.backlog = 0;
+            o.eta = 0.0;
+            o.peak_bytes = 0;
+            o.high_kv = false;
+        }
+        let me = name(&self.s.names, self.s.id).to_string();
+        self.s.live.scheduler(&me, |l| {
+            for v in l.servers.values_mut() {
+                v.unavailable = false;
+            }
+        });
+        now
+    }
+
     /// Publishes the slot's policy, version and Z_s (see [`super::live`]).
     fn show(&self, t: u64) {
         let z = self.core.queues().z();
@@ -283,6 +420,10 @@ impl Handler<Deliver> for SchedulerActor {
     type Result = ();
     fn handle(&mut self, msg: Deliver, _: &mut Context<Self>) {
         let src = msg.envelope.src;
+        if !self.liveness.is_alive() {
+            self.dropped_while_dead += 1;
+            return;
+        }
         match LyreoMsg::from_msg(&msg.envelope.payload) {
             Some(LyreoMsg::Request {
                 id,
@@ -317,11 +458,33 @@ impl Handler<Deliver> for SchedulerActor {
                             .as_ref()
                             .is_none_or(|old| old.slot <= r.slot) =>
                 {
-                    self.reports[i] = Some(r)
+                    self.reports[i] = Some(r);
+                    self.availability.report(i, msg.recv_ns);
                 }
                 _ => self.ignored += 1,
             },
             _ => self.ignored += 1,
         }
+    }
+}
+
+impl Handler<ActorFault> for SchedulerActor {
+    type Result = Result<FaultReply, String>;
+    fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
+        Ok(match msg {
+            ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
+            ActorFault::Restart { .. } => {
+                if self.liveness.restart() {
+                    FaultReply {
+                        at_ns: self.restarted(),
+                        changed: true,
+                        dropped: 0,
+                        detail: "restarted: fresh Lyapunov queues, every server available".into(),
+                    }
+                } else {
+                    FaultReply::unchanged(self.clock.now_ns(), "not dead; nothing to restart")
+                }
+            }
+        })
     }
 }

@@ -3,11 +3,24 @@
 //! clock. With the modeled backend an iteration's duration comes from the
 //! GPU class; with the real backend the iteration runs inline and its
 //! measured duration is what the core advances by.
+//!
+//! **Faults** (`actor.kill` / `actor.restart`, [`ActorFault`]). A killed
+//! server crashes its core ([`ServerSlotCore::crash`]: the running batch,
+//! the queue and the batches still waiting for uploads are dropped, their
+//! KV released in the ledger) and answers every request it held as
+//! `Failed` with reason `"server killed"` — including answers that were
+//! due after the kill — so its users record each one in `requests.csv`.
+//! While dead it stops reporting (the scheduler marks it unavailable after
+//! its timeout), drops uploads, and answers requests it is still assigned
+//! as `Failed` with reason `"server down"` (what a client sees as a refused
+//! connection). A restart (by command, or by itself at the kill's
+//! `until_ns`) brings it back empty; it reports again at the next slot end.
 
 use super::messages::{Answer, Expected, LyreoMsg, Outcome, SlotReport};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
-use crate::messages::{Deliver, Route};
+use crate::events::ActorLog;
+use crate::messages::{ActorFault, Deliver, FaultReply, Liveness, Route};
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::{Envelope, Msg};
@@ -30,6 +43,8 @@ pub struct ServerSetup {
     pub wall_clock_compute: bool,
     /// Where the server shows its state while the run goes on.
     pub live: super::live::LyreoLive,
+    /// Where its faults land (`events.jsonl`).
+    pub log: ActorLog,
 }
 
 /// A slot's batch while its uploads arrive.
@@ -67,6 +82,9 @@ pub struct ServerActor<B: Backend + 'static> {
     armed: Option<u64>,
     pub ignored: u64,
     failed: bool,
+    liveness: Liveness,
+    /// Uploads and assignments that reached it while it was dead.
+    pub dropped_while_dead: u64,
 }
 
 impl<B: Backend + 'static> ServerActor<B> {
@@ -104,6 +122,8 @@ impl<B: Backend + 'static> ServerActor<B> {
             lost_in_slot: 0,
             armed: None,
             ignored: 0,
+            liveness: Liveness::default(),
+            dropped_while_dead: 0,
         }
     }
 
@@ -132,7 +152,103 @@ impl<B: Backend + 'static> ServerActor<B> {
         }));
     }
 
+    fn fail(&self, user: ActorId, id: u64, reason: &str) {
+        let a = Answer {
+            id,
+            outcome: Outcome::Failed,
+            upload_ns: 0,
+            wait_ns: 0,
+            prefill_ns: 0,
+            decode_ns: 0,
+            finished_ns: self.clock.now_ns(),
+            reason: reason.into(),
+        };
+        self.send(user, &LyreoMsg::Answer(a));
+    }
+
+    /// `actor.kill`: crash, fail every request held, stop until restarted.
+    fn kill(&mut self, until_ns: Option<u64>, ctx: &mut Context<Self>) -> FaultReply {
+        let now = self.clock.now_ns();
+        if !self.liveness.is_alive() {
+            return FaultReply::unchanged(now, "already dead");
+        }
+        // Run the core up to the kill: what finished before it is served.
+        self.pump(ctx);
+        let epoch = self.liveness.kill().unwrap_or_default();
+        let dropped = self
+            .core
+            .as_mut()
+            .map(|c| c.crash(now))
+            .unwrap_or_default();
+        let forming: usize = self.batches.values().map(|b| b.expected.len()).sum();
+        let mut users: Vec<(u64, ActorId)> = self.users.drain().collect();
+        users.sort_unstable();
+        for &(id, user) in &users {
+            self.fail(user, id, "server killed");
+        }
+        let finishing = users
+            .len()
+            .saturating_sub(dropped.len() + forming);
+        self.batches.clear();
+        self.early.clear();
+        self.slot_of.clear();
+        self.upload_start.clear();
+        self.armed = None;
+        let n = users.len() as u64;
+        self.s.live.server(&self.s.name, |l| {
+            l.down = true;
+            l.failed += n;
+            l.running = 0;
+            l.queued = 0;
+            l.backlog = 0;
+            l.occupancy_bytes = 0;
+        });
+        if let Some(until) = until_ns {
+            ctx.run_later(self.clock.until(until), move |act, ctx| {
+                if act.liveness.auto_restart(epoch) {
+                    let at = act.restarted(ctx);
+                    act.s.log.record(
+                        at,
+                        "actor.kill for",
+                        "actor.restart",
+                        serde_json::json!({ "actor": act.s.name, "detail": "restarted by itself (kill `for`), empty" }),
+                    );
+                }
+            });
+        }
+        FaultReply::killed(
+            now,
+            n,
+            format!(
+                "killed; {n} requests failed (\"server killed\"): {} running, {} queued, {} in a batch not yet due, {forming} in a batch still collecting its uploads, {finishing} finishing",
+                dropped.running.len(),
+                dropped.queued.len(),
+                dropped.pending.len(),
+            ),
+            until_ns,
+        )
+    }
+
+    /// Back from a kill, empty; returns the run time.
+    fn restarted(&mut self, ctx: &mut Context<Self>) -> u64 {
+        let now = self.clock.now_ns();
+        // A core that had failed comes back usable (it was emptied by the crash).
+        self.failed = self.core.is_none();
+        self.s.live.server(&self.s.name, |l| l.down = false);
+        self.pump(ctx);
+        now
+    }
+
     fn expect(&mut self, slot: u64, requests: Vec<Expected>, ctx: &mut Context<Self>) {
+        if !self.liveness.is_alive() {
+            self.dropped_while_dead += 1;
+            let n = requests.len() as u64;
+            for r in requests {
+                self.fail(r.user, r.id, "server down");
+            }
+            self.s.live.server(&self.s.name, |l| l.failed += n);
+            return;
+        }
         if self.core.is_none() {
             let now = self.clock.now_ns();
             for r in requests {
@@ -144,6 +260,7 @@ impl<B: Backend + 'static> ServerActor<B> {
                     prefill_ns: 0,
                     decode_ns: 0,
                     finished_ns: now,
+                    reason: String::new(),
                 };
                 self.send(r.user, &LyreoMsg::Answer(a));
             }
@@ -258,12 +375,16 @@ impl<B: Backend + 'static> ServerActor<B> {
             prefill_ns: r.prefill_ns,
             decode_ns: r.decode_ns,
             finished_ns: start.saturating_add(r.e2e_ns),
+            reason: String::new(),
         };
         self.send(user, &LyreoMsg::Answer(a));
     }
 
     /// Runs the core up to now and arms a wake-up for its next event.
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        if !self.liveness.is_alive() {
+            return;
+        }
         let Some(core) = self.core.as_mut().filter(|_| !self.failed) else {
             return;
         };
@@ -304,6 +425,16 @@ impl<B: Backend + 'static> ServerActor<B> {
     }
 
     fn end_slot(&mut self, ctx: &mut Context<Self>) {
+        if !self.liveness.is_alive() {
+            // Dead: no report, no row; the slot clock goes on.
+            if let Some(core) = self.core.as_mut() {
+                core.end_slot(self.slot, self.s.slot_ns);
+            }
+            self.slot += 1;
+            let next = (self.slot + 1).saturating_mul(self.s.slot_ns);
+            ctx.run_later(self.clock.until(next), |act, ctx| act.end_slot(ctx));
+            return;
+        }
         self.pump(ctx);
         let t = self.slot;
         // Uploads of slot t−1 that have not arrived a full slot after their
@@ -395,6 +526,10 @@ impl<B: Backend + 'static> Handler<Deliver> for ServerActor<B> {
     type Result = ();
     fn handle(&mut self, msg: Deliver, ctx: &mut Context<Self>) {
         let env = &msg.envelope;
+        if !self.liveness.is_alive() && matches!(env.payload, Msg::Probe(_)) {
+            self.dropped_while_dead += 1;
+            return;
+        }
         if let Msg::Probe(p) = &env.payload {
             // The user hands the packet to the link when its last bit is
             // sent (`sent_at_ns`); the start is fixed up with the
@@ -406,5 +541,27 @@ impl<B: Backend + 'static> Handler<Deliver> for ServerActor<B> {
             Some(LyreoMsg::Expect { slot, requests }) => self.expect(slot, requests, ctx),
             _ => self.ignored += 1,
         }
+    }
+}
+
+impl<B: Backend + 'static> Handler<ActorFault> for ServerActor<B> {
+    type Result = Result<FaultReply, String>;
+    fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
+        Ok(match msg {
+            ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
+            ActorFault::Restart { .. } => {
+                if self.liveness.restart() {
+                    let at = self.restarted(ctx);
+                    FaultReply {
+                        at_ns: at,
+                        changed: true,
+                        dropped: 0,
+                        detail: "restarted, empty".into(),
+                    }
+                } else {
+                    FaultReply::unchanged(self.clock.now_ns(), "not dead; nothing to restart")
+                }
+            }
+        })
     }
 }

@@ -1,10 +1,26 @@
 //! The mobile user: serving's mobility and workload models on a slot timer,
 //! the upload as a declared-size packet, and the per-request record.
+//!
+//! Every request it issues ends as exactly one row of `requests.csv`:
+//! `served`, `rejected`, `failed` (with a `reason`) or, at the end of the
+//! run, `unanswered`. A request not assigned within
+//! [`ASSIGN_TIMEOUT_SLOTS`] slots of its issue (its scheduler killed,
+//! partitioned or overloaded) is recorded as `failed` with reason `"no
+//! assignment"`, so users never wait on a dead scheduler; an assignment
+//! that comes later is ignored (counted).
+//!
+//! **Faults** ([`ActorFault`]): a killed user stops issuing requests (it
+//! keeps moving: its position is where it is when it comes back); the
+//! requests it had open are recorded at once as `failed` with reason
+//! `"user killed"` and their later assignments and answers are ignored
+//! (counted), uploads not yet sent are not sent. A restart resumes at the
+//! next slot boundary.
 
 use super::messages::{upload_packet, Answer, LyreoMsg, Outcome};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
-use crate::messages::{Deliver, Flush, Route, StopSending};
+use crate::events::ActorLog;
+use crate::messages::{ActorFault, Deliver, FaultReply, Flush, Liveness, Route, StopSending};
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
 use edgemu_codec::wire::Envelope;
@@ -34,7 +50,14 @@ pub struct UserSetup {
     pub uplinks: Vec<(ActorId, Option<LinkId>)>,
     /// Actor names by id, for the records.
     pub names: Vec<String>,
+    /// Where its faults land (`events.jsonl`).
+    pub log: ActorLog,
 }
+
+/// Slots a request may wait for its assignment before it is recorded as
+/// failed (`"no assignment"`): the scheduler decides `collect` into the
+/// slot after the request, so a live one answers well within two.
+pub const ASSIGN_TIMEOUT_SLOTS: u64 = 3;
 
 struct Pending {
     slot: u64,
@@ -67,6 +90,7 @@ pub struct UserActor {
     stopped: bool,
     /// Payloads that were not LYREO messages, or answers for unknown ids.
     pub ignored: u64,
+    liveness: Liveness,
 }
 
 impl UserActor {
@@ -88,6 +112,7 @@ impl UserActor {
             pending: BTreeMap::new(),
             stopped: false,
             ignored: 0,
+            liveness: Liveness::default(),
         }
     }
 
@@ -127,6 +152,12 @@ impl UserActor {
             self.motion
                 .advance(&self.s.mobility, &self.s.area, dt_s, &mut self.move_rng);
         }
+        if !self.liveness.is_alive() {
+            self.slot += 1;
+            let next = self.slot_start(self.slot);
+            ctx.run_later(self.clock.until(next), |act, ctx| act.tick(ctx));
+            return;
+        }
         let (lin, lout) = self.s.workload.sample(&mut self.work_rng);
         let (lin, lout) = (lin.min(self.s.max_input), lout.min(self.s.max_output));
         // Unique in the run: the user's id in the high bits, the slot below.
@@ -152,9 +183,66 @@ impl UserActor {
                 assigned: None,
             },
         );
+        let deadline = t0.saturating_add(ASSIGN_TIMEOUT_SLOTS.saturating_mul(self.s.slot_ns));
+        ctx.run_later(self.clock.until(deadline), move |act, _| {
+            if act.pending.get(&id).is_some_and(|p| p.assigned.is_none()) {
+                act.fail_open(id, "no assignment");
+            }
+        });
         self.slot += 1;
         let next = self.slot_start(self.slot);
         ctx.run_later(self.clock.until(next), |act, ctx| act.tick(ctx));
+    }
+
+    /// Records open request `id` as failed now, with `reason`.
+    fn fail_open(&mut self, id: u64, reason: &str) {
+        let Some(p) = self.pending.remove(&id) else {
+            return;
+        };
+        let (server, policy, version, sched) = match &p.assigned {
+            Some(x) => (
+                self.name(x.server).to_string(),
+                x.policy.clone(),
+                x.version.clone(),
+                secs(x.received_ns.saturating_sub(p.issued_ns)),
+            ),
+            None => (String::new(), String::new(), String::new(), String::new()),
+        };
+        self.table.row(&format!(
+            "{},{id},{},{server},{policy},{version},{},{},failed,{sched},,,,,,{reason}",
+            p.slot, self.s.name, p.input_len, p.output_len
+        ));
+    }
+
+    fn kill(&mut self, until_ns: Option<u64>, ctx: &mut Context<Self>) -> FaultReply {
+        let now = self.clock.now_ns();
+        let Some(epoch) = self.liveness.kill() else {
+            return FaultReply::unchanged(now, "already dead");
+        };
+        let open: Vec<u64> = self.pending.keys().copied().collect();
+        for &id in &open {
+            self.fail_open(id, "user killed");
+        }
+        if let Some(until) = until_ns {
+            ctx.run_later(self.clock.until(until), move |act, _| {
+                if act.liveness.auto_restart(epoch) {
+                    let at = act.clock.now_ns();
+                    act.s.log.record(
+                        at,
+                        "actor.kill for",
+                        "actor.restart",
+                        serde_json::json!({ "actor": act.s.name, "detail": "restarted by itself (kill `for`)" }),
+                    );
+                }
+            });
+        }
+        let n = open.len() as u64;
+        FaultReply::killed(
+            now,
+            n,
+            format!("killed; {n} open requests failed (\"user killed\")"),
+            until_ns,
+        )
     }
 
     fn assigned(&mut self, id: u64, a: Assignment, upload_ns: u64, ctx: &mut Context<Self>) {
@@ -178,7 +266,10 @@ impl UserActor {
         // in the upload time, as a late radio would.
         let at = now.saturating_add(upload_ns);
         ctx.run_later(self.clock.until(at), move |act, _| {
-            act.send_stamped(server, via, packet, at);
+            // Not if the user was killed meanwhile (the request failed then).
+            if act.pending.contains_key(&id) {
+                act.send_stamped(server, via, packet, at);
+            }
         });
     }
 
@@ -199,10 +290,11 @@ impl UserActor {
         let outcome = match a.outcome {
             Outcome::Served => "served",
             Outcome::Rejected => "rejected",
+            Outcome::Failed => "failed",
         };
         let e2e = a.finished_ns.saturating_sub(p.issued_ns);
         let line = format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             p.slot,
             a.id,
             self.s.name,
@@ -222,6 +314,7 @@ impl UserActor {
             } else {
                 String::new()
             },
+            csv_field(&a.reason),
         );
         self.table.row(&line);
     }
@@ -248,11 +341,20 @@ impl UserActor {
                 None => (String::new(), String::new(), String::new()),
             };
             self.table.row(&format!(
-                "{},{id},{},{server},{policy},{version},{},{},unanswered,,,,,,",
+                "{},{id},{},{server},{policy},{version},{},{},unanswered,,,,,,,",
                 p.slot, self.s.name, p.input_len, p.output_len
             ));
         }
     }
+}
+
+/// A reason as one CSV field (reasons are ours, but an answer comes from
+/// the mesh: no comma, quote or line break gets through).
+fn csv_field(s: &str) -> String {
+    s.chars()
+        .take(80)
+        .map(|c| if matches!(c, ',' | '"' | '\n' | '\r') { ' ' } else { c })
+        .collect()
 }
 
 impl Actor for UserActor {
@@ -286,6 +388,28 @@ impl Handler<Deliver> for UserActor {
             Some(LyreoMsg::Answer(a)) => self.record(&a),
             _ => self.ignored += 1,
         }
+    }
+}
+
+impl Handler<ActorFault> for UserActor {
+    type Result = Result<FaultReply, String>;
+    fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
+        Ok(match msg {
+            ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
+            ActorFault::Restart { .. } => {
+                let changed = self.liveness.restart();
+                FaultReply {
+                    at_ns: self.clock.now_ns(),
+                    changed,
+                    dropped: 0,
+                    detail: if changed {
+                        "restarted; requests resume at the next slot".into()
+                    } else {
+                        "not dead; nothing to restart".into()
+                    },
+                }
+            }
+        })
     }
 }
 

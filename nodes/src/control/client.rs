@@ -144,10 +144,60 @@ impl PolicyCmd {
     }
 }
 
+/// `edgemu ctl actor …`: faults of one actor (see docs/control.md).
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum ActorCmd {
+    /// Kill ACTOR: it drops what it holds (a server its batch and queue,
+    /// each request recorded as failed) and stops until restarted.
+    Kill {
+        actor: String,
+        /// Restart by itself after this long, e.g. 5s.
+        #[arg(long = "for")]
+        for_: Option<String>,
+    },
+    /// Restart a killed ACTOR, empty.
+    Restart { actor: String },
+}
+
+impl ActorCmd {
+    /// The request this subcommand sends.
+    pub fn request(&self) -> serde_json::Value {
+        match self {
+            ActorCmd::Kill { actor, for_ } => {
+                let mut v = serde_json::json!({ "cmd": "actor.kill", "actor": actor });
+                if let Some(d) = for_ {
+                    v["for"] = d.clone().into();
+                }
+                v
+            }
+            ActorCmd::Restart { actor } => {
+                serde_json::json!({ "cmd": "actor.restart", "actor": actor })
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use edgemu_config::command::Command;
+
+    #[test]
+    fn actor_subcommands_build_typed_requests() {
+        let kill = ActorCmd::Kill {
+            actor: "s1".into(),
+            for_: Some("5s".into()),
+        };
+        let Command::ActorKill(t) = Command::from_request(&kill.request()).unwrap() else {
+            panic!()
+        };
+        assert_eq!((t.actor.as_str(), t.for_.as_deref()), ("s1", Some("5s")));
+        let restart = ActorCmd::Restart { actor: "s1".into() };
+        assert!(matches!(
+            Command::from_request(&restart.request()).unwrap(),
+            Command::ActorRestart(_)
+        ));
+    }
 
     #[test]
     fn policy_subcommands_build_typed_requests() {

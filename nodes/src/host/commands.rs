@@ -7,7 +7,8 @@ use super::spawn::HostActors;
 use edgemu_actors::messages::LinkStats;
 use edgemu_actors::messages::{LinkControl, PeerControl};
 use edgemu_actors::router::RouterCounters;
-use edgemu_codec::ids::{Direction, HostId, LinkId};
+use edgemu_actors::messages::ActorFault;
+use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_config::command::{LinkStatus, RouterStatus};
 use edgemu_config::{Cluster, NetAction};
 
@@ -18,6 +19,8 @@ pub enum Target {
     Link { link: LinkId, dir: Direction },
     /// This host's side of a partition with `peer`.
     Peer { peer: HostId },
+    /// An actor (`actor.kill` / `actor.restart`), on its host.
+    Actor { actor: ActorId },
 }
 
 /// The effect of a command on one target.
@@ -26,6 +29,8 @@ pub struct Applied {
     pub host: String,
     pub target: String,
     pub at_ns: u64,
+    /// What it did, when the target says (an actor's fault reply).
+    pub detail: Option<String>,
     pub error: Option<String>,
 }
 
@@ -36,12 +41,16 @@ impl Applied {
             host: self.host.clone(),
             target: self.target.clone(),
             effective_ns: self.at_ns,
+            detail: self.detail.clone(),
             error: self.error.clone(),
         }
     }
 
     pub fn detail(&self) -> serde_json::Value {
         let mut v = serde_json::json!({ "host": self.host, "target": self.target, "effective_ns": self.at_ns });
+        if let Some(d) = &self.detail {
+            v["detail"] = d.clone().into();
+        }
         if let Some(e) = &self.error {
             v["error"] = e.clone().into();
         }
@@ -98,6 +107,11 @@ pub fn all_targets(cluster: &Cluster, action: &NetAction) -> Vec<(HostId, Target
         NetAction::HostPartition { a, b } | NetAction::HostHeal { a, b } => {
             out.push((*a, Target::Peer { peer: *b }));
             out.push((*b, Target::Peer { peer: *a }));
+        }
+        NetAction::ActorKill { actor } | NetAction::ActorRestart { actor } => {
+            if let Some(a) = cluster.get_actor(*actor) {
+                out.push((a.host, Target::Actor { actor: *actor }));
+            }
         }
     }
     out
@@ -220,10 +234,20 @@ fn target_name(cluster: &Cluster, t: &Target) -> String {
                 .unwrap_or("?");
             format!("peer {name}")
         }
+        Target::Actor { actor } => {
+            let name = cluster
+                .get_actor(*actor)
+                .map(|a| a.name.as_str())
+                .unwrap_or("?");
+            format!("actor {name}")
+        }
     }
 }
 
 /// Applies `action` to the local `targets`; returns what took effect when.
+/// `now_ns`: the run time the command is applied at (an actor killed `for`
+/// D restarts at `now_ns + D`); `source`: who asked, for the actor's log.
+#[allow(clippy::too_many_arguments)]
 pub async fn apply(
     actors: HostActors,
     cluster: std::sync::Arc<Cluster>,
@@ -231,10 +255,13 @@ pub async fn apply(
     targets: Vec<Target>,
     action: NetAction,
     for_ns: Option<u64>,
+    now_ns: u64,
+    source: String,
 ) -> Vec<Applied> {
     let mut out = Vec::new();
     for t in targets {
         let name = target_name(&cluster, &t);
+        let mut detail = None;
         let result: Result<u64, String> = match (&t, &action) {
             (Target::Link { link, dir }, a) => {
                 let msg = match a {
@@ -282,18 +309,44 @@ pub async fn apply(
                 .await
                 .map_err(|e| e.to_string()),
             (Target::Peer { .. }, _) => Err("not a host command".into()),
+            (Target::Actor { actor }, a) => {
+                let msg = match a {
+                    NetAction::ActorKill { .. } => Some(ActorFault::Kill {
+                        until_ns: for_ns.map(|d| now_ns.saturating_add(d)),
+                        by: source.clone(),
+                    }),
+                    NetAction::ActorRestart { .. } => Some(ActorFault::Restart {
+                        by: source.clone(),
+                    }),
+                    _ => None,
+                };
+                match (msg, actors.faults.get(*actor)) {
+                    (Some(m), Some(r)) => match r.send(m).await {
+                        Ok(Ok(reply)) => {
+                            detail = Some(reply.detail);
+                            Ok(reply.at_ns)
+                        }
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => Err(format!("the actor did not answer: {e}")),
+                    },
+                    (None, _) => Err("not an actor command".into()),
+                    (_, None) => Err("this actor cannot be killed or restarted (no fault handler on its host)".into()),
+                }
+            }
         };
         out.push(match result {
             Ok(at_ns) => Applied {
                 host: host_name.clone(),
                 target: name,
                 at_ns,
+                detail,
                 error: None,
             },
             Err(e) => Applied {
                 host: host_name.clone(),
                 target: name,
                 at_ns: 0,
+                detail,
                 error: Some(e),
             },
         });

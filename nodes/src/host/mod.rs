@@ -13,6 +13,7 @@
 
 pub mod chaos_timeline;
 pub mod commands;
+pub mod faults;
 pub mod keys;
 pub mod policies;
 pub mod route;

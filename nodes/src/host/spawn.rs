@@ -23,6 +23,8 @@ pub struct HostActors {
     pub flushers: Vec<Recipient<Flush>>,
     /// Policy slots of this host's actors (see [`super::policies`]).
     pub policies: super::policies::PolicyRegistry,
+    /// Actors that `actor.kill` / `actor.restart` reach (see [`super::faults`]).
+    pub faults: super::faults::FaultRegistry,
     /// The live state of this host's LYREO actors (dashboard, metrics).
     pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
 }
@@ -58,9 +60,13 @@ pub fn spawn_host_actors(
     // Actors with a swappable policy register their slot here.
     let policies = super::policies::PolicyRegistry::default();
     let lyreo = edgemu_actors::lyreo::live::LyreoLive::default();
+    // Actors that can be killed register their fault recipient here.
+    let faults = super::faults::FaultRegistry::default();
     let shared = super::spawn_lyreo::HostShared {
         policies: policies.clone(),
         live: lyreo.clone(),
+        faults: faults.clone(),
+        events: events.clone(),
     };
 
     let mut links = BTreeMap::new();
@@ -226,6 +232,7 @@ pub fn spawn_host_actors(
         router,
         inbound,
         policies,
+        faults,
         lyreo,
         links,
         senders,

@@ -17,7 +17,7 @@ use edgemu_actors::lyreo::scheduler::{
 use edgemu_actors::lyreo::server::{ServerActor, ServerSetup};
 use edgemu_actors::lyreo::user::{UserActor, UserSetup};
 use edgemu_actors::lyreo::{link_between, scheduler_of, server_position};
-use edgemu_actors::messages::{Deliver, Flush, Route, StopSending};
+use edgemu_actors::messages::{ActorFault, Deliver, Flush, Route, StopSending};
 use edgemu_codec::ids::ActorId;
 use edgemu_config::{
     ActorKind, ActorSpec, Cluster, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
@@ -122,6 +122,11 @@ fn class_profile(a: &ActorSpec, s: &ServerSpec) -> Result<Profile> {
 pub struct HostShared {
     pub policies: super::policies::PolicyRegistry,
     pub live: LyreoLive,
+    /// Where each actor registers its `ActorFault` recipient.
+    pub faults: super::faults::FaultRegistry,
+    /// The host's event log (fault effects: requests dropped, servers
+    /// marked down or up).
+    pub events: edgemu_actors::events::EventLog,
 }
 
 /// Spawns one LYREO actor; `None` for other kinds.
@@ -135,6 +140,10 @@ pub fn spawn(
     host: &HostShared,
 ) -> Result<Option<Spawned>> {
     let (policies, live) = (&host.policies, &host.live);
+    let log = edgemu_actors::events::ActorLog::new(
+        cluster.host(a.host).name.clone(),
+        host.events.clone(),
+    );
     let names: Vec<String> = cluster.actors.iter().map(|a| a.name.clone()).collect();
     let seed = derive_seed(cluster.run.seed, (1 << 40) | u64::from(a.id.0));
     Ok(Some(match &a.kind {
@@ -145,8 +154,9 @@ pub fn spawn(
                 CsvTable::REQUESTS,
                 CsvTable::REQUESTS_HEADER,
             )?;
-            let setup = user_setup(cluster, a, u, seed, names)?;
+            let setup = user_setup(cluster, a, u, seed, names, log)?;
             let addr = UserActor::new(setup, clock, route.clone(), table).start();
+            host.faults.register(a.id, addr.clone().recipient());
             Spawned {
                 deliver: addr.clone().recipient(),
                 stop: Some(addr.clone().recipient()),
@@ -186,22 +196,21 @@ pub fn spawn(
                 },
                 wall_clock_compute: !virtual_time && s.backend != ServerBackend::Modeled,
                 live: live.clone(),
+                log,
             };
-            let addr = match s.backend {
+            let (addr, fault): (Recipient<Deliver>, Recipient<ActorFault>) = match s.backend {
                 ServerBackend::Modeled => {
                     let core = ServerSlotCore::new(index, profile, s.bandwidth_hz, mode);
-                    ServerActor::new(setup, core, clock, route.clone(), table)
-                        .start()
-                        .recipient()
+                    let addr = ServerActor::new(setup, core, clock, route.clone(), table).start();
+                    (addr.clone().recipient(), addr.recipient())
                 }
                 ServerBackend::Real(model) if virtual_time => {
                     // Inline: in virtual time compute must not race the clock.
                     let backend = real_backend(&a.name, model, seed)?;
                     let core =
                         ServerSlotCore::with_backend(index, backend, profile, s.bandwidth_hz, mode);
-                    ServerActor::new(setup, core, clock, route.clone(), table)
-                        .start()
-                        .recipient()
+                    let addr = ServerActor::new(setup, core, clock, route.clone(), table).start();
+                    (addr.clone().recipient(), addr.recipient())
                 }
                 ServerBackend::Real(model) => {
                     // Real time: the model's forward passes run on the
@@ -218,7 +227,7 @@ pub fn spawn(
                     }
                     let (name, route, bw) = (a.name.clone(), route.clone(), s.bandwidth_hz);
                     let arbiter = actix::Arbiter::new();
-                    ServerActor::start_in_arbiter(&arbiter.handle(), move |_| {
+                    let addr = ServerActor::start_in_arbiter(&arbiter.handle(), move |_| {
                         match real_backend(&name, model, seed) {
                             Ok(backend) => {
                                 tracing::info!(server = %name, run_time_s = clock.now_ns() as f64 / 1e9, "real backend loaded");
@@ -230,10 +239,11 @@ pub fn spawn(
                                 ServerActor::unavailable(setup, &e.to_string(), clock, route, table)
                             }
                         }
-                    })
-                    .recipient()
+                    });
+                    (addr.clone().recipient(), addr.recipient())
                 }
             };
+            host.faults.register(a.id, fault);
             Spawned {
                 deliver: addr,
                 stop: None,
@@ -288,9 +298,14 @@ pub fn spawn(
                 servers,
                 names,
                 live: live.clone(),
+                report_timeout_ns: s
+                    .slot_ns
+                    .saturating_mul(edgemu_serving::availability::DEFAULT_TIMEOUT_SLOTS),
+                log,
             };
             let addr =
                 SchedulerActor::new(setup, core, sched_policy, clock, route.clone(), table).start();
+            host.faults.register(a.id, addr.clone().recipient());
             Spawned {
                 deliver: addr.recipient(),
                 stop: None,
@@ -307,6 +322,7 @@ fn user_setup(
     u: &UserSpec,
     seed: u64,
     names: Vec<String>,
+    log: edgemu_actors::events::ActorLog,
 ) -> Result<UserSetup> {
     let sched = scheduler_spec(cluster, u.scheduler)?;
     let workload = match u.workload {
@@ -339,6 +355,7 @@ fn user_setup(
             .map(|&s| (s, link_between(cluster, a.id, s)))
             .collect(),
         names,
+        log,
     })
 }
 

@@ -465,6 +465,7 @@ impl Supervisor {
                         host,
                         target: "run".into(),
                         effective_ns: t,
+                        detail: None,
                         error: None,
                     }],
                     errors: Vec::new(),
@@ -482,6 +483,8 @@ impl Supervisor {
                     local,
                     action.clone(),
                     for_ns,
+                    self.clock.now_ns(),
+                    source.clone(),
                 );
                 let fwd = self.forwarder.clone();
                 let kind = action.command();
