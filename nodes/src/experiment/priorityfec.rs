@@ -209,37 +209,7 @@ pub fn realization_seed(seed: u64, r: u64) -> u64 {
     seed.wrapping_mul(1_000_003).wrapping_add(r)
 }
 
-/// Per-block utilities from a profile: each cell's utility spread equally over
-/// the blocks it covers (module docs).
-pub fn block_utilities(profile: &KvUtilityProfile, layout: &BlockLayout) -> Vec<f64> {
-    let n_tokens = layout.n_tokens as usize;
-    let cell = |b: u32| {
-        let (layer, start) = layout.block_position(b);
-        let g = (0..profile.settings.layer_groups)
-            .find(|&g| {
-                edgemu_gpu::kv_utility::layer_group(
-                    g,
-                    profile.settings.layer_groups,
-                    profile.model.n_layers,
-                )
-                .contains(&(layer as usize))
-            })
-            .unwrap_or(profile.settings.layer_groups - 1);
-        let bins = profile.settings.position_bins;
-        let bin = (start as usize * bins / n_tokens.max(1)).min(bins - 1);
-        (g, bin)
-    };
-    let mut count: HashMap<(usize, usize), usize> = HashMap::new();
-    for b in 0..layout.n_blocks() {
-        *count.entry(cell(b)).or_default() += 1;
-    }
-    (0..layout.n_blocks())
-        .map(|b| {
-            let (g, bin) = cell(b);
-            profile.cells[g][bin] / count[&(g, bin)] as f64
-        })
-        .collect()
-}
+pub use edgemu_actors::handoff::block_utilities;
 
 /// What arrived of one handoff by D, independent of the context.
 #[derive(Debug, Clone)]
