@@ -165,7 +165,13 @@ fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ActionError> {
     }
 }
 
-fn ranged(obj: &Obj, key: &str, range: std::ops::RangeInclusive<u64>, default: u64, errs: &mut Errs) -> u64 {
+fn ranged(
+    obj: &Obj,
+    key: &str,
+    range: std::ops::RangeInclusive<u64>,
+    default: u64,
+    errs: &mut Errs,
+) -> u64 {
     match errs.ok(opt_u64(obj, key)).flatten() {
         None => default,
         Some(n) if range.contains(&n) => n,
@@ -190,16 +196,21 @@ pub(crate) fn agent(
     links: &dyn Fn(&str, &str) -> Result<usize, ActionError>,
     errs: &mut Errs,
 ) -> (AgentSpec, AgentRefs) {
-    let server = errs.ok(
-        req_str(obj, "server", "the name of a server actor (backend = \"real\")")
-            .and_then(|s| actors("server", s)),
-    );
+    let server = errs.ok(req_str(
+        obj,
+        "server",
+        "the name of a server actor (backend = \"real\")",
+    )
+    .and_then(|s| actors("server", s)));
     let kv_cache_bytes = errs
         .ok(opt_bytes(obj, "kv_cache", false))
         .flatten()
         .flatten()
         .unwrap_or(256 << 20);
-    let policy = errs.ok(opt_str(obj, "policy")).flatten().map(str::to_string);
+    let policy = errs
+        .ok(opt_str(obj, "policy"))
+        .flatten()
+        .map(str::to_string);
     let hand_to = errs
         .ok(opt_str(obj, "hand_to").and_then(|h| h.map(|h| actors("hand_to", h)).transpose()))
         .flatten();
@@ -250,7 +261,7 @@ pub(crate) fn agent(
         _ => ContextSource::Builtin,
     };
     let context_tokens = ranged(obj, "context_tokens", 16..=4096, 256, errs) as u32;
-    if context_tokens % 16 != 0 {
+    if !context_tokens.is_multiple_of(16) {
         errs.push(ActionError::invalid(
             "context_tokens",
             format!("expected a multiple of 16 (one transport block), found {context_tokens}"),

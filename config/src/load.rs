@@ -578,7 +578,12 @@ impl<'a> Loader<'a> {
 
     /// An agent's server is a real-backend server on its host; its `via`
     /// joins it and its `hand_to`, with a fixed rate when the deadline is ρ.
-    fn agent_references(&mut self, entries: &[Entry<'_>], actors: &[ActorSpec], links: &[LinkSpec]) {
+    fn agent_references(
+        &mut self,
+        entries: &[Entry<'_>],
+        actors: &[ActorSpec],
+        links: &[LinkSpec],
+    ) {
         for (i, a) in actors.iter().enumerate() {
             let ActorKind::Agent(spec) = &a.kind else {
                 continue;
@@ -599,7 +604,10 @@ impl<'a> Loader<'a> {
             let Some(task) = &spec.handoff else {
                 continue;
             };
-            let (Some(l), Some(to)) = (links.get(task.via.0 as usize), actors.get(task.to.0 as usize)) else {
+            let (Some(l), Some(to)) = (
+                links.get(task.via.0 as usize),
+                actors.get(task.to.0 as usize),
+            ) else {
                 continue;
             };
             if !l.joins(a.id, to.id) {
@@ -608,7 +616,9 @@ impl<'a> Loader<'a> {
                     l.name, actors[l.a.0 as usize].name, actors[l.b.0 as usize].name, a.name, to.name)));
                 continue;
             }
-            let dir = l.direction_from(a.id).unwrap_or(edgemu_codec::ids::Direction::AtoB);
+            let dir = l
+                .direction_from(a.id)
+                .unwrap_or(edgemu_codec::ids::Direction::AtoB);
             let fixed = matches!(l.params(dir).rate, edgemu_links::RateSpec::Fixed { .. });
             if matches!(task.deadline, crate::agent::HandoffDeadline::Rho(_)) && !fixed {
                 self.report(node, ActionError::invalid("rho", format!(
@@ -781,8 +791,7 @@ impl<'a> Loader<'a> {
             "agent" => {
                 let resolve = |key: &str, n: &str| actors.resolve(key, n);
                 let resolve_link = |key: &str, n: &str| links.resolve(key, n);
-                let (spec, refs) =
-                    crate::agent::agent(obj, &resolve, &resolve_link, &mut errs);
+                let (spec, refs) = crate::agent::agent(obj, &resolve, &resolve_link, &mut errs);
                 if let Some(to) = refs.server {
                     kinds.push(PendingKind {
                         actor: i,

@@ -1,9 +1,9 @@
 //! The resolved topology: what the runtime builds actors and links from.
 //! All durations are nanoseconds, rates bits per second, sizes bytes.
 
+pub use crate::agent::{AgentSpec, ContextSource, HandoffDeadline, HandoffTask, RebuildMode};
 use crate::command::{Command, Resolved};
 use crate::error::ConfigError;
-pub use crate::agent::{AgentSpec, ContextSource, HandoffDeadline, HandoffTask, RebuildMode};
 pub use crate::lyreo::{
     GpuClass, MobilityKind, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
     WorkloadKind,

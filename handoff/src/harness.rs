@@ -211,7 +211,11 @@ impl HandoffScenario {
                 slots_total: self.slots_total(),
                 repair_budget: budget,
                 rtt_ns: self.forward.delay_ns + self.reverse.delay_ns + slot_ns,
-                gate: if repairs { spec.gate } else { RepairGate::Deficit },
+                gate: if repairs {
+                    spec.gate
+                } else {
+                    RepairGate::Deficit
+                },
                 record_decisions,
             },
             self.layout,

@@ -196,8 +196,7 @@ fn assert_all_accounted(text: &str, reqs: &[Req]) {
 /// s1 is killed at 2.5 s while it decodes a batch and holds a queue, and
 /// restarted at 6.5 s.
 #[test]
-fn a_server_killed_during_a_batch_accounts_for_every_request_and_the_scheduler_routes_around_it(
-) {
+fn a_server_killed_during_a_batch_accounts_for_every_request_and_the_scheduler_routes_around_it() {
     let dir = temp_dir("faults-server");
     let results = dir.join("results").display().to_string();
     let chaos = "\n[[chaos]]\nat = \"2500ms\"\ncommand = \"actor.kill\"\nactor = \"s1\"\n\n[[chaos]]\nat = \"6500ms\"\ncommand = \"actor.restart\"\nactor = \"s1\"\n";
@@ -234,7 +233,9 @@ fn a_server_killed_during_a_batch_accounts_for_every_request_and_the_scheduler_r
         );
     }
     // Served by s0 throughout.
-    assert!(reqs.iter().all(|r| r.server != "s0" || r.outcome == "served"));
+    assert!(reqs
+        .iter()
+        .all(|r| r.server != "s0" || r.outcome == "served"));
 
     // The scheduler (deciding 100 ms into each slot): s1's last report is
     // for slot 1 (at 2 s); with the two-slot timeout it is unavailable from
@@ -283,12 +284,20 @@ fn a_server_killed_during_a_batch_accounts_for_every_request_and_the_scheduler_r
         .lines()
         .skip(1)
         .filter(|l| l.split(',').nth(1) == Some("s1"))
-        .map(|l| l.split(',').next().and_then(|x| x.parse().ok()).expect("slot"))
+        .map(|l| {
+            l.split(',')
+                .next()
+                .and_then(|x| x.parse().ok())
+                .expect("slot")
+        })
         .collect();
     for s in 2..=5 {
         assert!(!s1_slots.contains(&s), "slot {s}: {slots}");
     }
-    assert!(s1_slots.contains(&1) && s1_slots.contains(&6), "{s1_slots:?}");
+    assert!(
+        s1_slots.contains(&1) && s1_slots.contains(&6),
+        "{s1_slots:?}"
+    );
 }
 
 /// The scheduler is killed for 2 s (restarting by itself), and a user is
@@ -324,11 +333,7 @@ fn kill_for_restarts_by_itself_and_a_killed_scheduler_does_not_hang_users() {
         } else {
             ("served", "")
         };
-        assert_eq!(
-            (r.outcome.as_str(), r.reason.as_str()),
-            want,
-            "{r:?}"
-        );
+        assert_eq!((r.outcome.as_str(), r.reason.as_str()), want, "{r:?}");
     }
     let d = decisions(&run_dir.join("ctl/decisions.csv"));
     assert!(d.iter().all(|(s, _)| !(2..=3).contains(s)), "{d:?}");
@@ -355,7 +360,11 @@ fn kill_for_restarts_by_itself_and_a_killed_scheduler_does_not_hang_users() {
 
     // Reproducible.
     let again = run(&text, &dir, "sched2");
-    for f in ["phones/requests.csv", "ctl/decisions.csv", "edge/server_slots.csv"] {
+    for f in [
+        "phones/requests.csv",
+        "ctl/decisions.csv",
+        "edge/server_slots.csv",
+    ] {
         let x = std::fs::read(run_dir.join(f)).expect("a");
         let y = std::fs::read(again.join(f)).expect("b");
         assert!(x == y, "{f} differs between two runs with the same seed");

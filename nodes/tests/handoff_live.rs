@@ -97,10 +97,15 @@ struct Row(HashMap<String, String>);
 
 impl Row {
     fn get(&self, k: &str) -> &str {
-        self.0.get(k).map(String::as_str).unwrap_or_else(|| panic!("no column {k}"))
+        self.0
+            .get(k)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("no column {k}"))
     }
     fn f(&self, k: &str) -> f64 {
-        self.get(k).parse().unwrap_or_else(|_| panic!("{k} = {:?}", self.get(k)))
+        self.get(k)
+            .parse()
+            .unwrap_or_else(|_| panic!("{k} = {:?}", self.get(k)))
     }
 }
 
@@ -146,7 +151,13 @@ fn run(text: &str, dir: &Path, id: &str) -> PathBuf {
 fn a_lossless_handoff_delivers_everything_and_decodes_like_full_kv() {
     let dir = temp_dir("handoff-lossless");
     let results = dir.join("results").display().to_string();
-    let text = cluster_text(&results, 1, "rho = 1.2\nscheme = \"priority-fixed-fec\"", "", "");
+    let text = cluster_text(
+        &results,
+        1,
+        "rho = 1.2\nscheme = \"priority-fixed-fec\"",
+        "",
+        "",
+    );
     let run_dir = run(&text, &dir, "lossless");
     let rows = handoffs(&run_dir);
     assert_eq!(rows.len(), 1);
@@ -160,7 +171,10 @@ fn a_lossless_handoff_delivers_everything_and_decodes_like_full_kv() {
     assert_eq!(r.get("policy"), "fixed-rate");
     assert_eq!(r.get("sender_cache_hit"), "false");
     let events = std::fs::read_to_string(run_dir.join("h1/events.jsonl")).expect("events");
-    assert!(events.contains("handoff.start") && events.contains("handoff.sent"), "{events}");
+    assert!(
+        events.contains("handoff.start") && events.contains("handoff.sent"),
+        "{events}"
+    );
 }
 
 /// The harness's value for the handoff the file describes: the same
@@ -168,12 +182,9 @@ fn a_lossless_handoff_delivers_everything_and_decodes_like_full_kv() {
 fn harness_utility(text: &str, scheme: &str, rho: f64) -> f64 {
     let c = Cluster::from_str(text, Path::new("c.toml")).expect("config");
     let device = edgemu_gpu::model::parse_device("cpu").expect("cpu");
-    let tiny = edgemu_gpu::model::load_tiny(
-        edgemu_actors::handoff::engine::TINY_SEED,
-        &device,
-        None,
-    )
-    .expect("tiny");
+    let tiny =
+        edgemu_gpu::model::load_tiny(edgemu_actors::handoff::engine::TINY_SEED, &device, None)
+            .expect("tiny");
     let cfg = tiny.model.config();
     let layout = BlockLayout::for_model(
         cfg.n_layers as u32,
@@ -236,7 +247,10 @@ fn lossy_handoffs_in_virtual_time_equal_the_harness() {
         assert_eq!(rows[0].get("outcome"), "ok");
         let live = rows[0].f("recovered_utility");
         let sim = harness_utility(&text, scheme, rho);
-        assert_eq!(live, sim, "seed {seed}, {scheme}: actors {live} vs harness {sim}");
+        assert_eq!(
+            live, sim,
+            "seed {seed}, {scheme}: actors {live} vs harness {sim}"
+        );
         if live < 1.0 {
             checked += 1;
         }
@@ -267,7 +281,10 @@ fn a_killed_link_or_agent_mid_handoff_is_recorded() {
         rows[0].get("outcome")
     );
     let events = std::fs::read_to_string(run_dir.join("h1/events.jsonl")).expect("events");
-    assert!(events.contains("agent.kill") && events.contains("handoff.abort"), "{events}");
+    assert!(
+        events.contains("agent.kill") && events.contains("handoff.abort"),
+        "{events}"
+    );
 }
 
 #[test]
@@ -298,11 +315,13 @@ fn a_policy_swap_shows_in_the_next_handoff_and_the_cache_counts() {
     let events = std::fs::read_to_string(run_dir.join("h1/events.jsonl")).expect("events");
     let last = events
         .lines()
-        .filter(|l| l.contains("handoff.start"))
-        .last()
+        .rfind(|l| l.contains("handoff.start"))
         .expect("a start event");
     let v: serde_json::Value = serde_json::from_str(last).expect("json");
-    assert!(v["detail"]["cache"]["evictions"].as_u64().unwrap_or(0) >= 1, "{last}");
+    assert!(
+        v["detail"]["cache"]["evictions"].as_u64().unwrap_or(0) >= 1,
+        "{last}"
+    );
 }
 
 #[test]
@@ -315,11 +334,26 @@ fn bad_agents_are_located_errors() {
         assert!(e.contains(want), "{want:?} not in:\n{e}");
         assert!(e.contains("c.toml:"), "located: {e}");
     };
-    check(&base.replace("rho = 0.8", "scheme = \"tcp\""), "not between agents");
-    check(&base.replace("rho = 0.8", "rho = 0.8\nttft = \"1s\""), "not both");
-    check(&base.replace("server = \"e2\"", "server = \"e1\""), "on another host");
-    check(&base.replace("context_tokens = 64", "context_tokens = 60"), "multiple of 16");
-    check(&base.replace("hand_to = \"b\"", "hand_to = \"e2\""), "expected a agent actor");
+    check(
+        &base.replace("rho = 0.8", "scheme = \"tcp\""),
+        "not between agents",
+    );
+    check(
+        &base.replace("rho = 0.8", "rho = 0.8\nttft = \"1s\""),
+        "not both",
+    );
+    check(
+        &base.replace("server = \"e2\"", "server = \"e1\""),
+        "on another host",
+    );
+    check(
+        &base.replace("context_tokens = 64", "context_tokens = 60"),
+        "multiple of 16",
+    );
+    check(
+        &base.replace("hand_to = \"b\"", "hand_to = \"e2\""),
+        "expected a agent actor",
+    );
     check(
         &base.replace(
             "name = \"e1\"\nhost = \"h1\"\nkind = \"server\"\nbackend = \"real\"\nmodel = \"tiny\"",
@@ -328,17 +362,25 @@ fn bad_agents_are_located_errors() {
         "modeled backend",
     );
     let c = Cluster::from_str(&base, Path::new("c.toml")).expect("valid");
-    assert!(c.describe().contains("hands 1 64-token builtin context(s)"), "{}", c.describe());
+    assert!(
+        c.describe().contains("hands 1 64-token builtin context(s)"),
+        "{}",
+        c.describe()
+    );
 }
 
 #[test]
 fn the_documented_agents_example_is_valid() {
     let doc = include_str!("../../docs/cluster-toml.md");
-    let start = doc.find("```toml agents\n").expect("the agents example") + "```toml agents\n".len();
+    let start =
+        doc.find("```toml agents\n").expect("the agents example") + "```toml agents\n".len();
     let end = start + doc[start..].find("```").expect("its end");
     let head = "[run]\nduration = \"5s\"\n[[hosts]]\nname = \"gpu1\"\nlisten = \"127.0.0.1:1\"\n[[hosts]]\nname = \"gpu2\"\nlisten = \"127.0.0.1:2\"\n[[actors]]\nname = \"sched\"\nhost = \"gpu1\"\nkind = \"scheduler\"\nservers = [\"edge-b\", \"edge-c\"]\n[[actors]]\nname = \"edge-b\"\nhost = \"gpu1\"\nkind = \"server\"\nbackend = \"real\"\n[[actors]]\nname = \"edge-c\"\nhost = \"gpu2\"\nkind = \"server\"\nbackend = \"real\"\n";
-    let c = Cluster::from_str(&format!("{head}{}", &doc[start..end]), Path::new("doc.toml"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let c = Cluster::from_str(
+        &format!("{head}{}", &doc[start..end]),
+        Path::new("doc.toml"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let d = c.describe();
     assert!(d.contains("to agent-b via wan: 3 every 8s"), "{d}");
 }

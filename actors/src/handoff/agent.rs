@@ -191,14 +191,12 @@ impl AgentActor {
             .map(move |res, act, ctx| {
                 let res = res.map_err(|e| format!("compute: {e}")).and_then(|r| r);
                 match res {
-                    Ok(p) => {
-                        // In virtual time the prefill ran inline: wait out
-                        // its measured duration before the KV exists.
-                        let delay = if act.s.virtual_time { p.compute_ns } else { 0 };
-                        ctx.run_later(std::time::Duration::from_nanos(delay), move |act, ctx| {
-                            act.start_sending(k, context.id, p, ctx)
-                        });
-                    }
+                    // The handoff starts when the KV is ready. In virtual
+                    // time the prefill ran inline and the handoff starts at
+                    // the same instant (a prefill is the upstream agent's
+                    // work before the handoff, and waiting out a wall-clock
+                    // measurement would make runs differ by seed).
+                    Ok(p) => act.start_sending(k, context.id, p, ctx),
                     Err(e) => act.event(
                         "handoff.error",
                         serde_json::json!({"handoff": k, "error": e}),
@@ -629,24 +627,26 @@ impl Actor for AgentActor {
         self.compute
             .send(msg)
             .into_actor(self)
-            .map(|res, act, ctx| match res.map_err(|e| e.to_string()).and_then(|r| r) {
-                Ok(setup) => {
-                    act.event(
-                        "agent.ready",
-                        serde_json::json!({
-                            "contexts": setup.contexts.len(), "blocks": setup.layout.n_blocks(),
-                            "source_packets": setup.layout.n_source_packets(),
-                            "utilities": setup.utilities_from,
-                        }),
-                    );
-                    act.setup = Some(setup);
-                    act.schedule_handoff(0, ctx);
-                }
-                Err(e) => {
-                    tracing::error!(agent = %act.s.name, error = %e, "agent cannot hand off");
-                    act.event("agent.error", serde_json::json!({"error": e}));
-                }
-            })
+            .map(
+                |res, act, ctx| match res.map_err(|e| e.to_string()).and_then(|r| r) {
+                    Ok(setup) => {
+                        act.event(
+                            "agent.ready",
+                            serde_json::json!({
+                                "contexts": setup.contexts.len(), "blocks": setup.layout.n_blocks(),
+                                "source_packets": setup.layout.n_source_packets(),
+                                "utilities": setup.utilities_from,
+                            }),
+                        );
+                        act.setup = Some(setup);
+                        act.schedule_handoff(0, ctx);
+                    }
+                    Err(e) => {
+                        tracing::error!(agent = %act.s.name, error = %e, "agent cannot hand off");
+                        act.event("agent.error", serde_json::json!({"error": e}));
+                    }
+                },
+            )
             .spawn(ctx);
     }
 }
@@ -667,10 +667,7 @@ impl Handler<Deliver> for AgentActor {
         let Msg::Bytes(bytes) = env.payload else {
             return;
         };
-        let is_feedback = self
-            .sending
-            .as_ref()
-            .is_some_and(|s| s.to == env.src);
+        let is_feedback = self.sending.as_ref().is_some_and(|s| s.to == env.src);
         if is_feedback {
             if let Some(s) = &mut self.sending {
                 s.paced.feedback(msg.recv_ns, bytes);

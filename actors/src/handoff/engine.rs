@@ -7,8 +7,11 @@
 //! the engine lives in [`ComputeActor`] on its own arbiter thread (like the
 //! real LYREO server); in virtual time the same actor runs on the host's
 //! thread, so a forward pass runs inline while the paused clock cannot
-//! move, and the agent then waits out the measured duration (DESIGN.md
-//! "One code path, two clocks").
+//! move (DESIGN.md "One code path, two clocks"). Departure from DESIGN.md:
+//! the agent does not then sleep the measured duration — a prefill happens
+//! before the handoff starts, and the receiver's first decode iteration is
+//! added to the TTFT it records instead — so a virtual run stays
+//! reproducible by seed.
 //!
 //! **Decoding after a handoff.** Agent B's prompt is the handed-off context
 //! followed by the ChatML cue that opens an assistant turn; only the cue is
@@ -281,7 +284,8 @@ impl AgentEngine {
         let mut prompt = context.to_vec();
         prompt.extend_from_slice(&self.cue);
         let (tokens, first_token_ns) = self.generate(&prompt, &partial, mode, n)?;
-        let complete: Vec<PartialBlock> = full.kv.blocks.iter().map(PartialBlock::complete).collect();
+        let complete: Vec<PartialBlock> =
+            full.kv.blocks.iter().map(PartialBlock::complete).collect();
         let (reference, _) = self.generate(&prompt, &complete, mode, n)?;
         let same = tokens
             .iter()
@@ -385,6 +389,7 @@ impl Handler<Prefill> for ComputeActor {
 impl Handler<Decode> for ComputeActor {
     type Result = Result<Decoded, String>;
     fn handle(&mut self, m: Decode, _: &mut Context<Self>) -> Self::Result {
-        self.engine()?.decode(&m.context, &m.received, m.mode, m.tokens)
+        self.engine()?
+            .decode(&m.context, &m.received, m.mode, m.tokens)
     }
 }

@@ -78,7 +78,9 @@ impl HandoffRecord {
             self.decoded_prefix,
             self.ttft_ms.map(|t| format!("{t:.3}")).unwrap_or_default(),
             self.tokens_decoded,
-            self.agreement.map(|a| format!("{a:.4}")).unwrap_or_default(),
+            self.agreement
+                .map(|a| format!("{a:.4}"))
+                .unwrap_or_default(),
             self.sender_cache_hit,
             csv_text(&self.outcome),
             csv_text(&self.text),
@@ -106,7 +108,10 @@ mod tests {
         assert!(!line.contains('\n'));
         let header = HANDOFFS_HEADER.split(',').count();
         // Text columns hold no separator except the quoted one.
-        let cols = line.trim_end_matches("\"a, \"\"b\"\" c\"").split(',').count();
+        let cols = line
+            .trim_end_matches("\"a, \"\"b\"\" c\"")
+            .split(',')
+            .count();
         assert_eq!(cols, header);
     }
 }

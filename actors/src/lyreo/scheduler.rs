@@ -223,9 +223,7 @@ impl SchedulerActor {
             self.core.set_policy(now.spec.build(self.policy.seed));
             self.policy.seen = now;
         }
-        let (assignment, _moved) = self
-            .core
-            .assign_available(&obs, self.availability.mask());
+        let (assignment, _moved) = self.core.assign_available(&obs, self.availability.mask());
         let assignment = assignment.to_vec();
         let policy = self.policy.seen.name.clone();
         let version = self.policy.seen.version.clone();

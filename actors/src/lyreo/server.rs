@@ -175,20 +175,14 @@ impl<B: Backend + 'static> ServerActor<B> {
         // Run the core up to the kill: what finished before it is served.
         self.pump(ctx);
         let epoch = self.liveness.kill().unwrap_or_default();
-        let dropped = self
-            .core
-            .as_mut()
-            .map(|c| c.crash(now))
-            .unwrap_or_default();
+        let dropped = self.core.as_mut().map(|c| c.crash(now)).unwrap_or_default();
         let forming: usize = self.batches.values().map(|b| b.expected.len()).sum();
         let mut users: Vec<(u64, ActorId)> = self.users.drain().collect();
         users.sort_unstable();
         for &(id, user) in &users {
             self.fail(user, id, "server killed");
         }
-        let finishing = users
-            .len()
-            .saturating_sub(dropped.len() + forming);
+        let finishing = users.len().saturating_sub(dropped.len() + forming);
         self.batches.clear();
         self.early.clear();
         self.slot_of.clear();

@@ -353,7 +353,13 @@ impl UserActor {
 fn csv_field(s: &str) -> String {
     s.chars()
         .take(80)
-        .map(|c| if matches!(c, ',' | '"' | '\n' | '\r') { ' ' } else { c })
+        .map(|c| {
+            if matches!(c, ',' | '"' | '\n' | '\r') {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

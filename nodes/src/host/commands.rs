@@ -4,10 +4,10 @@
 //! one execution path on the host (`Supervisor::handle_request`).
 
 use super::spawn::HostActors;
+use edgemu_actors::messages::ActorFault;
 use edgemu_actors::messages::LinkStats;
 use edgemu_actors::messages::{LinkControl, PeerControl};
 use edgemu_actors::router::RouterCounters;
-use edgemu_actors::messages::ActorFault;
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_config::command::{LinkStatus, RouterStatus};
 use edgemu_config::{Cluster, NetAction};
@@ -315,9 +315,9 @@ pub async fn apply(
                         until_ns: for_ns.map(|d| now_ns.saturating_add(d)),
                         by: source.clone(),
                     }),
-                    NetAction::ActorRestart { .. } => Some(ActorFault::Restart {
-                        by: source.clone(),
-                    }),
+                    NetAction::ActorRestart { .. } => {
+                        Some(ActorFault::Restart { by: source.clone() })
+                    }
                     _ => None,
                 };
                 match (msg, actors.faults.get(*actor)) {
@@ -330,7 +330,10 @@ pub async fn apply(
                         Err(e) => Err(format!("the actor did not answer: {e}")),
                     },
                     (None, _) => Err("not an actor command".into()),
-                    (_, None) => Err("this actor cannot be killed or restarted (no fault handler on its host)".into()),
+                    (_, None) => Err(
+                        "this actor cannot be killed or restarted (no fault handler on its host)"
+                            .into(),
+                    ),
                 }
             }
         };

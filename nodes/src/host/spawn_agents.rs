@@ -59,7 +59,13 @@ pub fn spawn(
                 ))
             }
         },
-        _ => return Err(anyhow!("agent {:?}: {:?} is not a server", a.name, server.name)),
+        _ => {
+            return Err(anyhow!(
+                "agent {:?}: {:?} is not a server",
+                a.name,
+                server.name
+            ))
+        }
     };
     let mut links_out = BTreeMap::new();
     for l in &cluster.links {
@@ -99,7 +105,10 @@ pub fn spawn(
     let policy = spec
         .policy
         .clone()
-        .or_else(|| plan.as_ref().map(|p| default_repair_policy(p.spec.name).to_string()))
+        .or_else(|| {
+            plan.as_ref()
+                .map(|p| default_repair_policy(p.spec.name).to_string())
+        })
         .unwrap_or_else(|| "deficit-heuristic".to_string());
     let slot = PolicySlot::new(
         RepairPolicies,
