@@ -272,7 +272,10 @@ mod tests {
         let mut core = SchedulerCore::new(2, 0.01, policy);
         let (a, moved) = core.assign_available(&obs(4, 2), &[true, false]);
         assert_eq!(a.to_vec(), vec![0; 4]);
-        assert_eq!(moved, 0, "the policy itself avoided the full-looking server");
+        assert_eq!(
+            moved, 0,
+            "the policy itself avoided the full-looking server"
+        );
     }
 
     #[test]
