@@ -39,6 +39,20 @@ pub struct LinkActor {
     /// Control and chaos overrides over the configured parameters; the
     /// model is kept in step with it by [`LinkActor::sync`].
     overrides: LinkOverrides,
+    /// Latest offer time, so a back-dated [`OfferAt`] never goes behind it.
+    last_offer_ns: u64,
+}
+
+/// Offer an envelope at run time `at_ns` rather than at `now`: a sender
+/// that paces by exact slot times (the KV handoff sender shell, which
+/// commits slots a little behind the clock) gets the arrival times the
+/// model gives for those slots. The time is clamped to `[last offer, now]`
+/// so offers stay in order and none is in the future.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct OfferAt {
+    pub envelope: Envelope,
+    pub at_ns: u64,
 }
 
 impl LinkActor {
@@ -69,6 +83,16 @@ impl LinkActor {
             lead_ns: 0,
             wake_generation: 0,
             wake_at: None,
+            last_offer_ns: 0,
+        }
+    }
+
+    fn offer(&mut self, at_ns: u64, env: Envelope, ctx: &mut Context<Self>) {
+        let at = at_ns.max(self.last_offer_ns);
+        self.last_offer_ns = at;
+        let size = env.payload.wire_size();
+        if let Offer::Accepted { .. } = self.model.offer(at, size, env) {
+            self.schedule(ctx);
         }
     }
 
@@ -214,10 +238,15 @@ impl Handler<Route> for LinkActor {
     type Result = ();
     fn handle(&mut self, msg: Route, ctx: &mut Context<Self>) {
         let now = self.clock.now_ns();
-        let size = msg.0.payload.wire_size();
-        if let Offer::Accepted { .. } = self.model.offer(now, size, msg.0) {
-            self.schedule(ctx);
-        }
+        self.offer(now, msg.0, ctx);
+    }
+}
+
+impl Handler<OfferAt> for LinkActor {
+    type Result = ();
+    fn handle(&mut self, msg: OfferAt, ctx: &mut Context<Self>) {
+        let now = self.clock.now_ns();
+        self.offer(msg.at_ns.min(now), msg.envelope, ctx);
     }
 }
 

@@ -262,6 +262,40 @@ impl Cluster {
                     None => "drawn from the seed".into(),
                 }
             ),
+            ActorKind::Agent(g) => {
+                let mut d = format!(
+                    "agent on server {} (context KV cache {}, repair policy {})",
+                    self.actor(g.server).name,
+                    fmt_bytes(g.kv_cache_bytes),
+                    g.policy.as_deref().unwrap_or("the scheme's")
+                );
+                if let Some(t) = &g.handoff {
+                    let deadline = match t.deadline {
+                        crate::agent::HandoffDeadline::Rho(r) => format!("rho {r}"),
+                        crate::agent::HandoffDeadline::Ttft(ns) => format!("ttft {}", fmt_duration(ns)),
+                    };
+                    let times = match (t.every_ns, t.count) {
+                        (Some(e), Some(c)) => format!("{c} every {}", fmt_duration(e)),
+                        (Some(e), None) => format!("every {}", fmt_duration(e)),
+                        (None, c) => format!("{}", c.unwrap_or(1)),
+                    };
+                    d.push_str(&format!(
+                        "; hands {} {}-token {} context(s) (seed {}) to {} via {}: {} handoff(s) from {}, {deadline}, scheme {}, {} rebuild, {} decoded tokens",
+                        t.context_count,
+                        t.context_tokens,
+                        t.contexts.name(),
+                        t.context_seed,
+                        self.actor(t.to).name,
+                        self.link(t.via).name,
+                        times,
+                        fmt_duration(t.start_ns),
+                        t.scheme,
+                        t.rebuild.name(),
+                        t.decode_tokens
+                    ));
+                }
+                d
+            }
             ActorKind::Scheduler(s) => format!(
                 "LYREO scheduler: policy {:?} over {} (slot {}, decides {} into each slot), epsilon {}, nu {}",
                 s.policy,

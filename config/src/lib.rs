@@ -263,6 +263,7 @@
 //! `config/tests/fixtures/full.toml` uses every key.
 
 mod action;
+pub mod agent;
 pub mod command;
 mod describe;
 mod error;

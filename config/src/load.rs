@@ -34,6 +34,7 @@ const ACTOR_KINDS: &[&str] = &[
     "user",
     "server",
     "scheduler",
+    "agent",
 ];
 const CHAOS_KEYS: &[&str] = &["at", "command", "for", "every"];
 
@@ -56,6 +57,9 @@ pub const MIN_EVERY_NS: u64 = 100_000_000;
 fn actor_keys(kind: &str) -> &'static [&'static str] {
     if let Some(keys) = crate::lyreo::keys(kind) {
         return keys;
+    }
+    if kind == "agent" {
+        return crate::agent::KEYS;
     }
     match kind {
         "constant" => &[
@@ -317,6 +321,7 @@ impl<'a> Loader<'a> {
             .enumerate()
             .map(|(i, e)| self.link(i, e, &actor_names))
             .collect();
+        self.agent_references(&actor_entries, &actors, &links);
         for p in pending {
             let node = actor_entries[p.actor].node;
             let (me, to) = (&actors[p.actor], &actors[p.to]);
@@ -571,6 +576,57 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// An agent's server is a real-backend server on its host; its `via`
+    /// joins it and its `hand_to`, with a fixed rate when the deadline is ρ.
+    fn agent_references(
+        &mut self,
+        entries: &[Entry<'_>],
+        actors: &[ActorSpec],
+        links: &[LinkSpec],
+    ) {
+        for (i, a) in actors.iter().enumerate() {
+            let ActorKind::Agent(spec) = &a.kind else {
+                continue;
+            };
+            let node = entries[i].node;
+            if let Some(s) = actors.get(spec.server.0 as usize) {
+                if let ActorKind::Server(ss) = &s.kind {
+                    if s.host != a.host {
+                        self.report(node, ActionError::invalid("server", format!(
+                            "server {:?} is on another host; expected a server on this agent's host", s.name)));
+                    }
+                    if ss.backend == crate::ServerBackend::Modeled {
+                        self.report(node, ActionError::invalid("server", format!(
+                            "server {:?} has the modeled backend; expected a server with backend = \"real\" (its model prefills and decodes the handed-off KV)", s.name)));
+                    }
+                }
+            }
+            let Some(task) = &spec.handoff else {
+                continue;
+            };
+            let (Some(l), Some(to)) = (
+                links.get(task.via.0 as usize),
+                actors.get(task.to.0 as usize),
+            ) else {
+                continue;
+            };
+            if !l.joins(a.id, to.id) {
+                self.report(node, ActionError::invalid("via", format!(
+                    "link {:?} joins {:?} and {:?}, not {:?} and {:?}; expected a link between this agent and its `hand_to`",
+                    l.name, actors[l.a.0 as usize].name, actors[l.b.0 as usize].name, a.name, to.name)));
+                continue;
+            }
+            let dir = l
+                .direction_from(a.id)
+                .unwrap_or(edgemu_codec::ids::Direction::AtoB);
+            let fixed = matches!(l.params(dir).rate, edgemu_links::RateSpec::Fixed { .. });
+            if matches!(task.deadline, crate::agent::HandoffDeadline::Rho(_)) && !fixed {
+                self.report(node, ActionError::invalid("rho", format!(
+                    "link {:?} has no fixed rate towards {:?}, so rho has no T_ser; give a fixed `rate` or the deadline as `ttft`", l.name, to.name)));
+            }
+        }
+    }
+
     fn actor(
         &mut self,
         i: usize,
@@ -592,7 +648,7 @@ impl<'a> Loader<'a> {
             .ok(req_str(
                 obj,
                 "kind",
-                "one of \"constant\", \"bursty\", \"pinger\", \"sink\", \"user\", \"server\", \"scheduler\"",
+                "one of \"constant\", \"bursty\", \"pinger\", \"sink\", \"user\", \"server\", \"scheduler\", \"agent\"",
             )
             .and_then(|_| opt_enum(obj, "kind", ACTOR_KINDS).map(|k| k.unwrap_or("sink"))))
             .unwrap_or("?");
@@ -609,7 +665,7 @@ impl<'a> Loader<'a> {
         };
         let mut reply_via = None;
         let (mut start_ns, mut stop_ns) = (0, None);
-        let lyreo = crate::lyreo::keys(kind).is_some();
+        let lyreo = crate::lyreo::keys(kind).is_some() || kind == "agent";
         if kind != "sink" && !lyreo {
             let mut p = PendingRoute {
                 actor: i,
@@ -732,6 +788,34 @@ impl<'a> Loader<'a> {
                 ActorKind::User(spec)
             }
             "server" => ActorKind::Server(crate::lyreo::server(obj, &mut errs)),
+            "agent" => {
+                let resolve = |key: &str, n: &str| actors.resolve(key, n);
+                let resolve_link = |key: &str, n: &str| links.resolve(key, n);
+                let (spec, refs) = crate::agent::agent(obj, &resolve, &resolve_link, &mut errs);
+                if let Some(to) = refs.server {
+                    kinds.push(PendingKind {
+                        actor: i,
+                        key: "server",
+                        to,
+                        kind: "server",
+                    });
+                }
+                if let Some(to) = refs.hand_to {
+                    if to == i {
+                        errs.push(ActionError::invalid(
+                            "hand_to",
+                            "an agent cannot hand to itself; expected another agent",
+                        ));
+                    }
+                    kinds.push(PendingKind {
+                        actor: i,
+                        key: "hand_to",
+                        to,
+                        kind: "agent",
+                    });
+                }
+                ActorKind::Agent(spec)
+            }
             "scheduler" => {
                 let resolve = |key: &str, n: &str| actors.resolve(key, n);
                 let (spec, servers) = crate::lyreo::scheduler(obj, &resolve, &mut errs);

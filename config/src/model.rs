@@ -1,6 +1,7 @@
 //! The resolved topology: what the runtime builds actors and links from.
 //! All durations are nanoseconds, rates bits per second, sizes bytes.
 
+pub use crate::agent::{AgentSpec, ContextSource, HandoffDeadline, HandoffTask, RebuildMode};
 use crate::command::{Command, Resolved};
 use crate::error::ConfigError;
 pub use crate::lyreo::{
@@ -112,6 +113,8 @@ pub enum ActorKind {
     Server(ServerSpec),
     /// LYREO request scheduler.
     Scheduler(SchedulerSpec),
+    /// An LLM agent bound to a server, handing off KV (see [`crate::agent`]).
+    Agent(AgentSpec),
 }
 
 #[derive(Clone, Debug)]
@@ -242,6 +245,7 @@ impl ActorKind {
             ActorKind::User(_) => "user",
             ActorKind::Server(_) => "server",
             ActorKind::Scheduler(_) => "scheduler",
+            ActorKind::Agent(_) => "agent",
         }
     }
 
@@ -266,7 +270,8 @@ impl ActorKind {
             ActorKind::Sink
             | ActorKind::User(_)
             | ActorKind::Server(_)
-            | ActorKind::Scheduler(_) => None,
+            | ActorKind::Scheduler(_)
+            | ActorKind::Agent(_) => None,
         }
     }
 
@@ -290,7 +295,8 @@ impl ActorKind {
             ActorKind::Sink
             | ActorKind::User(_)
             | ActorKind::Server(_)
-            | ActorKind::Scheduler(_) => None,
+            | ActorKind::Scheduler(_)
+            | ActorKind::Agent(_) => None,
         }
     }
 }

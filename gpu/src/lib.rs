@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod handoff_quality;
+pub mod kv_cache;
 pub mod kv_transfer;
 pub mod kv_utility;
 pub mod ledger;

@@ -183,6 +183,70 @@ impl HandoffScenario {
     }
 }
 
+impl HandoffScenario {
+    /// The sender core of this scenario under `spec` (what [`run_handoff`]
+    /// drives; the agent actors build theirs here too, so both run the same
+    /// configuration). `repairs` false gives a zero repair budget (the
+    /// schemes without repair, or a slot whose policy is `no-repair`).
+    pub fn sender(
+        &self,
+        spec: &SchemeSpec,
+        repairs: bool,
+        scheduler: Box<dyn RepairScheduler>,
+        record_decisions: bool,
+    ) -> Result<HandoffSender, HandoffError> {
+        self.check()?;
+        let n = self.layout.n_source_packets();
+        let budget = if repairs {
+            (self.budget_fraction * f64::from(n)).floor() as u32
+        } else {
+            0
+        };
+        let slot_ns = self.slot_ns();
+        HandoffSender::new(
+            SenderConfig {
+                session: self.session,
+                k: self.k,
+                slot_ns,
+                slots_total: self.slots_total(),
+                repair_budget: budget,
+                rtt_ns: self.forward.delay_ns + self.reverse.delay_ns + slot_ns,
+                gate: if repairs {
+                    spec.gate
+                } else {
+                    RepairGate::Deficit
+                },
+                record_decisions,
+            },
+            self.layout,
+            Arc::clone(&self.utilities),
+            spec.order,
+            Arc::clone(&self.payload),
+            scheduler,
+        )
+    }
+
+    /// The receiver core's parameters for this scenario.
+    pub fn receiver_config(&self) -> ReceiverConfig {
+        ReceiverConfig {
+            session: self.session,
+            deadline_ns: self.deadline_ns(),
+            feedback_every: self.feedback_every,
+            max_repair_count: self.k,
+        }
+    }
+
+    /// The receiver core of this scenario.
+    pub fn receiver(&self) -> Result<HandoffReceiver, HandoffError> {
+        self.check()?;
+        HandoffReceiver::new(
+            self.receiver_config(),
+            self.layout,
+            Arc::clone(&self.utilities),
+        )
+    }
+}
+
 /// What to keep from a run beyond its report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RunOptions {
@@ -243,46 +307,9 @@ fn run(
     opts: RunOptions,
     timed: bool,
 ) -> Result<(HandoffRun, Option<CoreTimers>), HandoffError> {
-    scenario.check()?;
-    let n = scenario.layout.n_source_packets();
-    let budget = if spec.repairs() {
-        (scenario.budget_fraction * f64::from(n)).floor() as u32
-    } else {
-        0
-    };
+    let mut tx = scenario.sender(spec, spec.repairs(), scheduler, opts.record_decisions)?;
+    let mut rx = scenario.receiver()?;
     let deadline = scenario.deadline_ns();
-    let slot_ns = scenario.slot_ns();
-    let mut tx = HandoffSender::new(
-        SenderConfig {
-            session: scenario.session,
-            k: scenario.k,
-            slot_ns,
-            slots_total: scenario.slots_total(),
-            repair_budget: budget,
-            rtt_ns: scenario.forward.delay_ns + scenario.reverse.delay_ns + slot_ns,
-            gate: if spec.repairs() {
-                spec.gate
-            } else {
-                RepairGate::Deficit
-            },
-            record_decisions: opts.record_decisions,
-        },
-        scenario.layout,
-        Arc::clone(&scenario.utilities),
-        spec.order,
-        Arc::clone(&scenario.payload),
-        scheduler,
-    )?;
-    let mut rx = HandoffReceiver::new(
-        ReceiverConfig {
-            session: scenario.session,
-            deadline_ns: deadline,
-            feedback_every: scenario.feedback_every,
-            max_repair_count: scenario.k,
-        },
-        scenario.layout,
-        Arc::clone(&scenario.utilities),
-    )?;
     let mut fwd: LinkModel<Vec<u8>> = LinkModel::new(scenario.forward.clone(), seed);
     let mut rev: LinkModel<Vec<u8>> =
         LinkModel::new(scenario.reverse.clone(), seed ^ REVERSE_SEED_XOR);

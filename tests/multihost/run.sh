@@ -221,3 +221,33 @@ for h in alpha beta gamma; do
     [[ $rc -eq 0 ]] || die "lyreo node $h failed: $(tail -n 5 "$WORK/logs/lyreo-$h.log")"
 done
 python3 "$HERE/check_lyreo.py" --results "$WORK/results/$LRUN"
+
+# --- live KV handoff: agent on alpha -> agent on beta over a lossy link, ---
+# --- scheduler on gamma (handoff.toml; check_handoff.py compares with the ---
+# --- same file in virtual time, i.e. the co-simulation harness)           ---
+cp "$HERE/handoff.toml" "$WORK/handoff.toml"
+"$BIN" check "$WORK/handoff.toml" >"$WORK/logs/handoff-check.log" || die "edgemu check handoff.toml failed: $(cat "$WORK/logs/handoff-check.log")"
+HRUN="handoff-$$"
+for h in alpha beta gamma; do
+    NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
+        --config "$WORK/handoff.toml" --host "$h" --run-id "$HRUN" --wait-peers 20s --quiet \
+        >"$WORK/logs/handoff-$h.log" 2>&1 &
+    PID[$h]=$!
+done
+log "handoff nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}"
+deadline=$(( $(now_ns) + 60000000000 ))
+for h in alpha beta gamma; do
+    while kill -0 "${PID[$h]}" 2>/dev/null; do
+        (( $(now_ns) < deadline )) || die "handoff node $h did not finish within 60 s"
+        sleep 0.1
+    done
+    rc=0
+    wait "${PID[$h]}" || rc=$?
+    unset "PID[$h]"
+    log "handoff node $h exited with $rc"
+    [[ $rc -eq 0 ]] || die "handoff node $h failed: $(tail -n 5 "$WORK/logs/handoff-$h.log")"
+done
+sed 's/^time = "real"/time = "virtual"/' "$WORK/handoff.toml" >"$WORK/handoff-virtual.toml"
+timeout 60 "$BIN" run --config "$WORK/handoff-virtual.toml" --run-id "$HRUN-virtual" --quiet \
+    >"$WORK/logs/handoff-virtual.log" 2>&1 || die "virtual handoff run failed: $(tail -n 5 "$WORK/logs/handoff-virtual.log")"
+python3 "$HERE/check_handoff.py" --live "$WORK/results/$HRUN" --virtual "$WORK/results/$HRUN-virtual"

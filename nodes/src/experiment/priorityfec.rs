@@ -56,11 +56,10 @@ use edgemu_data::contexts::{build, ContextConfig};
 use edgemu_gpu::handoff_quality::{
     chatml_cue, process_cpu_s, EvalStats, HandoffCase, PartialBlock, QualityEvaluator,
 };
-use edgemu_gpu::kv_transfer::export;
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
-use edgemu_gpu::model::llama::{Llama, Phase, SeqInput};
+use edgemu_gpu::model::llama::Llama;
 use edgemu_gpu::model::{load, load_tiny, parse_device, resolve_model_path, LoadedModel};
-use edgemu_gpu::{KvBlock, KvDtype, MissingRows};
+use edgemu_gpu::{KvBlock, MissingRows};
 use edgemu_handoff::reliable::{paper_link, run_quic, run_tcp, ReliableRun};
 use edgemu_handoff::{
     placeholder_utilities, run_handoff, scheme, synthetic_payload, BlockLayout, HandoffScenario,
@@ -222,37 +221,7 @@ pub fn realization_seed(seed: u64, r: u64) -> u64 {
     seed.wrapping_mul(1_000_003).wrapping_add(r)
 }
 
-/// Per-block utilities from a profile: each cell's utility spread equally over
-/// the blocks it covers (module docs).
-pub fn block_utilities(profile: &KvUtilityProfile, layout: &BlockLayout) -> Vec<f64> {
-    let n_tokens = layout.n_tokens as usize;
-    let cell = |b: u32| {
-        let (layer, start) = layout.block_position(b);
-        let g = (0..profile.settings.layer_groups)
-            .find(|&g| {
-                edgemu_gpu::kv_utility::layer_group(
-                    g,
-                    profile.settings.layer_groups,
-                    profile.model.n_layers,
-                )
-                .contains(&(layer as usize))
-            })
-            .unwrap_or(profile.settings.layer_groups - 1);
-        let bins = profile.settings.position_bins;
-        let bin = (start as usize * bins / n_tokens.max(1)).min(bins - 1);
-        (g, bin)
-    };
-    let mut count: HashMap<(usize, usize), usize> = HashMap::new();
-    for b in 0..layout.n_blocks() {
-        *count.entry(cell(b)).or_default() += 1;
-    }
-    (0..layout.n_blocks())
-        .map(|b| {
-            let (g, bin) = cell(b);
-            profile.cells[g][bin] / count[&(g, bin)] as f64
-        })
-        .collect()
-}
+pub use edgemu_actors::handoff::block_utilities;
 
 /// What arrived of one handoff by D, independent of the context.
 #[derive(Debug, Clone)]
@@ -683,22 +652,7 @@ fn workload(a: &PriorityFecArgs, g: &Grid, profile_contexts: usize) -> Result<Wo
 
 /// BF16 transport blocks of a prefilled context, in block-id order.
 fn context_blocks(model: &Llama, tokens: &[u32]) -> Result<Vec<KvBlock>> {
-    let mut kv = model.new_kv(tokens.len())?;
-    model.forward(
-        &mut [SeqInput {
-            tokens,
-            kv: &mut kv,
-        }],
-        Phase::Prefill,
-    )?;
-    let n_layers = model.config().n_layers;
-    let mut blocks = Vec::with_capacity(n_layers * tokens.len() / 16);
-    for l in 0..n_layers {
-        for s in (0..tokens.len()).step_by(16) {
-            blocks.extend(export(&kv, l..l + 1, s..s + 16, KvDtype::Bf16)?);
-        }
-    }
-    Ok(blocks)
+    Ok(edgemu_gpu::kv_cache::export_context_blocks(model, tokens)?)
 }
 
 fn partial(blocks: &[KvBlock], present: &[Vec<Range<usize>>]) -> Vec<PartialBlock> {

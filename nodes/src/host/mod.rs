@@ -18,6 +18,7 @@ pub mod keys;
 pub mod policies;
 pub mod route;
 pub mod spawn;
+pub mod spawn_agents;
 pub mod spawn_lyreo;
 pub mod supervisor;
 

@@ -204,6 +204,17 @@ pub fn spawn_host_actors(
                 flushers.push(addr.clone().recipient());
                 Some(addr.recipient())
             }
+            ActorKind::Agent(spec) => Some(super::spawn_agents::spawn(
+                cluster,
+                a,
+                spec,
+                virtual_time,
+                clock,
+                &route,
+                &links,
+                results,
+                &shared,
+            )?),
             ActorKind::User(_) | ActorKind::Server(_) | ActorKind::Scheduler(_) => {
                 super::spawn_lyreo::spawn(
                     cluster,

@@ -1,0 +1,735 @@
+//! [`AgentActor`]: an LLM agent bound to an edge server, handing its
+//! context's KV to the next agent over an emulated link, and receiving,
+//! rebuilding and decoding what the previous one hands it (module docs of
+//! [`super`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use edgemu_codec::ids::{ActorId, LinkId};
+use edgemu_codec::wire::{Envelope, Msg};
+use edgemu_config::{HandoffDeadline, HandoffTask, RebuildMode};
+use edgemu_gpu::kv_cache::ContextKvCache;
+use edgemu_gpu::MissingRows;
+use edgemu_handoff::harness::{DEFAULT_BUDGET_FRACTION, DEFAULT_FEEDBACK_EVERY, DEFAULT_K};
+use edgemu_handoff::{HandoffReceiver, HandoffScenario, ReceiverConfig, SchemeSpec};
+use edgemu_links::{LinkParams, RateSpec};
+use edgemu_policies::slot::{PolicySlot, RepairPolicies, RepairSpec};
+
+use super::engine::{ComputeActor, Decode, Decoded, Prefill, Prefilled, TaskSetup};
+use super::messages::{AgentMsg, HandoffOffer};
+use super::paced::PacedSender;
+use super::records::HandoffRecord;
+use crate::clock::Clock;
+use crate::events::{Event, EventLog};
+use crate::link_actor::{LinkActor, OfferAt};
+use crate::lyreo::records::CsvTable;
+use crate::messages::{ActorFault, Deliver, FaultReply, Liveness, Route};
+
+/// Lookahead of the sender in virtual time (see [`super::paced`]).
+pub const VIRTUAL_LOOKAHEAD_NS: u64 = 2_000_000;
+/// After D, how long a receiver in virtual time waits before closing the
+/// handoff, so that every frame that arrived by D (delivered at the next
+/// millisecond wake-up) is in. Frames after D are late whatever happens.
+pub const VIRTUAL_CLOSE_GRACE_NS: u64 = 2_000_000;
+
+/// The sending side's plan: the task and the link it crosses.
+#[derive(Clone)]
+pub struct SendPlan {
+    pub task: HandoffTask,
+    pub to_name: String,
+    pub spec: &'static SchemeSpec,
+    /// Link direction towards `to` and back.
+    pub forward: LinkParams,
+    pub reverse: LinkParams,
+}
+
+/// Everything an agent needs.
+pub struct AgentSetup {
+    pub id: ActorId,
+    pub name: String,
+    pub host_name: String,
+    pub virtual_time: bool,
+    pub plan: Option<SendPlan>,
+    /// The repair scheduler slot (`policy.swap` reaches it).
+    pub slot: Arc<PolicySlot<RepairPolicies>>,
+    /// This agent's outgoing link directions, by the actor at the other end
+    /// (the forward direction to `hand_to`, feedback directions to the
+    /// agents that hand to it).
+    pub links_out: BTreeMap<ActorId, (LinkId, Addr<LinkActor>)>,
+    /// Actor names by id.
+    pub names: Vec<String>,
+    pub cache: Arc<ContextKvCache>,
+}
+
+struct Sending {
+    handoff: u32,
+    paced: PacedSender,
+    to: ActorId,
+    link: LinkId,
+    link_addr: Addr<LinkActor>,
+}
+
+struct Receiving {
+    offer: HandoffOffer,
+    from: ActorId,
+    core: HandoffReceiver,
+    sender_counts: Option<(u32, u32)>,
+    close: SpawnHandle,
+}
+
+pub struct AgentActor {
+    s: AgentSetup,
+    clock: Clock,
+    router: Recipient<Route>,
+    compute: Addr<ComputeActor>,
+    table: CsvTable,
+    events: EventLog,
+    live: Liveness,
+    setup: Option<TaskSetup>,
+    sending: Option<Sending>,
+    wake: Option<(u64, SpawnHandle)>,
+    receiving: BTreeMap<ActorId, Receiving>,
+}
+
+impl AgentActor {
+    pub fn new(
+        s: AgentSetup,
+        clock: Clock,
+        router: Recipient<Route>,
+        compute: Addr<ComputeActor>,
+        table: CsvTable,
+        events: EventLog,
+    ) -> Self {
+        AgentActor {
+            s,
+            clock,
+            router,
+            compute,
+            table,
+            events,
+            live: Liveness::default(),
+            setup: None,
+            sending: None,
+            wake: None,
+            receiving: BTreeMap::new(),
+        }
+    }
+
+    fn name_of(&self, id: ActorId) -> String {
+        self.s
+            .names
+            .get(id.0 as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("#{}", id.0))
+    }
+
+    fn event(&self, kind: &str, detail: serde_json::Value) {
+        self.events.record(Event {
+            t_ns: self.clock.now_ns(),
+            host: self.s.host_name.clone(),
+            source: self.s.name.clone(),
+            kind: kind.into(),
+            detail,
+        });
+    }
+
+    fn send_control(&self, to: ActorId, msg: &AgentMsg) {
+        self.router.do_send(Route(Envelope {
+            src: self.s.id,
+            dst: to,
+            via: None,
+            sent_at_ns: self.clock.now_ns(),
+            due_ns: None,
+            payload: msg.to_msg(),
+        }));
+    }
+
+    // ---- sending -------------------------------------------------------
+
+    fn schedule_handoff(&mut self, k: u32, ctx: &mut Context<Self>) {
+        let Some(plan) = &self.s.plan else { return };
+        if plan.task.count.is_some_and(|c| k >= c) {
+            return;
+        }
+        let period = plan.task.every_ns.unwrap_or(0);
+        let at = plan
+            .task
+            .start_ns
+            .saturating_add(u64::from(k).saturating_mul(period));
+        if k > 0 && period == 0 {
+            // `count` without `every`: the next one starts when this one is
+            // over (see `finish_sending`).
+            return;
+        }
+        ctx.run_later(self.clock.until(at), move |act, ctx| {
+            act.begin_handoff(k, ctx);
+            act.schedule_handoff(k + 1, ctx);
+        });
+    }
+
+    fn begin_handoff(&mut self, k: u32, ctx: &mut Context<Self>) {
+        if !self.live.is_alive() {
+            return;
+        }
+        let (Some(plan), Some(setup)) = (&self.s.plan, &self.setup) else {
+            return;
+        };
+        if self.sending.is_some() {
+            self.event(
+                "handoff.skip",
+                serde_json::json!({"handoff": k, "reason": "the previous handoff is still sending"}),
+            );
+            return;
+        }
+        let context = setup.contexts[k as usize % setup.contexts.len()].clone();
+        let _ = plan;
+        self.compute
+            .send(Prefill(context.tokens.clone()))
+            .into_actor(self)
+            .map(move |res, act, ctx| {
+                let res = res.map_err(|e| format!("compute: {e}")).and_then(|r| r);
+                match res {
+                    // The handoff starts when the KV is ready. In virtual
+                    // time the prefill ran inline and the handoff starts at
+                    // the same instant (a prefill is the upstream agent's
+                    // work before the handoff, and waiting out a wall-clock
+                    // measurement would make runs differ by seed).
+                    Ok(p) => act.start_sending(k, context.id, p, ctx),
+                    Err(e) => act.event(
+                        "handoff.error",
+                        serde_json::json!({"handoff": k, "error": e}),
+                    ),
+                }
+            })
+            .spawn(ctx);
+    }
+
+    fn start_sending(&mut self, k: u32, context_id: String, p: Prefilled, ctx: &mut Context<Self>) {
+        if !self.live.is_alive() || self.sending.is_some() {
+            return;
+        }
+        let (Some(plan), Some(setup)) = (self.s.plan.clone(), self.setup.clone()) else {
+            return;
+        };
+        let t0 = self.clock.now_ns();
+        let to = plan.task.to;
+        let Some((link, link_addr)) = self.s.links_out.get(&to).cloned() else {
+            self.event(
+                "handoff.error",
+                serde_json::json!({"handoff": k, "error": "no link direction towards the next agent on this host"}),
+            );
+            return;
+        };
+        let policy = self.s.slot.get();
+        let repairs = !matches!(*policy.spec, RepairSpec::NoRepair);
+        let rate_bps = match plan.forward.rate {
+            RateSpec::Fixed { bps } => bps,
+            _ => 0,
+        };
+        let mut scenario = HandoffScenario {
+            layout: setup.layout,
+            utilities: Arc::clone(&setup.utilities),
+            payload: p.kv.payload().into(),
+            forward: plan.forward.clone(),
+            reverse: plan.reverse.clone(),
+            rate_bps: rate_bps.max(1),
+            rho: 1.0,
+            k: DEFAULT_K,
+            budget_fraction: DEFAULT_BUDGET_FRACTION,
+            feedback_every: DEFAULT_FEEDBACK_EVERY,
+            session: k,
+        };
+        scenario.rho = match plan.task.deadline {
+            HandoffDeadline::Rho(r) => r,
+            HandoffDeadline::Ttft(d) => {
+                d.saturating_sub(plan.forward.delay_ns) as f64
+                    / scenario.serialization_ns().max(1) as f64
+            }
+        };
+        let built = if rate_bps == 0 {
+            Err("the link has no fixed rate to pace by".to_string())
+        } else {
+            scenario
+                .sender(plan.spec, repairs, policy.spec.build(), false)
+                .map_err(|e| e.to_string())
+        };
+        let core = match built {
+            Ok(c) => c,
+            Err(e) => {
+                self.event(
+                    "handoff.error",
+                    serde_json::json!({"handoff": k, "error": e}),
+                );
+                return;
+            }
+        };
+        let deadline = scenario.deadline_ns();
+        let offer = HandoffOffer {
+            handoff: k,
+            t0_ns: t0,
+            deadline_ns: deadline,
+            rho: scenario.rho,
+            layout: setup.layout,
+            utilities: setup.utilities.to_vec(),
+            tokens: p.kv.tokens.clone(),
+            context_id,
+            scheme: plan.spec.name.to_string(),
+            policy: policy.name.clone(),
+            policy_version: policy.version.chars().take(12).collect(),
+            rebuild: plan.task.rebuild.name().to_string(),
+            decode_tokens: plan.task.decode_tokens,
+            k: scenario.k,
+            feedback_every: scenario.feedback_every,
+            source_packets: setup.layout.n_source_packets(),
+            cache_hit: p.hit,
+        };
+        self.send_control(to, &AgentMsg::Offer(Box::new(offer)));
+        let stats = self.s.cache.stats();
+        self.event(
+            "handoff.start",
+            serde_json::json!({
+                "handoff": k, "to": plan.to_name, "scheme": plan.spec.name,
+                "policy": policy.name, "rho": scenario.rho, "deadline_ns": deadline,
+                "cache_hit": p.hit, "cache": stats,
+            }),
+        );
+        self.sending = Some(Sending {
+            handoff: k,
+            paced: PacedSender::new(core, t0, deadline),
+            to,
+            link,
+            link_addr,
+        });
+        self.pump(ctx);
+    }
+
+    fn lookahead(&self) -> u64 {
+        if self.s.virtual_time {
+            VIRTUAL_LOOKAHEAD_NS
+        } else {
+            0
+        }
+    }
+
+    /// Commits what is due up to the clock minus the lookahead, then
+    /// schedules the next wake-up.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let now = self.clock.now_ns();
+        let horizon = now.saturating_sub(self.lookahead());
+        let Some(s) = &mut self.sending else { return };
+        let mut frames = Vec::new();
+        s.paced.pump(horizon, &mut frames);
+        for (at, bytes) in frames {
+            s.link_addr.do_send(OfferAt {
+                envelope: Envelope {
+                    src: self.s.id,
+                    dst: s.to,
+                    via: Some(s.link),
+                    sent_at_ns: at,
+                    due_ns: None,
+                    payload: Msg::Bytes(bytes),
+                },
+                at_ns: at,
+            });
+        }
+        match s.paced.next_event_ns() {
+            Some(t) => self.wake_at(t + self.lookahead(), ctx),
+            None => self.finish_sending(ctx),
+        }
+    }
+
+    fn wake_at(&mut self, at: u64, ctx: &mut Context<Self>) {
+        if let Some((t, h)) = self.wake {
+            if t <= at {
+                return;
+            }
+            ctx.cancel_future(h);
+        }
+        let h = ctx.run_later(self.clock.until(at), |act, ctx| {
+            act.wake = None;
+            act.pump(ctx);
+        });
+        self.wake = Some((at, h));
+    }
+
+    fn finish_sending(&mut self, ctx: &mut Context<Self>) {
+        let Some(s) = self.sending.take() else { return };
+        if let Some((_, h)) = self.wake.take() {
+            ctx.cancel_future(h);
+        }
+        let st = *s.paced.core().stats();
+        self.send_control(
+            s.to,
+            &AgentMsg::SenderDone {
+                handoff: s.handoff,
+                source_sent: st.source_sent,
+                repair_sent: st.repair_sent,
+            },
+        );
+        self.event(
+            "handoff.sent",
+            serde_json::json!({"handoff": s.handoff, "source_sent": st.source_sent, "repair_sent": st.repair_sent}),
+        );
+        // `count` without `every`: the next handoff follows this one.
+        if let Some(plan) = &self.s.plan {
+            if plan.task.every_ns.is_none() && plan.task.count.is_some_and(|c| s.handoff + 1 < c) {
+                let k = s.handoff + 1;
+                self.begin_handoff(k, ctx);
+            }
+        }
+    }
+
+    fn abort_sending(&mut self, reason: &str, ctx: &mut Context<Self>) -> u64 {
+        let Some(s) = self.sending.take() else {
+            return 0;
+        };
+        if let Some((_, h)) = self.wake.take() {
+            ctx.cancel_future(h);
+        }
+        let repair_sent = s.paced.core().stats().repair_sent;
+        self.send_control(
+            s.to,
+            &AgentMsg::Abort {
+                handoff: s.handoff,
+                reason: reason.to_string(),
+                repair_sent,
+            },
+        );
+        self.event(
+            "handoff.abort",
+            serde_json::json!({"handoff": s.handoff, "side": "sender", "reason": reason}),
+        );
+        1
+    }
+
+    // ---- receiving -----------------------------------------------------
+
+    fn offer(&mut self, from: ActorId, offer: HandoffOffer, ctx: &mut Context<Self>) {
+        if !self.live.is_alive() {
+            return;
+        }
+        if let Some(old) = self.receiving.remove(&from) {
+            ctx.cancel_future(old.close);
+            self.record_aborted(old, "superseded by a newer handoff");
+        }
+        let cfg = ReceiverConfig {
+            session: offer.handoff,
+            deadline_ns: offer.deadline_ns,
+            feedback_every: offer.feedback_every,
+            max_repair_count: offer.k,
+        };
+        let core = match HandoffReceiver::new(cfg, offer.layout, offer.utilities.clone().into()) {
+            Ok(c) => c,
+            Err(e) => {
+                self.event(
+                    "handoff.error",
+                    serde_json::json!({"handoff": offer.handoff, "from": self.name_of(from), "error": e.to_string()}),
+                );
+                return;
+            }
+        };
+        let grace = if self.s.virtual_time {
+            VIRTUAL_CLOSE_GRACE_NS
+        } else {
+            0
+        };
+        let close_at = offer.t0_ns + offer.deadline_ns + grace;
+        let close = ctx.run_later(self.clock.until(close_at), move |act, ctx| {
+            act.close(from, ctx)
+        });
+        self.receiving.insert(
+            from,
+            Receiving {
+                offer,
+                from,
+                core,
+                sender_counts: None,
+                close,
+            },
+        );
+    }
+
+    fn frame(&mut self, from: ActorId, recv_ns: u64, bytes: &[u8]) {
+        if !self.live.is_alive() {
+            return;
+        }
+        let Some(r) = self.receiving.get_mut(&from) else {
+            return;
+        };
+        let t = recv_ns.saturating_sub(r.offer.t0_ns);
+        // A rejected frame is counted by the core.
+        let _ = r.core.handle_packet(t, bytes);
+        if let Some(fb) = r.core.poll_transmit(t) {
+            if let Some((link, addr)) = self.s.links_out.get(&from) {
+                addr.do_send(OfferAt {
+                    envelope: Envelope {
+                        src: self.s.id,
+                        dst: from,
+                        via: Some(*link),
+                        sent_at_ns: recv_ns,
+                        due_ns: None,
+                        payload: Msg::Bytes(fb),
+                    },
+                    at_ns: recv_ns,
+                });
+            }
+        }
+    }
+
+    fn base_record(&self, r: &Receiving) -> HandoffRecord {
+        let o = &r.offer;
+        let rep = r.core.report();
+        HandoffRecord {
+            handoff: o.handoff,
+            from: self.name_of(r.from),
+            to: self.s.name.clone(),
+            scheme: o.scheme.clone(),
+            policy: o.policy.clone(),
+            policy_version: o.policy_version.clone(),
+            context: o.context_id.clone(),
+            rho: o.rho,
+            deadline_ns: o.deadline_ns,
+            start_ns: o.t0_ns,
+            bytes: o.layout.total_bytes() as u64,
+            source_packets: o.source_packets,
+            source_sent: r.sender_counts.map(|c| c.0),
+            repair_sent: r.sender_counts.map(|c| c.1),
+            packets_received: rep.frames_received,
+            repairs_received: rep.repairs_received,
+            recovered_utility: rep.recovered_utility,
+            blocks_complete: rep.blocks_complete,
+            n_blocks: rep.n_blocks,
+            decoded_prefix: rep.decoded_prefix,
+            sender_cache_hit: o.cache_hit,
+            ..HandoffRecord::default()
+        }
+    }
+
+    fn record_aborted(&self, r: Receiving, reason: &str) {
+        let mut rec = self.base_record(&r);
+        rec.outcome = format!("aborted:{reason}");
+        rec.write(&self.table);
+        self.event(
+            "handoff.abort",
+            serde_json::json!({"handoff": rec.handoff, "side": "receiver", "from": rec.from, "reason": reason}),
+        );
+    }
+
+    /// D: rebuild and decode with the server's engine.
+    fn close(&mut self, from: ActorId, ctx: &mut Context<Self>) {
+        let Some(r) = self.receiving.remove(&from) else {
+            return;
+        };
+        let rec = self.base_record(&r);
+        let decode_start = if self.s.virtual_time {
+            r.offer.t0_ns + r.offer.deadline_ns
+        } else {
+            self.clock.now_ns()
+        };
+        let mode = if r.offer.rebuild == RebuildMode::Mask.name() {
+            MissingRows::Mask
+        } else {
+            MissingRows::ZeroFill
+        };
+        let n = r.offer.decode_tokens as usize;
+        let t0 = r.offer.t0_ns;
+        let context = r.offer.tokens.clone();
+        let received = r.core.into_received();
+        self.compute
+            .send(Decode {
+                context,
+                received,
+                mode,
+                tokens: n,
+            })
+            .into_actor(self)
+            .map(move |res, act, _| {
+                let res: Result<Decoded, String> =
+                    res.map_err(|e| format!("compute: {e}")).and_then(|r| r);
+                let mut rec = rec;
+                match res {
+                    Ok(d) => {
+                        let first = if act.s.virtual_time {
+                            decode_start + d.first_token_ns
+                        } else {
+                            // Wall clock: the decode ran on the engine's thread.
+                            decode_start + d.first_token_ns
+                        };
+                        rec.ttft_ms = Some(first.saturating_sub(t0) as f64 / 1e6);
+                        rec.tokens_decoded = d.tokens.len() as u32;
+                        rec.agreement = Some(d.agreement);
+                        rec.text = d.text;
+                        rec.outcome = "ok".into();
+                    }
+                    Err(e) => rec.outcome = format!("aborted:decode failed: {e}"),
+                }
+                rec.write(&act.table);
+                act.event(
+                    "handoff.done",
+                    serde_json::json!({
+                        "handoff": rec.handoff, "from": rec.from, "utility": rec.recovered_utility,
+                        "ttft_ms": rec.ttft_ms, "tokens": rec.tokens_decoded, "outcome": rec.outcome,
+                    }),
+                );
+            })
+            .spawn(ctx);
+    }
+
+    fn control(&mut self, from: ActorId, msg: AgentMsg, ctx: &mut Context<Self>) {
+        match msg {
+            AgentMsg::Offer(o) => self.offer(from, *o, ctx),
+            AgentMsg::Abort {
+                handoff,
+                reason,
+                repair_sent,
+            } => {
+                let matches = self
+                    .receiving
+                    .get(&from)
+                    .is_some_and(|r| r.offer.handoff == handoff);
+                if matches {
+                    if let Some(mut r) = self.receiving.remove(&from) {
+                        ctx.cancel_future(r.close);
+                        r.sender_counts = Some((r.core.report().frames_received, repair_sent));
+                        self.record_aborted(r, &format!("sender {reason}"));
+                    }
+                }
+            }
+            AgentMsg::SenderDone {
+                handoff,
+                source_sent,
+                repair_sent,
+            } => {
+                if let Some(r) = self.receiving.get_mut(&from) {
+                    if r.offer.handoff == handoff {
+                        r.sender_counts = Some((source_sent, repair_sent));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Actor for AgentActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(plan) = &self.s.plan else { return };
+        let t = &plan.task;
+        let msg = super::engine::SetupTask {
+            source: t.contexts,
+            n_tokens: t.context_tokens,
+            count: t.context_count,
+            seed: t.context_seed,
+        };
+        self.compute
+            .send(msg)
+            .into_actor(self)
+            .map(
+                |res, act, ctx| match res.map_err(|e| e.to_string()).and_then(|r| r) {
+                    Ok(setup) => {
+                        act.event(
+                            "agent.ready",
+                            serde_json::json!({
+                                "contexts": setup.contexts.len(), "blocks": setup.layout.n_blocks(),
+                                "source_packets": setup.layout.n_source_packets(),
+                                "utilities": setup.utilities_from,
+                            }),
+                        );
+                        act.setup = Some(setup);
+                        act.schedule_handoff(0, ctx);
+                    }
+                    Err(e) => {
+                        tracing::error!(agent = %act.s.name, error = %e, "agent cannot hand off");
+                        act.event("agent.error", serde_json::json!({"error": e}));
+                    }
+                },
+            )
+            .spawn(ctx);
+    }
+}
+
+impl Handler<Deliver> for AgentActor {
+    type Result = ();
+    fn handle(&mut self, msg: Deliver, ctx: &mut Context<Self>) {
+        let env = msg.envelope;
+        if !self.live.is_alive() {
+            return;
+        }
+        if env.due_ns.is_none() {
+            if let Some(m) = AgentMsg::from_msg(&env.payload) {
+                self.control(env.src, m, ctx);
+            }
+            return;
+        }
+        let Msg::Bytes(bytes) = env.payload else {
+            return;
+        };
+        let is_feedback = self.sending.as_ref().is_some_and(|s| s.to == env.src);
+        if is_feedback {
+            if let Some(s) = &mut self.sending {
+                s.paced.feedback(msg.recv_ns, bytes);
+                let at = msg.recv_ns + self.lookahead();
+                self.wake_at(at, ctx);
+            }
+        } else {
+            self.frame(env.src, msg.recv_ns, &bytes);
+        }
+    }
+}
+
+impl Handler<ActorFault> for AgentActor {
+    type Result = Result<FaultReply, String>;
+    fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.clock.now_ns();
+        match msg {
+            ActorFault::Kill { until_ns, by } => {
+                let Some(epoch) = self.live.kill() else {
+                    return Ok(FaultReply::unchanged(now, "already dead"));
+                };
+                let reason = format!("killed by {by}");
+                let mut dropped = self.abort_sending(&reason, ctx);
+                let receiving: Vec<ActorId> = self.receiving.keys().copied().collect();
+                for from in receiving {
+                    if let Some(r) = self.receiving.remove(&from) {
+                        ctx.cancel_future(r.close);
+                        self.record_aborted(r, &reason);
+                        dropped += 1;
+                    }
+                }
+                if let Some(until) = until_ns {
+                    ctx.run_later(self.clock.until(until), move |act, _| {
+                        if act.live.auto_restart(epoch) {
+                            act.event("agent.restart", serde_json::json!({"by": "kill for"}));
+                        }
+                    });
+                }
+                self.event(
+                    "agent.kill",
+                    serde_json::json!({"by": by, "handoffs_dropped": dropped}),
+                );
+                Ok(FaultReply::killed(
+                    now,
+                    dropped,
+                    format!("aborted {dropped} handoff(s)"),
+                    until_ns,
+                ))
+            }
+            ActorFault::Restart { by } => {
+                if self.live.restart() {
+                    self.event("agent.restart", serde_json::json!({"by": by}));
+                    Ok(FaultReply {
+                        at_ns: now,
+                        changed: true,
+                        dropped: 0,
+                        detail: "idle, ready for the next handoff".into(),
+                    })
+                } else {
+                    Ok(FaultReply::unchanged(now, "already alive"))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! [`PacedSender`]: the handoff sender core driven by exact run times, for
+//! a shell whose clock may run ahead of the slots it commits.
+//!
+//! The co-simulation harness steps the sender at two kinds of instants: its
+//! own slot times ([`HandoffSender::poll_timeout`]) and the arrival times of
+//! feedback (after delivering every feedback due by then). An actor cannot
+//! wake at every 112 µs slot (tokio's paused clock wakes in whole
+//! milliseconds) and a feedback reaches it some time after its arrival time
+//! stamp. So the shell buffers feedback with its exact arrival time
+//! (`Deliver::recv_ns`) and, when woken, replays the harness's order of
+//! events up to a *horizon*: every instant `t ≤ horizon` at which the
+//! harness would act, feedback due by `t` first, then the slots due at `t`,
+//! each frame stamped with its exact send time (the link actor offers it
+//! at that time, [`crate::link_actor::OfferAt`]).
+//!
+//! **Conservative lookahead.** The horizon is the clock minus a lookahead
+//! `L`: a feedback stamped `d ≤ now − L` has then been delivered, provided
+//! the frame that caused it left at least `L` before it arrived (forward
+//! one-way delay ≥ `L`) and the clock's quantum is below `L`. In virtual
+//! time `L` = 2 ms (a 1 ms timer quantum plus one for the hops of the same
+//! instant); with it the sender makes exactly the harness's decisions. In
+//! real time `L` = 0: feedback is used as soon as it is there, which is what
+//! a real sender does.
+
+use std::collections::VecDeque;
+
+use edgemu_handoff::HandoffSender;
+
+/// A sender core with its handoff start `t0` (run ns) and buffered feedback.
+#[derive(Debug)]
+pub struct PacedSender {
+    core: HandoffSender,
+    t0: u64,
+    /// Deadline D (core ns): nothing is committed after it.
+    deadline: u64,
+    /// (core ns of arrival, bytes), in arrival order.
+    feedback: VecDeque<(u64, Vec<u8>)>,
+}
+
+impl PacedSender {
+    pub fn new(core: HandoffSender, t0_ns: u64, deadline_ns: u64) -> Self {
+        PacedSender {
+            core,
+            t0: t0_ns,
+            deadline: deadline_ns,
+            feedback: VecDeque::new(),
+        }
+    }
+
+    pub fn core(&self) -> &HandoffSender {
+        &self.core
+    }
+
+    pub fn start_ns(&self) -> u64 {
+        self.t0
+    }
+
+    /// Buffers a feedback that arrived at run time `recv_ns`.
+    pub fn feedback(&mut self, recv_ns: u64, bytes: Vec<u8>) {
+        let t = recv_ns.saturating_sub(self.t0);
+        // Links do not reorder; keep arrival order even if one did.
+        let at = self.feedback.partition_point(|(u, _)| *u <= t);
+        self.feedback.insert(at, (t, bytes));
+    }
+
+    /// The next run time at which [`pump`](Self::pump) has something to do.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        let t = [self.core.poll_timeout(), self.feedback.front().map(|f| f.0)]
+            .into_iter()
+            .flatten()
+            .min()?;
+        (t <= self.deadline).then(|| self.t0 + t)
+    }
+
+    /// Whether the handoff's sending is over (deadline passed or all slots
+    /// used, and no feedback left to apply).
+    pub fn is_done(&self) -> bool {
+        self.next_event_ns().is_none()
+    }
+
+    /// Replays every event at or before run time `horizon_ns` (module docs);
+    /// the frames to send go to `out` as (run send time, bytes).
+    pub fn pump(&mut self, horizon_ns: u64, out: &mut Vec<(u64, Vec<u8>)>) {
+        let Some(h) = horizon_ns.checked_sub(self.t0) else {
+            return;
+        };
+        let h = h.min(self.deadline);
+        loop {
+            let t = [self.core.poll_timeout(), self.feedback.front().map(|f| f.0)]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(t) = t.filter(|&t| t <= h) else {
+                break;
+            };
+            let before = (out.len(), self.feedback.len(), self.core.poll_timeout());
+            while self.feedback.front().is_some_and(|f| f.0 <= t) {
+                if let Some((at, fb)) = self.feedback.pop_front() {
+                    // A rejected report is counted by the core.
+                    let _ = self.core.handle_feedback(at, &fb);
+                }
+            }
+            while let Some(frame) = self.core.poll_transmit(t) {
+                out.push((self.t0 + t, frame));
+            }
+            if before == (out.len(), self.feedback.len(), self.core.poll_timeout()) {
+                // The core did not move: nothing more is due by `h`.
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Creates the agents (`kind = "agent"`) of one host: each gets the model of
+//! its bound server in a compute actor (its own thread in real time; inline
+//! in virtual time), a moka context-KV cache of its `kv_cache` bytes, a
+//! repair policy slot registered for `policy.get/swap/rollback`, a fault
+//! recipient for `actor.kill/restart`, and the link actors of its outgoing
+//! directions. Receiving agents append to the host's `handoffs.csv`.
+
+use actix::prelude::*;
+use anyhow::{anyhow, Result};
+use edgemu_actors::clock::Clock;
+use edgemu_actors::handoff::agent::{AgentActor, AgentSetup, SendPlan};
+use edgemu_actors::handoff::engine::{AgentEngine, ComputeActor};
+use edgemu_actors::handoff::records::{HANDOFFS, HANDOFFS_HEADER};
+use edgemu_actors::link_actor::LinkActor;
+use edgemu_actors::lyreo::records::CsvTable;
+use edgemu_actors::messages::{Deliver, Route};
+use edgemu_codec::ids::{Direction, LinkId};
+use edgemu_config::{ActorKind, ActorSpec, AgentSpec, Cluster, ServerBackend};
+use edgemu_gpu::kv_cache::ContextKvCache;
+use edgemu_policies::slot::{PolicySlot, RepairPolicies};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The repair policy a scheme starts with (its slot can be swapped).
+pub fn default_repair_policy(scheme: &str) -> &'static str {
+    match scheme {
+        "udp" | "priority-only" => "no-repair",
+        "uniform-fec" | "priority-fixed-fec" => "fixed-rate",
+        "flec-rt" => "flec-rt",
+        "deficit-heuristic" => "deficit-heuristic",
+        _ => "priorityfec-ddqn",
+    }
+}
+
+/// Spawns agent `a` (whose kind is `Agent(spec)`); returns its recipient.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn(
+    cluster: &Cluster,
+    a: &ActorSpec,
+    spec: &AgentSpec,
+    virtual_time: bool,
+    clock: Clock,
+    route: &Recipient<Route>,
+    links: &BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
+    results: Option<&Path>,
+    shared: &super::spawn_lyreo::HostShared,
+) -> Result<Recipient<Deliver>> {
+    let host_name = cluster.host(a.host).name.clone();
+    let server = cluster.actor(spec.server);
+    let model = match &server.kind {
+        ActorKind::Server(s) => match s.backend {
+            ServerBackend::Real(m) => m,
+            ServerBackend::Modeled => {
+                return Err(anyhow!(
+                    "agent {:?}: server {:?} has no real backend",
+                    a.name,
+                    server.name
+                ))
+            }
+        },
+        _ => {
+            return Err(anyhow!(
+                "agent {:?}: {:?} is not a server",
+                a.name,
+                server.name
+            ))
+        }
+    };
+    let mut links_out = BTreeMap::new();
+    for l in &cluster.links {
+        let Some(dir) = l.direction_from(a.id) else {
+            continue;
+        };
+        let other = if l.a == a.id { l.b } else { l.a };
+        if let Some(addr) = links.get(&(l.id, dir)) {
+            links_out.insert(other, (l.id, addr.clone()));
+        }
+    }
+    let plan = match &spec.handoff {
+        None => None,
+        Some(task) => {
+            let l = cluster
+                .links
+                .get(task.via.0 as usize)
+                .ok_or_else(|| anyhow!("agent {:?}: no link {}", a.name, task.via.0))?;
+            let dir = l
+                .direction_from(a.id)
+                .ok_or_else(|| anyhow!("agent {:?}: link {:?} does not join it", a.name, l.name))?;
+            let back = match dir {
+                Direction::AtoB => Direction::BtoA,
+                Direction::BtoA => Direction::AtoB,
+            };
+            let scheme = edgemu_handoff::scheme(&task.scheme)
+                .map_err(|e| anyhow!("agent {:?}: {e}", a.name))?;
+            Some(SendPlan {
+                task: task.clone(),
+                to_name: cluster.actor(task.to).name.clone(),
+                spec: scheme,
+                forward: l.params(dir).clone(),
+                reverse: l.params(back).clone(),
+            })
+        }
+    };
+    let policy = spec
+        .policy
+        .clone()
+        .or_else(|| {
+            plan.as_ref()
+                .map(|p| default_repair_policy(p.spec.name).to_string())
+        })
+        .unwrap_or_else(|| "deficit-heuristic".to_string());
+    let slot = PolicySlot::new(
+        RepairPolicies,
+        &policy,
+        None,
+        Path::new("cluster.toml"),
+        clock.now_ns(),
+        "config",
+    )
+    .map_err(|e| anyhow!("agent {:?}: repair policy {policy:?}: {e}", a.name))?;
+    let slot = Arc::new(slot);
+    shared.policies.register(a.id, slot.clone());
+
+    let cache = Arc::new(ContextKvCache::new(spec.kv_cache_bytes));
+    let compute = if virtual_time {
+        // Inline: in virtual time compute must not race the clock.
+        ComputeActor::new(AgentEngine::load(model, cache.clone())).start()
+    } else {
+        if model == edgemu_config::RealModel::SmolLm2 {
+            edgemu_gpu::model::resolve_model_path(None).map_err(|e| {
+                anyhow!("agent {:?} (server {:?}): {e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)", a.name, server.name)
+            })?;
+        }
+        let (name, cache) = (a.name.clone(), cache.clone());
+        let arbiter = actix::Arbiter::new();
+        ComputeActor::start_in_arbiter(&arbiter.handle(), move |_| {
+            let engine = AgentEngine::load(model, cache);
+            if let Err(e) = &engine {
+                tracing::error!(agent = %name, error = %e, "agent model not loaded");
+            }
+            ComputeActor::new(engine)
+        })
+    };
+    let table = match results {
+        Some(dir) => CsvTable::open(dir, HANDOFFS, HANDOFFS_HEADER)
+            .map_err(|e| anyhow!("creating {}: {e}", dir.join(HANDOFFS).display()))?,
+        None => CsvTable::discard(),
+    };
+    let setup = AgentSetup {
+        id: a.id,
+        name: a.name.clone(),
+        host_name,
+        virtual_time,
+        plan,
+        slot,
+        links_out,
+        names: cluster.actors.iter().map(|a| a.name.clone()).collect(),
+        cache,
+    };
+    let addr = AgentActor::new(
+        setup,
+        clock,
+        route.clone(),
+        compute,
+        table,
+        shared.events.clone(),
+    )
+    .start();
+    shared.faults.register(a.id, addr.clone().recipient());
+    Ok(addr.recipient())
+}
