@@ -38,6 +38,7 @@ pub(crate) const KEYS: &[&str] = &[
     "host",
     "kind",
     "server",
+    "model",
     "kv_cache",
     "hand_to",
     "via",
@@ -137,8 +138,13 @@ pub struct HandoffTask {
 /// A `kind = "agent"` actor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentSpec {
-    /// Its edge server (same host, real backend).
+    /// Its edge server (same host).
     pub server: ActorId,
+    /// The LLM the agent prefills, exports, rebuilds and decodes with:
+    /// `model = "smollm2"|"tiny"`. `None`: its server's real model (the key
+    /// is required when the server is modeled, whose cost model has no
+    /// weights).
+    pub model: Option<crate::RealModel>,
     /// Capacity of its context KV cache, bytes.
     pub kv_cache_bytes: u64,
     /// The repair slot's first policy (`None`: the scheme's default).
@@ -196,12 +202,17 @@ pub(crate) fn agent(
     links: &dyn Fn(&str, &str) -> Result<usize, ActionError>,
     errs: &mut Errs,
 ) -> (AgentSpec, AgentRefs) {
-    let server = errs.ok(req_str(
-        obj,
-        "server",
-        "the name of a server actor (backend = \"real\")",
-    )
-    .and_then(|s| actors("server", s)));
+    let server = errs.ok(
+        req_str(obj, "server", "the name of a server actor on this host")
+            .and_then(|s| actors("server", s)),
+    );
+    let model = errs
+        .ok(opt_enum(obj, "model", &["smollm2", "tiny"]))
+        .flatten()
+        .map(|m| match m {
+            "tiny" => crate::RealModel::Tiny,
+            _ => crate::RealModel::SmolLm2,
+        });
     let kv_cache_bytes = errs
         .ok(opt_bytes(obj, "kv_cache", false))
         .flatten()
@@ -347,6 +358,7 @@ pub(crate) fn agent(
     (
         AgentSpec {
             server: ActorId(server.unwrap_or(0) as u32),
+            model,
             kv_cache_bytes,
             policy,
             handoff,

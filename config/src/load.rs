@@ -576,7 +576,8 @@ impl<'a> Loader<'a> {
         }
     }
 
-    /// An agent's server is a real-backend server on its host; its `via`
+    /// An agent's server is on its host and gives it a model (its real
+    /// backend, or the agent's own `model` when the server is modeled); its `via`
     /// joins it and its `hand_to`, with a fixed rate when the deadline is ρ.
     fn agent_references(
         &mut self,
@@ -595,9 +596,16 @@ impl<'a> Loader<'a> {
                         self.report(node, ActionError::invalid("server", format!(
                             "server {:?} is on another host; expected a server on this agent's host", s.name)));
                     }
-                    if ss.backend == crate::ServerBackend::Modeled {
-                        self.report(node, ActionError::invalid("server", format!(
-                            "server {:?} has the modeled backend; expected a server with backend = \"real\" (its model prefills and decodes the handed-off KV)", s.name)));
+                    match (ss.backend, spec.model) {
+                        (crate::ServerBackend::Modeled, None) => {
+                            self.report(node, ActionError::invalid("server", format!(
+                                "server {:?} has the modeled backend, whose cost model has no weights; give the agent `model = \"smollm2\"` (or \"tiny\") or bind it to a server with backend = \"real\"", s.name)));
+                        }
+                        (crate::ServerBackend::Real(m), Some(am)) if m != am => {
+                            self.report(node, ActionError::invalid("model", format!(
+                                "server {:?} runs {m:?} but the agent asks for {am:?}; a handed-off KV cache is only meaningful to the same model (remove `model` to use the server's)", s.name)));
+                        }
+                        _ => {}
                     }
                 }
             }

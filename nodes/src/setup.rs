@@ -43,6 +43,25 @@ impl Needs {
                     n.model = true;
                     n.sharegpt = true;
                 }
+                ActorKind::Agent(ag) => {
+                    // The agent's model: its own `model`, else its server's.
+                    let model = ag.model.or(match &cluster.actor(ag.server).kind {
+                        ActorKind::Server(s) => match s.backend {
+                            ServerBackend::Real(m) => Some(m),
+                            ServerBackend::Modeled => None,
+                        },
+                        _ => None,
+                    });
+                    if model == Some(RealModel::SmolLm2) {
+                        n.model = true;
+                    }
+                    if ag.handoff.as_ref().is_some_and(|t| {
+                        t.contexts == edgemu_config::agent::ContextSource::ShareGpt
+                    }) {
+                        n.model = true;
+                        n.sharegpt = true;
+                    }
+                }
                 _ => {}
             }
         }

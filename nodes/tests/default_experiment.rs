@@ -80,6 +80,14 @@ fn the_default_file_is_the_mission() {
     );
     assert!(modeled >= 2, "a few modeled servers: {modeled}");
     assert_eq!(real, 1, "one real SmolLM2 server");
+    // Two agents on the two edge hosts hand off over the killed link with PriorityFEC.
+    let agents: Vec<_> = c
+        .actors
+        .iter()
+        .filter(|a| matches!(a.kind, ActorKind::Agent(_)))
+        .collect();
+    assert_eq!(agents.len(), 2, "two agents");
+    assert_ne!(agents[0].host, agents[1].host, "on two hosts");
     // The backhaul joins the two edge hosts and is killed for a few seconds.
     let kill = c
         .chaos
@@ -148,6 +156,12 @@ fn shortened(results: &Path) -> String {
             "workload = \"sharegpt\"",
             "workload = \"lmsys-like\"".to_string(),
         ),
+        // The agents' contexts: built-in texts (no download), short enough for them.
+        (
+            "contexts = \"sharegpt\"",
+            "contexts = \"builtin\"".to_string(),
+        ),
+        ("context_tokens = 512", "context_tokens = 64".to_string()),
     ] {
         assert!(t.contains(from), "cluster.toml has no {from}");
         t = t.replace(from, &to);
@@ -214,8 +228,16 @@ fn a_shortened_default_experiment_fills_the_tables() {
     );
     assert!(kinds.contains(&"actor.kill") && kinds.contains(&"actor.restart"));
 
-    // No handoffs.csv without agents: no handoff table.
-    assert!(tables.get("handoffs").is_none());
+    // The agents' handoffs (every 4 s from 2 s, the one at 10 s into the killed
+    // backhaul): one row each, PriorityFEC, decoded tokens for those that arrived.
+    let h = tables.get("handoffs").expect("handoff table");
+    assert!(
+        h.column("scheme").iter().all(|s| *s == "priorityfec"),
+        "{}",
+        h.text()
+    );
+    assert!(h.column("scheme").len() >= 6, "{}", h.text());
+    assert!(h.column("outcome").contains(&"ok"), "{}", h.text());
 
     // The same tables in the results folder.
     let md = std::fs::read_to_string(out.dir.join("summary.md")).expect("summary.md");

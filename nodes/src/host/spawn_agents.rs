@@ -49,11 +49,11 @@ pub fn spawn(
     let host_name = cluster.host(a.host).name.clone();
     let server = cluster.actor(spec.server);
     let model = match &server.kind {
-        ActorKind::Server(s) => match s.backend {
-            ServerBackend::Real(m) => m,
-            ServerBackend::Modeled => {
+        ActorKind::Server(s) => match (s.backend, spec.model) {
+            (_, Some(m)) | (ServerBackend::Real(m), None) => m,
+            (ServerBackend::Modeled, None) => {
                 return Err(anyhow!(
-                    "agent {:?}: server {:?} has no real backend",
+                    "agent {:?}: server {:?} has no real backend and the agent names no `model`",
                     a.name,
                     server.name
                 ))

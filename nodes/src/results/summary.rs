@@ -445,99 +445,80 @@ fn server_table(slots: &[Csv], requests: &[Csv]) -> Result<SummaryTable, String>
     ))
 }
 
-#[derive(Default)]
-struct HandoffAcc {
-    n: usize,
-    not_ok: usize,
-    utility: Vec<f64>,
-    ttft_ms: Vec<f64>,
-    tokens: Vec<f64>,
-    bytes: Vec<f64>,
-    packets: Vec<f64>,
-    repairs: Vec<f64>,
-}
-
-/// Per-handoff utility and time to first token, by scheme, repair policy and its version,
-/// from every `handoffs.csv` (the agents' columns, looked up by name; a missing one shows
-/// `-`): packets = source + repair packets sent.
+/// One row per handoff, in start order, from every `handoffs.csv` (the agents'
+/// columns, looked up by name; a missing one shows `-`): recovered utility, time to
+/// first token, tokens decoded and their agreement with the full-KV continuation,
+/// packets = source + repair packets sent, and the outcome (`ok` or `aborted:…`).
 fn handoff_table(handoffs: &[Csv]) -> Result<SummaryTable, String> {
-    let mut by: BTreeMap<(String, String, String), HandoffAcc> = BTreeMap::new();
+    let mut rows: Vec<(f64, Vec<String>)> = Vec::new();
     for t in handoffs {
         let cs = t.col("scheme").map_err(|e| e.to_string())?;
-        let cp = col_any(t, &["policy"]);
-        let cv = col_any(t, &["policy_version", "version"]);
-        let cu = col_any(t, &["recovered_utility", "utility"]);
-        let (cttft_ms, cttft_s) = (col_any(t, &["ttft_ms"]), col_any(t, &["ttft_s"]));
-        let ctok = col_any(t, &["tokens_decoded", "tokens"]);
-        let cby = col_any(t, &["bytes"]);
-        let (csrc, crep) = (
-            col_any(t, &["source_sent"]),
-            col_any(t, &["repair_sent", "repairs"]),
-        );
-        let cpk = col_any(t, &["packets"]);
-        let cout = col_any(t, &["outcome"]);
-        let get = |r: &[String], c: Option<usize>| c.map_or(f64::NAN, |c| Csv::f64(r, c));
-        let text = |r: &[String], c: Option<usize>| c.map(|c| r[c].clone()).unwrap_or_default();
+        let text = |r: &[String], names: &[&str]| {
+            col_any(t, names)
+                .map(|c| r[c].clone())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "-".into())
+        };
+        let num = |r: &[String], names: &[&str]| col_any(t, names).map(|c| Csv::f64(r, c));
+        let f = |x: Option<f64>, digits: usize| {
+            x.filter(|v| v.is_finite())
+                .map_or("-".into(), |v| format!("{v:.digits$}"))
+        };
         for r in &t.rows {
-            let a = by
-                .entry((r[cs].clone(), text(r, cp), text(r, cv)))
-                .or_default();
-            a.n += 1;
-            a.not_ok += usize::from(cout.is_some_and(|c| r[c] != "ok"));
-            a.utility.push(get(r, cu));
-            a.ttft_ms.push(match cttft_ms {
-                Some(c) => Csv::f64(r, c),
-                None => get(r, cttft_s) * 1e3,
+            let start_ns = num(r, &["start_ns"]).unwrap_or(f64::NAN);
+            let ttft_ms = num(r, &["ttft_ms"]).or_else(|| num(r, &["ttft_s"]).map(|s| s * 1e3));
+            let packets = num(r, &["packets"]).or_else(|| {
+                num(r, &["source_sent"]).map(|s| s + num(r, &["repair_sent"]).unwrap_or(0.0))
             });
-            a.tokens.push(get(r, ctok));
-            a.bytes.push(get(r, cby));
-            a.packets.push(match (cpk, csrc) {
-                (Some(c), _) => Csv::f64(r, c),
-                (None, Some(c)) => Csv::f64(r, c) + get(r, crep),
-                (None, None) => f64::NAN,
-            });
-            a.repairs.push(get(r, crep));
+            let version = text(r, &["policy_version", "version"]);
+            rows.push((
+                start_ns,
+                vec![
+                    f(Some(start_ns / 1e9), 1),
+                    format!("{}→{}", text(r, &["from"]), text(r, &["to"])),
+                    r[cs].clone(),
+                    text(r, &["policy"]),
+                    if version == "-" {
+                        version
+                    } else {
+                        short(&version)
+                    },
+                    text(r, &["context"]),
+                    num(r, &["recovered_utility", "utility"])
+                        .filter(|u| u.is_finite())
+                        .map_or("-".into(), |u| format!("{:.1}%", u * 100.0)),
+                    f(ttft_ms, 1),
+                    f(num(r, &["tokens_decoded", "tokens"]), 0),
+                    num(r, &["agreement"])
+                        .filter(|u| u.is_finite())
+                        .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+                    f(packets, 0),
+                    f(num(r, &["repair_sent", "repairs"]), 0),
+                    text(r, &["outcome"]),
+                ],
+            ));
         }
     }
-    let f = |x: Option<f64>, digits: usize| x.map_or("-".into(), |v| format!("{v:.digits$}"));
-    let dash = |s: String| if s.is_empty() { "-".into() } else { s };
-    let rows = by
-        .into_iter()
-        .map(|((scheme, policy, version), a)| {
-            vec![
-                scheme,
-                dash(policy),
-                dash(short(&version)),
-                a.n.to_string(),
-                a.not_ok.to_string(),
-                mean(&a.utility).map_or("-".into(), |u| format!("{:.1}%", u * 100.0)),
-                f(quantile(&a.ttft_ms, 0.5), 1),
-                f(quantile(&a.ttft_ms, 1.0), 1),
-                f(mean(&a.tokens), 1),
-                f(mean(&a.bytes).map(|b| b / 1e6), 2),
-                f(mean(&a.packets), 0),
-                f(mean(&a.repairs), 0),
-            ]
-        })
-        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(SummaryTable::new(
         "handoffs",
-        "Handoffs: recovered utility (share of the context's KV utility complete at the deadline) and time to first token, per scheme and repair policy version (means per handoff; not ok = aborted):",
+        "Handoffs, one per row: recovered utility (share of the context's KV utility complete at the deadline), time to first token, tokens decoded from the rebuilt cache and their agreement with the full-KV continuation, packets sent (source + repair):",
         &[
+            "start s",
+            "agents",
             "scheme",
             "policy",
             "version",
-            "handoffs",
-            "not ok",
+            "context",
             "utility",
-            "TTFT p50 ms",
-            "TTFT max ms",
+            "TTFT ms",
             "tokens",
-            "MB",
+            "agree",
             "packets",
             "repairs",
+            "outcome",
         ],
-        rows,
+        rows.into_iter().map(|(_, r)| r).collect(),
     ))
 }
 
@@ -718,15 +699,20 @@ mod tests {
 1,priorityfec,ddqn,abcdef0123,2000000,100,20,0.9,120,8,\"ok\",\"Hi, there\"\n\
 2,priorityfec,ddqn,abcdef0123,2000000,100,10,0.7,80,8,\"aborted:agent killed\",\"\"\n");
         let t = handoff_table(&[h]).unwrap();
-        assert_eq!(t.column("handoffs"), ["2"]);
-        assert_eq!(t.column("policy"), ["ddqn"]);
-        assert_eq!(t.column("not ok"), ["1"]);
-        assert_eq!(t.column("utility"), ["80.0%"]);
-        assert_eq!(t.column("TTFT p50 ms"), ["100.0"]);
-        assert_eq!(t.column("tokens"), ["8.0"]);
-        assert_eq!(t.column("MB"), ["2.00"]);
-        assert_eq!(t.column("packets"), ["115"]);
-        assert_eq!(t.column("repairs"), ["15"]);
+        assert_eq!(t.column("scheme"), ["priorityfec", "priorityfec"]);
+        assert_eq!(t.column("policy"), ["ddqn", "ddqn"]);
+        assert_eq!(t.column("utility"), ["90.0%", "70.0%"]);
+        assert_eq!(t.column("TTFT ms"), ["120.0", "80.0"]);
+        assert_eq!(t.column("tokens"), ["8", "8"]);
+        assert_eq!(t.column("packets"), ["120", "110"]);
+        assert_eq!(t.column("repairs"), ["20", "10"]);
+        assert_eq!(t.column("outcome"), ["ok", "aborted:agent killed"]);
+        assert_eq!(t.column("start s"), ["-", "-"]);
+        // Rows come in start order whatever the file order.
+        let h = csv("scheme,start_ns,recovered_utility\nudp,3000000000,0.5\nudp,1000000000,0.25\n");
+        let t = handoff_table(&[h]).unwrap();
+        assert_eq!(t.column("start s"), ["1.0", "3.0"]);
+        assert_eq!(t.column("utility"), ["25.0%", "50.0%"]);
         let bare = csv("scheme,utility\nudp,0.5\n");
         let t = handoff_table(&[bare]).unwrap();
         assert_eq!(t.column("repairs"), ["-"]);
