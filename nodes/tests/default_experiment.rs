@@ -161,7 +161,7 @@ fn shortened(results: &Path) -> String {
             "contexts = \"sharegpt\"",
             "contexts = \"builtin\"".to_string(),
         ),
-        ("context_tokens = 512", "context_tokens = 64".to_string()),
+        ("context_tokens = 256", "context_tokens = 64".to_string()),
     ] {
         assert!(t.contains(from), "cluster.toml has no {from}");
         t = t.replace(from, &to);
