@@ -7,10 +7,8 @@ The live run (alpha -> beta over "wan", real time across namespaces) must
 record every handoff on beta with outcome ok and the declared tokens
 decoded. The same file in virtual time gives the co-simulation harness's
 utility for the same channel draws (nodes/tests/handoff_live.rs checks that
-equality). Live, across namespaces, it is not exact: the difference is
-printed, not asserted (measured: see README.md in this folder; live
-recovered 0.28/0.78/0.89 and 0.14/0.00/0.41 against 0.89: with a 1.8 ms
-T_ser most frames arrive after D through the mesh of a loaded machine).
+equality); live, across namespaces, each handoff's recovered utility must be
+within TOLERANCE of it (measured differences: README.md in this folder).
 Stdlib only.
 """
 
@@ -21,6 +19,10 @@ import sys
 
 HANDOFFS = 3
 TOKENS = 4
+# |live - virtual| recovered utility per handoff. Measured (debug build, 2-core machine
+# under load, 256-token ShareGPT context of SmolLM2, 4 320 frames, T_ser = 0.48 s):
+# see README.md in this folder; the bound is ~10x the largest difference seen.
+TOLERANCE = 0.05
 
 failures = []
 
@@ -60,11 +62,10 @@ def main():
         check(0.0 <= u <= 1.0, f"handoff {h}: utility {u} in [0, 1]")
         check(float(r["ttft_ms"] or 0) > 10.0, f"handoff {h}: TTFT {r['ttft_ms']} ms > one-way delay")
         check(r["policy"] == "deficit-heuristic", f"handoff {h}: policy recorded")
-    if live and virt:
-        lu, vu = float(live[0]["recovered_utility"]), float(virt[0]["recovered_utility"])
-        print(f"  first handoff: live utility {lu:.6f}, virtual (harness) {vu:.6f}, diff {abs(lu - vu):.6f}")
-        for lr, vr in zip(live[1:], virt[1:]):
-            print(f"  handoff {lr['handoff']}: live {float(lr['recovered_utility']):.6f}, virtual {float(vr['recovered_utility']):.6f}")
+    for lr, vr in zip(live, virt):
+        lu, vu = float(lr["recovered_utility"]), float(vr["recovered_utility"])
+        check(abs(lu - vu) <= TOLERANCE,
+              f"handoff {lr['handoff']}: live utility {lu:.6f} within {TOLERANCE} of virtual (harness) {vu:.6f} (diff {abs(lu - vu):.6f})")
     if failures:
         print(f"handoff: {len(failures)} check(s) failed")
         sys.exit(1)

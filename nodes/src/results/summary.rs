@@ -486,7 +486,7 @@ fn handoff_table(handoffs: &[Csv]) -> Result<SummaryTable, String> {
                     text(r, &["context"]),
                     num(r, &["recovered_utility", "utility"])
                         .filter(|u| u.is_finite())
-                        .map_or("-".into(), |u| format!("{:.1}%", u * 100.0)),
+                        .map_or("-".into(), |u| format!("{:.1}%", u * 100.0 + 0.0)), // + 0.0: no "-0.0%"
                     f(ttft_ms, 1),
                     f(num(r, &["tokens_decoded", "tokens"]), 0),
                     num(r, &["agreement"])
