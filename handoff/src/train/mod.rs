@@ -29,8 +29,6 @@ pub mod explore;
 pub mod output;
 pub mod transitions;
 
-use std::sync::Arc;
-
 use edgemu_policies::repair::ddqn::DdqnNet;
 use edgemu_policies::repair::{DeficitHeuristic, RepairScheduler};
 use edgemu_policies::rl::{DdqnConfig, DdqnLearner};
@@ -317,18 +315,6 @@ pub fn train(
         seeded_transitions: seeded,
         updates: learner.updates(),
     })
-}
-
-/// Shares one scenario's fixed parts (for callers building their own).
-pub fn eval_scenario_paper(rho: f64) -> Result<HandoffScenario, HandoffError> {
-    let layout = BlockLayout::smollm2(1536)?;
-    let utilities: Arc<[f64]> = placeholder_utilities(&layout).into();
-    Ok(HandoffScenario::paper(
-        layout,
-        utilities,
-        synthetic_payload(&layout, 1),
-        rho,
-    ))
 }
 
 #[cfg(test)]
