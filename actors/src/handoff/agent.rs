@@ -29,6 +29,10 @@ use crate::messages::{ActorFault, Deliver, FaultReply, Liveness, Route};
 
 /// Lookahead of the sender in virtual time (see [`super::paced`]).
 pub const VIRTUAL_LOOKAHEAD_NS: u64 = 2_000_000;
+
+/// The most tokens a peer's offer may ask this host to decode (cluster.toml's
+/// `decode_tokens` range).
+pub const MAX_DECODE_TOKENS: u32 = 512;
 /// After D, how long a receiver in virtual time waits before closing the
 /// handoff, so that every frame that arrived by D (delivered at the next
 /// millisecond wake-up) is in. Frames after D are late whatever happens.
@@ -410,6 +414,19 @@ impl AgentActor {
         if !self.live.is_alive() {
             return;
         }
+        // The offer comes from a peer: bound the work it asks of this host
+        // (the same limits cluster.toml puts on a task) before anything runs.
+        if offer.tokens.len() > offer.layout.n_tokens as usize
+            || offer.decode_tokens > MAX_DECODE_TOKENS
+        {
+            self.event(
+                "handoff.error",
+                serde_json::json!({"handoff": offer.handoff, "from": self.name_of(from),
+                    "error": format!("offer refused: {} context tokens for a {}-token layout, {} decode tokens (at most {MAX_DECODE_TOKENS})",
+                        offer.tokens.len(), offer.layout.n_tokens, offer.decode_tokens)}),
+            );
+            return;
+        }
         if let Some(old) = self.receiving.remove(&from) {
             ctx.cancel_future(old.close);
             self.record_aborted(old, "superseded by a newer handoff");
@@ -435,7 +452,11 @@ impl AgentActor {
         } else {
             0
         };
-        let close_at = offer.t0_ns + offer.deadline_ns + grace;
+        // Peer-supplied times: saturate rather than overflow.
+        let close_at = offer
+            .t0_ns
+            .saturating_add(offer.deadline_ns)
+            .saturating_add(grace);
         let close = ctx.run_later(self.clock.until(close_at), move |act, ctx| {
             act.close(from, ctx)
         });
@@ -524,7 +545,7 @@ impl AgentActor {
         };
         let rec = self.base_record(&r);
         let decode_start = if self.s.virtual_time {
-            r.offer.t0_ns + r.offer.deadline_ns
+            r.offer.t0_ns.saturating_add(r.offer.deadline_ns)
         } else {
             self.clock.now_ns()
         };
@@ -551,12 +572,9 @@ impl AgentActor {
                 let mut rec = rec;
                 match res {
                     Ok(d) => {
-                        let first = if act.s.virtual_time {
-                            decode_start + d.first_token_ns
-                        } else {
-                            // Wall clock: the decode ran on the engine's thread.
-                            decode_start + d.first_token_ns
-                        };
+                        // Virtual: D plus the decode's modeled time; wall
+                        // clock: the decode ran on the engine's thread.
+                        let first = decode_start.saturating_add(d.first_token_ns);
                         rec.ttft_ms = Some(first.saturating_sub(t0) as f64 / 1e6);
                         rec.tokens_decoded = d.tokens.len() as u32;
                         rec.agreement = Some(d.agreement);
@@ -671,7 +689,7 @@ impl Handler<Deliver> for AgentActor {
         if is_feedback {
             if let Some(s) = &mut self.sending {
                 s.paced.feedback(msg.recv_ns, bytes);
-                let at = msg.recv_ns + self.lookahead();
+                let at = msg.recv_ns.saturating_add(self.lookahead());
                 self.wake_at(at, ctx);
             }
         } else {
