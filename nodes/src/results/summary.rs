@@ -244,7 +244,7 @@ fn slot_ranges(slots: &BTreeSet<u64>) -> String {
         })
     };
     for s in it {
-        if s == hi + 1 {
+        if hi.checked_add(1) == Some(s) {
             hi = s;
         } else {
             close(lo, hi);
@@ -399,7 +399,7 @@ fn server_table(slots: &[Csv], requests: &[Csv]) -> Result<SummaryTable, String>
             }
         }
     }
-    let total_slots = last_slot + 1;
+    let total_slots = last_slot.saturating_add(1);
     let rows = by
         .into_iter()
         .map(|(name, a)| {
