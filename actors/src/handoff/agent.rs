@@ -214,7 +214,14 @@ impl AgentActor {
         if !self.live.is_alive() || self.sending.is_some() {
             return;
         }
-        let (Some(plan), Some(setup)) = (self.s.plan.clone(), self.setup.clone()) else {
+        // Only the layout and the utilities of the setup: cloning it would copy
+        // every context's tokens per handoff.
+        let (Some(plan), Some((layout, utilities))) = (
+            self.s.plan.clone(),
+            self.setup
+                .as_ref()
+                .map(|s| (s.layout, Arc::clone(&s.utilities))),
+        ) else {
             return;
         };
         let t0 = self.clock.now_ns();
@@ -233,8 +240,8 @@ impl AgentActor {
             _ => 0,
         };
         let mut scenario = HandoffScenario {
-            layout: setup.layout,
-            utilities: Arc::clone(&setup.utilities),
+            layout,
+            utilities: Arc::clone(&utilities),
             payload: p.kv.payload().into(),
             forward: plan.forward.clone(),
             reverse: plan.reverse.clone(),
@@ -275,8 +282,8 @@ impl AgentActor {
             t0_ns: t0,
             deadline_ns: deadline,
             rho: scenario.rho,
-            layout: setup.layout,
-            utilities: setup.utilities.to_vec(),
+            layout,
+            utilities: utilities.to_vec(),
             tokens: p.kv.tokens.clone(),
             context_id,
             scheme: plan.spec.name.to_string(),
@@ -286,7 +293,7 @@ impl AgentActor {
             decode_tokens: plan.task.decode_tokens,
             k: scenario.k,
             feedback_every: scenario.feedback_every,
-            source_packets: setup.layout.n_source_packets(),
+            source_packets: layout.n_source_packets(),
             cache_hit: p.hit,
         };
         self.send_control(to, &AgentMsg::Offer(Box::new(offer)));
