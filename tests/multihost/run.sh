@@ -196,57 +196,43 @@ EOF
 
 python3 "$HERE/check.py" --results "$RESULTS" --work "$WORK"
 
+# One live phase: check NAME.toml, start its three nodes (run id NAME-$$) and
+# wait for all of them to exit 0 within LIMIT seconds.
+run_phase() {
+    local name=$1 limit=$2 h rc deadline
+    cp "$HERE/$name.toml" "$WORK/$name.toml"
+    "$BIN" check "$WORK/$name.toml" >"$WORK/logs/$name-check.log" || die "edgemu check $name.toml failed: $(cat "$WORK/logs/$name-check.log")"
+    for h in alpha beta gamma; do
+        NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
+            --config "$WORK/$name.toml" --host "$h" --run-id "$name-$$" --wait-peers 20s --quiet \
+            >"$WORK/logs/$name-$h.log" 2>&1 &
+        PID[$h]=$!
+    done
+    log "$name nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}"
+    deadline=$(( $(now_ns) + limit * 1000000000 ))
+    for h in alpha beta gamma; do
+        while kill -0 "${PID[$h]}" 2>/dev/null; do
+            (( $(now_ns) < deadline )) || die "$name node $h did not finish within $limit s"
+            sleep 0.1
+        done
+        rc=0
+        wait "${PID[$h]}" || rc=$?
+        unset "PID[$h]"
+        log "$name node $h exited with $rc"
+        [[ $rc -eq 0 ]] || die "$name node $h failed: $(tail -n 5 "$WORK/logs/$name-$h.log")"
+    done
+}
+
 # --- live LYREO: users on alpha, servers on beta (one real SmolLM2), the ---
 # --- scheduler on gamma (lyreo.toml, other ports; check_lyreo.py)        ---
-cp "$HERE/lyreo.toml" "$WORK/lyreo.toml"
-"$BIN" check "$WORK/lyreo.toml" >"$WORK/logs/lyreo-check.log" || die "edgemu check lyreo.toml failed: $(cat "$WORK/logs/lyreo-check.log")"
-LRUN="lyreo-$$"
-for h in alpha beta gamma; do
-    NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
-        --config "$WORK/lyreo.toml" --host "$h" --run-id "$LRUN" --wait-peers 20s --quiet \
-        >"$WORK/logs/lyreo-$h.log" 2>&1 &
-    PID[$h]=$!
-done
-log "lyreo nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}"
-deadline=$(( $(now_ns) + 90000000000 ))
-for h in alpha beta gamma; do
-    while kill -0 "${PID[$h]}" 2>/dev/null; do
-        (( $(now_ns) < deadline )) || die "lyreo node $h did not finish within 90 s"
-        sleep 0.1
-    done
-    rc=0
-    wait "${PID[$h]}" || rc=$?
-    unset "PID[$h]"
-    log "lyreo node $h exited with $rc"
-    [[ $rc -eq 0 ]] || die "lyreo node $h failed: $(tail -n 5 "$WORK/logs/lyreo-$h.log")"
-done
-python3 "$HERE/check_lyreo.py" --results "$WORK/results/$LRUN"
+run_phase lyreo 90
+python3 "$HERE/check_lyreo.py" --results "$WORK/results/lyreo-$$"
 
 # --- live KV handoff: agent on alpha -> agent on beta over a lossy link, ---
 # --- scheduler on gamma (handoff.toml; check_handoff.py compares with the ---
 # --- same file in virtual time, i.e. the co-simulation harness)           ---
-cp "$HERE/handoff.toml" "$WORK/handoff.toml"
-"$BIN" check "$WORK/handoff.toml" >"$WORK/logs/handoff-check.log" || die "edgemu check handoff.toml failed: $(cat "$WORK/logs/handoff-check.log")"
+run_phase handoff 60
 HRUN="handoff-$$"
-for h in alpha beta gamma; do
-    NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
-        --config "$WORK/handoff.toml" --host "$h" --run-id "$HRUN" --wait-peers 20s --quiet \
-        >"$WORK/logs/handoff-$h.log" 2>&1 &
-    PID[$h]=$!
-done
-log "handoff nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}"
-deadline=$(( $(now_ns) + 60000000000 ))
-for h in alpha beta gamma; do
-    while kill -0 "${PID[$h]}" 2>/dev/null; do
-        (( $(now_ns) < deadline )) || die "handoff node $h did not finish within 60 s"
-        sleep 0.1
-    done
-    rc=0
-    wait "${PID[$h]}" || rc=$?
-    unset "PID[$h]"
-    log "handoff node $h exited with $rc"
-    [[ $rc -eq 0 ]] || die "handoff node $h failed: $(tail -n 5 "$WORK/logs/handoff-$h.log")"
-done
 sed 's/^time = "real"/time = "virtual"/' "$WORK/handoff.toml" >"$WORK/handoff-virtual.toml"
 timeout 60 "$BIN" run --config "$WORK/handoff-virtual.toml" --run-id "$HRUN-virtual" --quiet \
     >"$WORK/logs/handoff-virtual.log" 2>&1 || die "virtual handoff run failed: $(tail -n 5 "$WORK/logs/handoff-virtual.log")"
