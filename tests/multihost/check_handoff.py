@@ -13,9 +13,10 @@ Stdlib only.
 """
 
 import argparse
-import csv
 import os
 import sys
+
+from checklib import check, failures, rows
 
 HANDOFFS = 3
 TOKENS = 4
@@ -23,21 +24,6 @@ TOKENS = 4
 # under load, 256-token ShareGPT context of SmolLM2, 4 320 frames, T_ser = 0.48 s):
 # see README.md in this folder; the bound is ~10x the largest difference seen.
 TOLERANCE = 0.05
-
-failures = []
-
-
-def check(ok, what):
-    print(("  ok    " if ok else "  FAIL  ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
-def rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
 
 def main():
     ap = argparse.ArgumentParser()

@@ -11,28 +11,14 @@ served some; the scheduler's decisions (gamma) name the policy. Stdlib only.
 
 import hashlib
 import argparse
-import csv
 import os
 import sys
+
+from checklib import check, failures, rows
 
 USERS = ["u0", "u1"]
 SLOTS = 4
 LINK_DELAY_S = 0.010
-
-failures = []
-
-
-def check(ok, what):
-    print(("  ok    " if ok else "  FAIL  ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
-def rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
 
 def main():
     ap = argparse.ArgumentParser()
