@@ -29,13 +29,29 @@ pub const LEVELS: [f64; 4] = [0.2, 0.4, 0.6, 0.8];
 /// Teacher-forced positions per context.
 pub const WINDOW: usize = 64;
 
-/// Mean top-1 agreement per level: `(utility-kept, random-kept)`.
+/// Top-1 agreement per level: `(utility-kept, random-kept)`, the mean over
+/// contexts and each context's value (`per_context[level][context]`), so the
+/// printout can give a confidence interval and the paired difference.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Retention {
     pub levels: Vec<f64>,
     pub utility: Vec<f64>,
     pub random: Vec<f64>,
+    pub utility_per_context: Vec<Vec<f64>>,
+    pub random_per_context: Vec<Vec<f64>>,
     pub contexts: usize,
+}
+
+impl Retention {
+    /// Mean and 95 % CI (Student t over contexts) of utility-kept,
+    /// random-kept and their paired difference at level index `l`.
+    pub fn intervals(&self, l: usize) -> [Option<(f64, f64, f64)>; 3] {
+        use crate::plots::stats::mean_ci95;
+        let u = &self.utility_per_context[l];
+        let r = &self.random_per_context[l];
+        let d: Vec<f64> = u.iter().zip(r).map(|(a, b)| a - b).collect();
+        [mean_ci95(u), mean_ci95(r), mean_ci95(&d)]
+    }
 }
 
 /// The cells of `profile`, highest utility first (ties by index).
@@ -139,6 +155,8 @@ pub fn retention(
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut utility = vec![0.0; LEVELS.len()];
     let mut random = vec![0.0; LEVELS.len()];
+    let mut utility_per_context = vec![Vec::new(); LEVELS.len()];
+    let mut random_per_context = vec![Vec::new(); LEVELS.len()];
     for (i, ctx) in contexts.iter().enumerate() {
         anyhow::ensure!(
             ctx.len() > WINDOW + profile.settings.position_bins,
@@ -157,6 +175,8 @@ pub fn retention(
         for l in 0..LEVELS.len() {
             utility[l] += a[2 * l] / contexts.len() as f64;
             random[l] += a[2 * l + 1] / contexts.len() as f64;
+            utility_per_context[l].push(a[2 * l]);
+            random_per_context[l].push(a[2 * l + 1]);
         }
         progress(i);
     }
@@ -164,6 +184,8 @@ pub fn retention(
         levels: LEVELS.to_vec(),
         utility,
         random,
+        utility_per_context,
+        random_per_context,
         contexts: contexts.len(),
     })
 }
@@ -220,13 +242,22 @@ pub fn run_check(
         "held-out retention check (Fig. 2c): {} evaluation contexts × {} tokens, teacher-forced top-1 agreement with the full cache over the last {WINDOW} tokens",
         r.contexts, profile.context_tokens
     );
-    println!("retention   utility-kept   random-kept   (paper at 40 %: 55.2 % vs 44.0 %)");
+    println!(
+        "mean ± 95 % CI over contexts (Student t); difference = utility − random on the same context (paper at 40 %: 55.2 % vs 44.0 %)"
+    );
+    println!("retention   utility-kept      random-kept       difference");
+    let fmt = |ci: Option<(f64, f64, f64)>| match ci {
+        Some((m, lo, hi)) => format!("{:>5.1} ± {:>4.1} %", 100.0 * m, 100.0 * (hi - lo) / 2.0),
+        None => "—".to_string(),
+    };
     for i in 0..r.levels.len() {
+        let [u, rnd, d] = r.intervals(i);
         println!(
-            "{:>8.0} %   {:>10.1} %   {:>9.1} %",
+            "{:>8.0} %   {:<16}  {:<16}  {}",
             100.0 * r.levels[i],
-            100.0 * r.utility[i],
-            100.0 * r.random[i]
+            fmt(u),
+            fmt(rnd),
+            fmt(d)
         );
     }
     println!("took {:.1} s", t0.elapsed().as_secs_f64());
@@ -264,5 +295,25 @@ mod tests {
         let all = ranked_cells(&profile);
         let a = agreement(&lm.model, &profile, &ctx, &[all]).unwrap();
         assert_eq!(a, vec![1.0]);
+    }
+
+    #[test]
+    fn intervals_pair_the_two_curves_per_context() {
+        let r = Retention {
+            levels: vec![0.4],
+            utility: vec![0.5],
+            random: vec![0.3],
+            utility_per_context: vec![vec![0.4, 0.6]],
+            random_per_context: vec![vec![0.3, 0.3]],
+            contexts: 2,
+        };
+        let [u, rnd, d] = r.intervals(0);
+        let (m, lo, hi) = u.unwrap();
+        assert!((m - 0.5).abs() < 1e-12);
+        // t(1) = 12.706, s = 0.1414, half = 12.706 · 0.1414 / √2 = 1.2706
+        assert!((hi - m - 1.2706).abs() < 1e-9 && (m - lo - 1.2706).abs() < 1e-9);
+        assert_eq!(rnd.unwrap(), (0.3, 0.3, 0.3));
+        let (dm, ..) = d.unwrap();
+        assert!((dm - 0.2).abs() < 1e-12);
     }
 }
