@@ -433,6 +433,29 @@ mod tests {
     }
 
     #[test]
+    fn options_are_checked_and_applied() {
+        let w = parse_potential("1, 0,0.25").expect("three numbers");
+        assert_eq!((w.progress, w.deficit, w.window), (1.0, 0.0, 0.25));
+        assert!(parse_potential("1,0").is_err());
+        assert!(parse_potential("1,x,0").is_err());
+        assert!(parse_potential("1,inf,0").is_err());
+        let mut a = args(std::env::temp_dir());
+        a.paper_channel = true;
+        let e = format!(
+            "{:#}",
+            config(&a).expect_err("--paper-channel with --quick")
+        );
+        assert!(e.contains("--quick"), "{e}");
+        a.paper_channel = false;
+        a.k = Some(0);
+        assert!(config(&a).is_err());
+        a.k = Some(64);
+        a.keep_best = true;
+        let c = config(&a).expect("quick config");
+        assert_eq!((c.k, c.keep_best, c.final_seeds), (Some(64), true, 0));
+    }
+
+    #[test]
     fn moving_mean_is_trailing() {
         assert_eq!(moving_mean(&[1.0, 3.0, 5.0], 2), vec![1.0, 2.0, 4.0]);
     }
