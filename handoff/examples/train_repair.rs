@@ -26,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             r.transitions
         ),
         Progress::Evaluation(e) => eprintln!("checkpoint {}: {}", e.episode, summary(e)),
+        Progress::Final(e) => eprintln!("final, held-out seeds: {}", summary(e)),
     })?;
     let cmd = format!("edgemu train repair --episodes {episodes} --seed {seed}");
     let w = write_outputs(&out, &cmd, &mut outcome)?;

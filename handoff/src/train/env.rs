@@ -77,6 +77,27 @@ impl Default for EpisodeRanges {
 }
 
 impl EpisodeRanges {
+    /// The evaluation setting itself (paper §V-A main channel: GE (0.001,
+    /// 0.5, 0.02, 0.1), 100 Mb/s, 20 ms RTT) with ρ drawn around the
+    /// evaluated 0.8 (uniform in [0.7, 0.9]) and `layers` layers: the
+    /// randomized default spends most of its episodes on channels, rates and
+    /// deadlines the evaluation never sees (at 200 Mb/s the bandwidth-delay
+    /// product, ≈ 360 frames, exceeds K, so the window dynamics differ).
+    pub fn paper_setting(layers: u32) -> Self {
+        let (eps_g, eps_b, p_gb, p_bg) = crate::harness::PAPER_GE;
+        EpisodeRanges {
+            layers: (layers, layers),
+            eps_g: (eps_g, eps_g),
+            eps_b: (eps_b, eps_b),
+            p_gb: (p_gb, p_gb),
+            p_bg: (p_bg, p_bg),
+            rates_bps: vec![100_000_000],
+            rtt_ms: (20.0, 20.0),
+            rho: (0.7, 0.9),
+            ..EpisodeRanges::default()
+        }
+    }
+
     /// Tiny episodes (a few hundred packets) for tests and `--quick`.
     pub fn tiny() -> Self {
         EpisodeRanges {
@@ -210,6 +231,29 @@ mod tests {
                 panic!("GE expected");
             };
             assert!((0.3..0.7).contains(&eps_b) && (0.06..0.2).contains(&p_bg));
+        }
+    }
+
+    #[test]
+    fn paper_setting_episodes_are_the_evaluation_channel() {
+        let r = EpisodeRanges::paper_setting(30);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for _ in 0..3 {
+            let s = draw_episode(&r, &mut rng).unwrap().scenario;
+            assert_eq!(s.layout.n_layers, 30);
+            assert_eq!(s.rate_bps, 100_000_000);
+            assert_eq!(s.forward.delay_ns, 10_000_000);
+            assert!((0.7..0.9).contains(&s.rho));
+            let (eps_g, eps_b, p_gb, p_bg) = crate::harness::PAPER_GE;
+            assert_eq!(
+                s.forward.loss,
+                LossSpec::GilbertElliott {
+                    eps_g,
+                    eps_b,
+                    p_gb,
+                    p_bg
+                }
+            );
         }
     }
 

@@ -18,8 +18,11 @@
 //! SmolLM2's layout (2 880 blocks) with [`crate::placeholder_utilities`] —
 //! on the same held-out realization seeds (never used for training:
 //! training seeds come from the trainer's RNG, evaluation seeds are
-//! `EVAL_SEED_BASE + i`). The final network is the result (no checkpoint
-//! selection on the evaluation seeds).
+//! `EVAL_SEED_BASE + i`). The final network is the result, or with
+//! [`TrainConfig::keep_best`] the checkpoint with the best mean on those
+//! seeds; either way [`TrainConfig::final_seeds`] realizations from
+//! [`FINAL_SEED_BASE`], disjoint from the training and checkpoint seeds,
+//! test it against the heuristic (paired).
 //!
 //! Everything is seeded from [`TrainConfig::seed`]; single-threaded, so a
 //! training is reproducible bit for bit.
@@ -39,11 +42,16 @@ use crate::blocks::{placeholder_utilities, BlockLayout};
 use crate::error::HandoffError;
 use crate::harness::{run_handoff, synthetic_payload, HandoffScenario, RunOptions};
 use crate::scheme::scheme;
+use crate::sender::PotentialWeights;
 use env::{draw_episode, EpisodeRanges};
 use explore::ExploringScheduler;
 
 /// Evaluation realization seeds are `EVAL_SEED_BASE + i`.
 pub const EVAL_SEED_BASE: u64 = 0xE7A1_0000;
+/// Seeds of the final held-out evaluation, `FINAL_SEED_BASE + i`: disjoint
+/// from the training seeds and from the checkpoint seeds, so the reported
+/// comparison is on seeds no choice was made on.
+pub const FINAL_SEED_BASE: u64 = 0xF1A1_0000;
 
 /// What a training run does.
 #[derive(Debug, Clone)]
@@ -57,9 +65,25 @@ pub struct TrainConfig {
     pub eval_every: u32,
     /// Held-out realizations per evaluation.
     pub eval_seeds: u32,
+    /// Realizations of the final evaluation (`FINAL_SEED_BASE + i`) of the
+    /// final network; 0: none.
+    pub final_seeds: u32,
     /// The evaluation handoff (paper channel, ρ = 0.8).
     pub eval_scenario: HandoffScenario,
     pub learner: DdqnConfig,
+    /// Keep the checkpoint with the best mean on the checkpoint seeds
+    /// instead of the last network (validation on those seeds; the final
+    /// evaluation's seeds are disjoint from them, so it stays a held-out
+    /// test).
+    pub keep_best: bool,
+    /// Coding window limit K of the training episodes and the evaluation
+    /// handoffs (`None`: the harness default).
+    pub k: Option<u16>,
+    /// Weights of the shaping potential F (paper §IV-C3) in the reward.
+    pub potential: PotentialWeights,
+    /// Start from this network instead of a random one (fine-tuning; with
+    /// no episodes, only evaluated). Its normalization must be the identity.
+    pub init: Option<DdqnNet>,
 }
 
 impl TrainConfig {
@@ -74,6 +98,7 @@ impl TrainConfig {
             ranges: EpisodeRanges::default(),
             eval_every: 20,
             eval_seeds: 4,
+            final_seeds: 0,
             eval_scenario: HandoffScenario::paper(
                 layout,
                 placeholder_utilities(&layout).into(),
@@ -81,6 +106,10 @@ impl TrainConfig {
                 0.8,
             ),
             learner: DdqnNet::learner_config(seed),
+            init: None,
+            potential: PotentialWeights::default(),
+            k: None,
+            keep_best: false,
         })
     }
 
@@ -96,6 +125,7 @@ impl TrainConfig {
             ranges: EpisodeRanges::tiny(),
             eval_every: episodes.div_ceil(2).max(1),
             eval_seeds: 2,
+            final_seeds: 0,
             eval_scenario: HandoffScenario::paper(
                 layout,
                 placeholder_utilities(&layout).into(),
@@ -106,6 +136,10 @@ impl TrainConfig {
                 min_replay: 32,
                 ..DdqnNet::learner_config(seed)
             },
+            init: None,
+            potential: PotentialWeights::default(),
+            k: None,
+            keep_best: false,
         })
     }
 
@@ -133,13 +167,21 @@ pub struct CurveRow {
     pub updates: u64,
 }
 
-/// One checkpoint: mean recovered utility on the held-out seeds.
+/// One checkpoint: recovered utility on the held-out seeds, per seed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
     /// Episodes trained before it.
     pub episode: u32,
     pub ddqn: Vec<f64>,
     pub heuristic: Vec<f64>,
+    /// Repair packets sent, per seed.
+    pub ddqn_repairs: Vec<u32>,
+    pub heuristic_repairs: Vec<u32>,
+    /// Received repairs that were not innovative (every one of them, on the
+    /// paper channel with K = 256, a repair whose whole span the receiver
+    /// had already decoded past), per seed.
+    pub ddqn_redundant: Vec<u32>,
+    pub heuristic_redundant: Vec<u32>,
 }
 
 impl Evaluation {
@@ -149,6 +191,15 @@ impl Evaluation {
     pub fn heuristic_mean(&self) -> f64 {
         mean(&self.heuristic)
     }
+    /// Paired differences DDQN − heuristic, per seed.
+    pub fn differences(&self) -> Vec<f64> {
+        self.ddqn
+            .iter()
+            .zip(&self.heuristic)
+            .map(|(d, h)| d - h)
+            .collect()
+    }
+
     /// Seeds where the DDQN recovered more / less utility than the heuristic.
     pub fn wins_losses(&self) -> (usize, usize) {
         let w = self.ddqn.iter().zip(&self.heuristic);
@@ -173,6 +224,9 @@ pub struct TrainOutcome {
     pub net: DdqnNet,
     pub curve: Vec<CurveRow>,
     pub evaluations: Vec<Evaluation>,
+    /// The final network on [`TrainConfig::final_seeds`] seeds from
+    /// [`FINAL_SEED_BASE`] (`None` when 0).
+    pub final_evaluation: Option<Evaluation>,
     pub seeded_transitions: usize,
     pub updates: u64,
 }
@@ -182,33 +236,58 @@ pub struct TrainOutcome {
 pub enum Progress<'a> {
     Episode(&'a CurveRow),
     Evaluation(&'a Evaluation),
+    /// The final held-out evaluation.
+    Final(&'a Evaluation),
 }
 
-/// Greedy DDQN against the deficit heuristic on the evaluation scenario.
+/// Greedy DDQN against the deficit heuristic on the evaluation scenario, on
+/// the checkpoint seeds `EVAL_SEED_BASE + i`.
 pub fn evaluate(
     cfg: &TrainConfig,
     net: &DdqnNet,
     episode: u32,
 ) -> Result<Evaluation, HandoffError> {
+    evaluate_on(cfg, net, episode, EVAL_SEED_BASE, cfg.eval_seeds)
+}
+
+/// Greedy DDQN against the deficit heuristic on the evaluation scenario, on
+/// the paired realization seeds `base + i`, `i < seeds`.
+pub fn evaluate_on(
+    cfg: &TrainConfig,
+    net: &DdqnNet,
+    episode: u32,
+    base: u64,
+    seeds: u32,
+) -> Result<Evaluation, HandoffError> {
     let pfec = scheme("priorityfec")?;
     let heur = scheme("deficit-heuristic")?;
+    let mut scenario = cfg.eval_scenario.clone();
+    if let Some(k) = cfg.k {
+        scenario.k = k;
+    }
     let mut ev = Evaluation {
         episode,
         ddqn: Vec::new(),
         heuristic: Vec::new(),
+        ddqn_repairs: Vec::new(),
+        heuristic_repairs: Vec::new(),
+        ddqn_redundant: Vec::new(),
+        heuristic_redundant: Vec::new(),
     };
-    for i in 0..u64::from(cfg.eval_seeds) {
-        let seed = EVAL_SEED_BASE + i;
+    let redundant =
+        |r: &crate::HandoffReport| r.repairs_received.saturating_sub(r.innovative_repairs);
+    for i in 0..u64::from(seeds) {
+        let seed = base + i;
         let sched = edgemu_policies::repair::ddqn::DdqnScheduler::new(net.clone());
         let d = run_handoff(
-            &cfg.eval_scenario,
+            &scenario,
             pfec,
             pfec.scheduler(Some(Box::new(sched)))?,
             seed,
             RunOptions::default(),
         )?;
         let h = run_handoff(
-            &cfg.eval_scenario,
+            &scenario,
             heur,
             heur.scheduler(None)?,
             seed,
@@ -216,8 +295,21 @@ pub fn evaluate(
         )?;
         ev.ddqn.push(d.report.recovered_utility);
         ev.heuristic.push(h.report.recovered_utility);
+        ev.ddqn_repairs.push(d.sender.repair_sent);
+        ev.heuristic_repairs.push(h.sender.repair_sent);
+        ev.ddqn_redundant.push(redundant(&d.report));
+        ev.heuristic_redundant.push(redundant(&h.report));
     }
     Ok(ev)
+}
+
+/// The next training episode, with [`TrainConfig::k`] applied.
+fn episode(cfg: &TrainConfig, rng: &mut ChaCha8Rng) -> Result<env::Episode, HandoffError> {
+    let mut ep = draw_episode(&cfg.ranges, rng)?;
+    if let Some(k) = cfg.k {
+        ep.scenario.k = k;
+    }
+    Ok(ep)
 }
 
 fn net_of(learner: &DdqnLearner) -> Result<DdqnNet, HandoffError> {
@@ -233,10 +325,21 @@ pub fn train(
 ) -> Result<TrainOutcome, HandoffError> {
     let spec = scheme("priorityfec")?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut learner = DdqnLearner::new(DdqnConfig {
+    let lcfg = DdqnConfig {
         seed: cfg.seed,
         ..cfg.learner.clone()
-    });
+    };
+    let mut learner = match &cfg.init {
+        None => DdqnLearner::new(lcfg),
+        Some(net) if net.normalization_is_identity() => {
+            DdqnLearner::from_net(lcfg, net.mlp().clone())
+        }
+        Some(_) => {
+            return Err(HandoffError::Config(
+                "the initial network has an observation normalization; the trainer works on raw features".into(),
+            ))
+        }
+    };
     let record = RunOptions {
         record_decisions: true,
         ..RunOptions::default()
@@ -244,7 +347,7 @@ pub fn train(
 
     let mut seeded = 0;
     for _ in 0..cfg.seed_episodes {
-        let ep = draw_episode(&cfg.ranges, &mut rng)?;
+        let ep = episode(cfg, &mut rng)?;
         let sched: Box<dyn RepairScheduler> = Box::new(DeficitHeuristic);
         let run = run_handoff(
             &ep.scenario,
@@ -253,15 +356,18 @@ pub fn train(
             ep.seed,
             record,
         )?;
-        let t = transitions::transitions(&run);
+        let t = transitions::transitions(&run, &cfg.potential);
         seeded += t.len();
         learner.seed_replay(t);
     }
 
+    // The best checkpoint so far (mean on the checkpoint seeds), with
+    // `keep_best`.
+    let mut best: Option<(f64, DdqnNet)> = None;
     let mut curve = Vec::with_capacity(cfg.episodes as usize);
     let mut evaluations = Vec::new();
     for e in 0..cfg.episodes {
-        let ep = draw_episode(&cfg.ranges, &mut rng)?;
+        let ep = episode(cfg, &mut rng)?;
         let eps = cfg.epsilon(e);
         let sched = ExploringScheduler::new(net_of(&learner)?, eps, rng.random());
         let run = run_handoff(
@@ -271,7 +377,7 @@ pub fn train(
             ep.seed,
             record,
         )?;
-        let t = transitions::transitions(&run);
+        let t = transitions::transitions(&run, &cfg.potential);
         let n = t.len();
         let reward: f64 = t.iter().map(|t| f64::from(t.reward)).sum();
         let (mut loss, mut updates) = (0.0, 0u32);
@@ -298,20 +404,36 @@ pub fn train(
         curve.push(row);
         let last = e + 1 == cfg.episodes;
         if last || (cfg.eval_every > 0 && (e + 1) % cfg.eval_every == 0) {
-            let ev = evaluate(cfg, &net_of(&learner)?, e + 1)?;
+            let net = net_of(&learner)?;
+            let ev = evaluate(cfg, &net, e + 1)?;
             progress(Progress::Evaluation(&ev));
+            if cfg.keep_best && best.as_ref().is_none_or(|(m, _)| ev.ddqn_mean() >= *m) {
+                best = Some((ev.ddqn_mean(), net));
+            }
             evaluations.push(ev);
         }
     }
-    if cfg.episodes == 0 {
+    if cfg.episodes == 0 && cfg.eval_seeds > 0 {
         let ev = evaluate(cfg, &net_of(&learner)?, 0)?;
         progress(Progress::Evaluation(&ev));
         evaluations.push(ev);
     }
+    let net = match best {
+        Some((_, net)) => net,
+        None => net_of(&learner)?,
+    };
+    let final_evaluation = if cfg.final_seeds > 0 {
+        let ev = evaluate_on(cfg, &net, cfg.episodes, FINAL_SEED_BASE, cfg.final_seeds)?;
+        progress(Progress::Final(&ev));
+        Some(ev)
+    } else {
+        None
+    };
     Ok(TrainOutcome {
-        net: net_of(&learner)?,
+        net,
         curve,
         evaluations,
+        final_evaluation,
         seeded_transitions: seeded,
         updates: learner.updates(),
     })
@@ -342,6 +464,33 @@ mod tests {
         assert_ne!(wa, c.net.to_weights().to_bytes().unwrap());
         assert_eq!(a.curve.len(), 3);
         assert_eq!(a.evaluations.last().map(|e| e.episode), Some(3));
+    }
+
+    #[test]
+    fn final_evaluation_is_on_its_own_seeds_with_the_configured_k() {
+        let cfg = TrainConfig {
+            final_seeds: 2,
+            k: Some(8),
+            ..tiny(5)
+        };
+        let out = train(&cfg, |_| {}).unwrap();
+        let fin = out.final_evaluation.expect("final evaluation");
+        assert_eq!((fin.ddqn.len(), fin.heuristic.len()), (2, 2));
+        assert_eq!(fin.ddqn_redundant.len(), 2);
+        assert_eq!(fin.differences().len(), 2);
+        // The same network on the checkpoint seeds and K: a different draw.
+        let ev = evaluate(
+            &TrainConfig {
+                k: None,
+                ..cfg.clone()
+            },
+            &out.net,
+            3,
+        )
+        .unwrap();
+        assert_ne!(ev.heuristic[0], fin.heuristic[0]);
+        // No final evaluation unless asked for.
+        assert!(train(&tiny(5), |_| {}).unwrap().final_evaluation.is_none());
     }
 
     #[test]

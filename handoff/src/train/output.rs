@@ -1,6 +1,7 @@
 //! What a training writes: the weights (with the command, the update count
-//! and the final checkpoint in their `notes`), `curve.csv` and `eval.csv`
-//! (columns in `edgemu train repair`'s docs).
+//! and the final checkpoint in their `notes`), `curve.csv`, `eval.csv` and,
+//! with a final evaluation, `final.csv` (per held-out seed; columns in
+//! `edgemu train repair`'s docs).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -12,12 +13,47 @@ use crate::error::HandoffError;
 pub fn summary(e: &Evaluation) -> String {
     let (w, l) = e.wins_losses();
     format!(
-        "recovered utility at rho = 0.8: ddqn {:.4} vs deficit heuristic {:.4} ({:+.2} points; ddqn better on {w}, worse on {l} of {} paired seeds)",
+        "recovered utility at rho = 0.8: ddqn {:.4} vs deficit heuristic {:.4} ({:+.2} points; ddqn better on {w}, worse on {l} of {} paired seeds); repairs sent {:.0} vs {:.0}, redundant {:.0} vs {:.0}",
         e.ddqn_mean(),
         e.heuristic_mean(),
         100.0 * (e.ddqn_mean() - e.heuristic_mean()),
-        e.ddqn.len()
+        e.ddqn.len(),
+        mean_u32(&e.ddqn_repairs),
+        mean_u32(&e.heuristic_repairs),
+        mean_u32(&e.ddqn_redundant),
+        mean_u32(&e.heuristic_redundant),
     )
+}
+
+fn mean_u32(v: &[u32]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Per seed of one evaluation: seed index, both utilities, their
+/// difference, repairs sent and redundant repairs of both.
+pub fn per_seed_csv(e: &Evaluation) -> String {
+    let mut s = String::from(
+        "seed,ddqn_utility,heuristic_utility,difference,ddqn_repairs,heuristic_repairs,ddqn_redundant,heuristic_redundant\n",
+    );
+    for i in 0..e.ddqn.len() {
+        let at = |v: &[u32]| v.get(i).copied().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "{i},{:.6},{:.6},{:+.6},{},{},{},{}",
+            e.ddqn[i],
+            e.heuristic[i],
+            e.ddqn[i] - e.heuristic[i],
+            at(&e.ddqn_repairs),
+            at(&e.heuristic_repairs),
+            at(&e.ddqn_redundant),
+            at(&e.heuristic_redundant),
+        );
+    }
+    s
 }
 
 /// Writes `repair-ddqn.safetensors`, `curve.csv` and `eval.csv` into `dir`
@@ -29,9 +65,13 @@ pub fn write_outputs(
 ) -> Result<PathBuf, HandoffError> {
     let io = |p: &Path, e: std::io::Error| HandoffError::Config(format!("{}: {e}", p.display()));
     out.net.set_notes(&format!(
-        "{command}; {} updates; final checkpoint: {}",
+        "{command}; {} updates; {}",
         out.updates,
-        out.evaluations.last().map_or("none".into(), summary),
+        match (&out.final_evaluation, out.evaluations.last()) {
+            (Some(f), _) => format!("final held-out evaluation: {}", summary(f)),
+            (None, Some(e)) => format!("final checkpoint: {}", summary(e)),
+            (None, None) => "no evaluation".into(),
+        },
     ));
     let weights = dir.join("repair-ddqn.safetensors");
     out.net
@@ -52,18 +92,28 @@ pub fn write_outputs(
             r.updates
         );
     }
-    let mut eval = String::from("episode,seeds,ddqn_utility,heuristic_utility\n");
+    let mut eval = String::from(
+        "episode,seeds,ddqn_utility,heuristic_utility,ddqn_repairs,heuristic_repairs,ddqn_redundant,heuristic_redundant\n",
+    );
     for e in &out.evaluations {
         let _ = writeln!(
             eval,
-            "{},{},{:.6},{:.6}",
+            "{},{},{:.6},{:.6},{:.1},{:.1},{:.1},{:.1}",
             e.episode,
             e.ddqn.len(),
             e.ddqn_mean(),
-            e.heuristic_mean()
+            e.heuristic_mean(),
+            mean_u32(&e.ddqn_repairs),
+            mean_u32(&e.heuristic_repairs),
+            mean_u32(&e.ddqn_redundant),
+            mean_u32(&e.heuristic_redundant),
         );
     }
-    for (name, text) in [("curve.csv", curve), ("eval.csv", eval)] {
+    let mut files = vec![("curve.csv", curve), ("eval.csv", eval)];
+    if let Some(f) = &out.final_evaluation {
+        files.push(("final.csv", per_seed_csv(f)));
+    }
+    for (name, text) in files {
         let p = dir.join(name);
         std::fs::write(&p, text).map_err(|e| io(&p, e))?;
     }

@@ -9,6 +9,11 @@
 //! - `eval.csv`: per checkpoint, mean recovered utility of the greedy DDQN
 //!   and of the deficit heuristic on the held-out seeds at ρ = 0.8.
 //!
+//! - `final.csv` (unless `--final-seeds 0`): the final network against the
+//!   deficit heuristic per held-out paired seed (disjoint from the training
+//!   and checkpoint seeds): both utilities, their difference, repairs sent
+//!   and redundant repairs (received but not innovative) of both;
+//!
 //! - `curve.png` / `curve.svg`: recovered utility of the training episodes
 //!   (and their 10-episode moving mean) and, at each checkpoint, the greedy
 //!   DDQN and the deficit heuristic on the held-out seeds (mean, 95 % CI);
@@ -28,10 +33,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
+use edgemu_handoff::train::env::EpisodeRanges;
 use edgemu_handoff::train::output::{summary, write_outputs};
 use edgemu_handoff::train::CurveRow;
 use edgemu_handoff::train::{train, Evaluation, Progress, TrainConfig, TrainOutcome};
-use edgemu_handoff::{synthetic_payload, BlockLayout, HandoffScenario};
+use edgemu_handoff::{synthetic_payload, BlockLayout, HandoffScenario, PotentialWeights};
 
 use crate::experiment::priorityfec::block_utilities;
 use crate::plots::{self, CiPoint, CiSeries, Formats, Labels, PlotError};
@@ -59,11 +65,56 @@ pub struct TrainRepairArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Realizations of the final evaluation of the final network against the
+    /// deficit heuristic (paired seeds disjoint from the training and
+    /// checkpoint seeds; default 32, quick 0); writes `final.csv` and prints
+    /// the paired difference with its 95 % CI.
+    #[arg(long)]
+    pub final_seeds: Option<u32>,
+    /// Weights λp,λd,λw of the shaping potential F = λp·k_dec/N −
+    /// λd·d/(d + B_rem) − λw·ln(1+W)/ln(1+N) in the reward (default
+    /// 1,0.5,0.25; 0,0,0: the plain change of recovered utility).
+    #[arg(long, value_parser = parse_potential)]
+    pub potential: Option<PotentialWeights>,
+    /// Write the checkpoint with the best mean on the checkpoint seeds
+    /// instead of the last network (the final evaluation's seeds are
+    /// disjoint from them).
+    #[arg(long)]
+    pub keep_best: bool,
+    /// Coding window limit K of the training episodes and of the evaluation
+    /// handoffs (default: the harness's, 256).
+    #[arg(long)]
+    pub k: Option<u16>,
+    /// Start from these weights (fine-tune); with `--episodes 0` the file is
+    /// only evaluated (checkpoint and final held-out seeds).
+    #[arg(long)]
+    pub init: Option<PathBuf>,
+    /// Train on the evaluation setting itself (the paper's GE channel,
+    /// 100 Mb/s, 20 ms RTT, ρ uniform in [0.7, 0.9], the whole layout)
+    /// instead of the randomized channels, rates, RTTs and deadlines.
+    #[arg(long)]
+    pub paper_channel: bool,
     /// Measured KV-utility profile (`edgemu profile-kv`) for the evaluation
     /// handoff's and the training episodes' block utilities (default: the
     /// placeholder and synthetic ones). Not with `--quick`.
     #[arg(long)]
     pub profile: Option<PathBuf>,
+}
+
+fn parse_potential(s: &str) -> Result<PotentialWeights, String> {
+    let v: Vec<f64> = s
+        .split(',')
+        .map(|x| x.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{s:?}: {e}"))?;
+    match v[..] {
+        [progress, deficit, window] if v.iter().all(|x| x.is_finite()) => Ok(PotentialWeights {
+            progress,
+            deficit,
+            window,
+        }),
+        _ => Err(format!("{s:?}: three finite numbers λp,λd,λw expected")),
+    }
 }
 
 /// SmolLM2-135M's shape, which the profile must match.
@@ -90,6 +141,30 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
     }
     if let Some(s) = args.eval_seeds {
         cfg.eval_seeds = s;
+    }
+    cfg.final_seeds = args.final_seeds.unwrap_or(if args.quick { 0 } else { 32 });
+    cfg.keep_best = args.keep_best;
+    if let Some(k) = args.k {
+        if k == 0 {
+            bail!("--k must be positive");
+        }
+        cfg.k = Some(k);
+    }
+    if let Some(w) = args.potential {
+        cfg.potential = w;
+    }
+    if let Some(p) = &args.init {
+        cfg.init = Some(
+            edgemu_policies::repair::ddqn::DdqnNet::load(p)
+                .with_context(|| format!("loading the initial weights {}", p.display()))?,
+        );
+    }
+    if args.paper_channel {
+        if args.quick {
+            bail!("--paper-channel needs the full configuration (SmolLM2's layout), not --quick");
+        }
+        // The profile (below) fills in the utilities.
+        cfg.ranges = EpisodeRanges::paper_setting(cfg.eval_scenario.layout.n_layers);
     }
     if let Some(p) = &args.profile {
         if args.quick {
@@ -143,16 +218,36 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
             e.heuristic_mean(),
             e.ddqn.len()
         )),
+        Progress::Final(e) => bar.println(format!(
+            "final network on {} held-out paired seeds: ddqn {:.4} vs deficit heuristic {:.4}",
+            e.ddqn.len(),
+            e.ddqn_mean(),
+            e.heuristic_mean()
+        )),
     })
     .context("training")?;
     bar.finish_and_clear();
     let wall = start.elapsed().as_secs_f64();
     let last = out.evaluations.last().cloned();
     let command = format!(
-        "edgemu train repair --episodes {} --seed {}{}{}",
+        "edgemu train repair --episodes {} --seed {}{}{}{}{}{}{}{}",
         cfg.episodes,
         cfg.seed,
         if args.quick { " --quick" } else { "" },
+        if args.paper_channel {
+            " --paper-channel"
+        } else {
+            ""
+        },
+        args.init
+            .as_ref()
+            .map_or(String::new(), |p| format!(" --init {}", p.display())),
+        args.k.map_or(String::new(), |k| format!(" --k {k}")),
+        if args.keep_best { " --keep-best" } else { "" },
+        args.potential.map_or(String::new(), |w| format!(
+            " --potential {},{},{}",
+            w.progress, w.deficit, w.window
+        )),
         args.profile
             .as_ref()
             .map_or(String::new(), |p| format!(" --profile {}", p.display()))
@@ -165,6 +260,18 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
     );
     if let Some(e) = &last {
         println!("final checkpoint: {}", summary(e));
+    }
+    if let Some(f) = &out.final_evaluation {
+        println!("final held-out evaluation: {}", summary(f));
+        if let Some((m, lo, hi)) = crate::plots::stats::mean_ci95(&f.differences()) {
+            println!(
+                "paired difference ddqn - heuristic: {:+.3} points, 95 % CI [{:+.3}, {:+.3}] (Student t, n = {})",
+                100.0 * m,
+                100.0 * lo,
+                100.0 * hi,
+                f.ddqn.len()
+            );
+        }
     }
     println!(
         "wrote {}, {}, {}",
@@ -283,6 +390,12 @@ mod tests {
             eval_seeds: Some(1),
             quiet: true,
             profile: None,
+            final_seeds: None,
+            paper_channel: false,
+            init: None,
+            potential: None,
+            k: None,
+            keep_best: false,
         }
     }
 
@@ -317,6 +430,29 @@ mod tests {
         a.quick = false;
         let e = format!("{:#}", config(&a).expect_err("missing profile"));
         assert!(e.contains("/nonexistent/kvu.json"), "{e}");
+    }
+
+    #[test]
+    fn options_are_checked_and_applied() {
+        let w = parse_potential("1, 0,0.25").expect("three numbers");
+        assert_eq!((w.progress, w.deficit, w.window), (1.0, 0.0, 0.25));
+        assert!(parse_potential("1,0").is_err());
+        assert!(parse_potential("1,x,0").is_err());
+        assert!(parse_potential("1,inf,0").is_err());
+        let mut a = args(std::env::temp_dir());
+        a.paper_channel = true;
+        let e = format!(
+            "{:#}",
+            config(&a).expect_err("--paper-channel with --quick")
+        );
+        assert!(e.contains("--quick"), "{e}");
+        a.paper_channel = false;
+        a.k = Some(0);
+        assert!(config(&a).is_err());
+        a.k = Some(64);
+        a.keep_best = true;
+        let c = config(&a).expect("quick config");
+        assert_eq!((c.k, c.keep_best, c.final_seeds), (Some(64), true, 0));
     }
 
     #[test]

@@ -114,6 +114,13 @@ impl DdqnNet {
         Ok(())
     }
 
+    /// Whether the observation normalization is the identity (mean 0, std
+    /// 1), as for every network the trainer produces: only such a network
+    /// can be fine-tuned on raw features.
+    pub fn normalization_is_identity(&self) -> bool {
+        self.obs_mean.iter().all(|&m| m == 0.0) && self.obs_std.iter().all(|&s| s == 1.0)
+    }
+
     pub fn set_notes(&mut self, notes: &str) {
         self.notes = notes.to_string();
     }
