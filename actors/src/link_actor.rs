@@ -13,7 +13,7 @@ use crate::clock::{Clock, Timer, Wake};
 use crate::events::{Event, EventLog};
 use crate::link_overrides::{LayerId, LinkOverrides};
 use crate::messages::{
-    DelayHistogram, GetDelayHistogram, GetLinkStats, LinkControl, LinkStats, Route, SetLead,
+    DelayHistogram, GetDelayHistogram, GetLinkStats, LinkControl, LinkStatus, Route, SetLead,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
@@ -314,12 +314,12 @@ impl Handler<LinkControl> for LinkActor {
 }
 
 impl Handler<GetLinkStats> for LinkActor {
-    type Result = LinkStats;
-    fn handle(&mut self, _: GetLinkStats, _: &mut Context<Self>) -> LinkStats {
+    type Result = MessageResult<GetLinkStats>;
+    fn handle(&mut self, _: GetLinkStats, _: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ns();
         let c = self.model.counters();
         let p = self.model.params();
-        LinkStats {
+        MessageResult(LinkStatus {
             link: self.link,
             name: self.name.clone(),
             dir: self.dir,
@@ -343,7 +343,7 @@ impl Handler<GetLinkStats> for LinkActor {
             delay_p99_ns: c.delay_ns.value_at_quantile(0.99),
             delay_max_ns: c.delay_ns.max(),
             expected_loss: expected_loss(&p.loss),
-        }
+        })
     }
 }
 

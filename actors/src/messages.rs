@@ -53,34 +53,12 @@ pub struct SetLead {
 
 /// Ask a link actor for its counters.
 #[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "LinkStats")]
+#[rtype(result = "LinkStatus")]
 pub struct GetLinkStats;
 
-/// A snapshot of one link direction.
-#[derive(Debug, Clone, Serialize, MessageResponse)]
-pub struct LinkStats {
-    pub link: LinkId,
-    pub name: String,
-    pub dir: Direction,
-    pub t_ns: u64,
-    pub up: bool,
-    /// Configured rate now, bits/s (None = unlimited or trace).
-    pub rate_bps: Option<u64>,
-    pub delay_ns: u64,
-    pub offered: u64,
-    pub delivered: u64,
-    pub lost: u64,
-    pub queue_dropped: u64,
-    pub down_dropped: u64,
-    pub retransmissions: u64,
-    pub bytes_offered: u64,
-    pub bytes_delivered: u64,
-    pub queued_bytes: u64,
-    pub delay_p50_ns: u64,
-    pub delay_p99_ns: u64,
-    pub delay_max_ns: u64,
-    pub expected_loss: Option<f64>,
-}
+/// A snapshot of one link direction: the control protocol's type, so
+/// `status` reports exactly what the link actor answers.
+pub use edgemu_config::command::LinkStatus;
 
 /// Ask a link actor for its delivered-packet delay distribution as
 /// cumulative buckets (for Prometheus `/metrics`).

@@ -11,7 +11,7 @@ use crate::results::{HostResults, LinkRow};
 use actix::prelude::*;
 use edgemu_actors::clock::Clock;
 use edgemu_actors::events::{Event, EventLog};
-use edgemu_actors::messages::{GetLinkStats, LinkStats, PeerStatus, StopSending};
+use edgemu_actors::messages::{GetLinkStats, LinkStatus, PeerStatus, StopSending};
 use edgemu_actors::probes::FlowSummary;
 use edgemu_actors::router::{GetRouterCounters, RouterCounters};
 use edgemu_codec::ids::{Direction, HostId, LinkId};
@@ -154,7 +154,7 @@ impl Supervisor {
         });
     }
 
-    fn link_stats(&self) -> impl std::future::Future<Output = Vec<LinkStats>> + 'static {
+    fn link_stats(&self) -> impl std::future::Future<Output = Vec<LinkStatus>> + 'static {
         let addrs: Vec<_> = self.actors.links.values().cloned().collect();
         async move {
             let mut out = Vec::with_capacity(addrs.len());
@@ -175,7 +175,7 @@ impl Supervisor {
         );
     }
 
-    fn write_sample(&mut self, stats: &[LinkStats]) {
+    fn write_sample(&mut self, stats: &[LinkStatus]) {
         let now = self.clock.now_ns();
         if let Some(p) = &self.progress {
             p.set_position((now / 1_000_000_000).min(self.cluster.run.duration_ns / 1_000_000_000));
@@ -357,7 +357,7 @@ impl Supervisor {
                             hosts: vec![HostStatus {
                                 host,
                                 t_ns: now,
-                                links: links.iter().map(commands::link_status).collect(),
+                                links,
                                 router: commands::router_status(&counters),
                                 mesh,
                                 control: control.status(),

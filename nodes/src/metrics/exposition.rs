@@ -146,12 +146,12 @@ fn clamp_i64(v: u64) -> i64 {
 pub fn registry(s: &HostSnapshot) -> Registry {
     let host = std::iter::once((Cow::Borrowed("host"), Cow::Owned(s.host.clone())));
     let mut reg = Registry::with_prefix_and_labels("edgemu", host);
-    let links: Vec<(LinkLabels, &edgemu_actors::messages::LinkStats)> = s
+    let links: Vec<(LinkLabels, &edgemu_actors::messages::LinkStatus)> = s
         .links
         .iter()
         .map(|l| (labels(&l.name, l.dir), l))
         .collect();
-    type Field = fn(&&edgemu_actors::messages::LinkStats) -> u64;
+    type Field = fn(&&edgemu_actors::messages::LinkStatus) -> u64;
     let counters: [(&str, &str, Field); 7] = [
         (
             "link_offered_packets",
@@ -555,12 +555,12 @@ fn lyreo_families(reg: &mut Registry, l: &edgemu_actors::lyreo::live::LiveState)
 mod tests {
     use super::super::snapshot::PeerMesh;
     use super::*;
-    use edgemu_actors::messages::LinkStats;
+    use edgemu_actors::messages::LinkStatus;
     use edgemu_actors::router::RouterCounters;
     use edgemu_codec::ids::{Direction, LinkId};
 
-    fn stats(dir: Direction, up: bool) -> LinkStats {
-        LinkStats {
+    fn stats(dir: Direction, up: bool) -> LinkStatus {
+        LinkStatus {
             link: LinkId(0),
             name: "wan".into(),
             dir,

@@ -6,7 +6,7 @@
 use crate::host::supervisor::Supervisor;
 use actix::prelude::*;
 use edgemu_actors::link_actor::LinkActor;
-use edgemu_actors::messages::{DelayHistogram, GetDelayHistogram, GetLinkStats, LinkStats};
+use edgemu_actors::messages::{DelayHistogram, GetDelayHistogram, GetLinkStats, LinkStatus};
 use edgemu_actors::router::{GetRouterCounters, Router, RouterCounters};
 use serde::Serialize;
 
@@ -60,7 +60,7 @@ impl PeerMesh {
 pub struct HostSnapshot {
     pub host: String,
     pub t_ns: u64,
-    pub links: Vec<LinkStats>,
+    pub links: Vec<LinkStatus>,
     pub delay: Vec<DelayHistogram>,
     pub router: RouterCounters,
     pub mesh: Vec<PeerMesh>,
