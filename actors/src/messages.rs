@@ -276,6 +276,32 @@ impl Liveness {
     }
 }
 
+/// An actor that `actor.kill … for = D` can kill. Its automatic restart is
+/// scheduled by [`restart_later`], the one place that checks the kill's
+/// epoch (a manual restart and a new kill in between make it stale).
+pub trait SelfRestart: Actor<Context = Context<Self>> {
+    fn liveness(&mut self) -> &mut Liveness;
+    /// The kill's `for` ran out and that kill is still in force: come back
+    /// as `actor.restart` would, and record it.
+    fn restart_by_itself(&mut self, ctx: &mut Context<Self>);
+}
+
+/// Schedules the automatic restart that ends the kill of `epoch` after
+/// `after`; nothing for a kill without `for` (`None`).
+pub fn restart_later<A: SelfRestart>(
+    ctx: &mut Context<A>,
+    after: Option<std::time::Duration>,
+    epoch: u64,
+) {
+    if let Some(after) = after {
+        ctx.run_later(after, move |act, ctx| {
+            if act.liveness().auto_restart(epoch) {
+                act.restart_by_itself(ctx);
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
