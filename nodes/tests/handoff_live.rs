@@ -15,10 +15,9 @@ use edgemu_handoff::{placeholder_utilities, run_handoff, synthetic_payload, Bloc
 use edgemu_handoff::{HandoffScenario, RunOptions};
 use edgemu_links::RateSpec;
 use edgemu_nodes::host::spawn::derive_seed;
-use edgemu_nodes::run::{load, run_all};
 use edgemu_policies::slot::version_hash;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 const GE: &str = "loss = { model = \"ge\", eps_g = 0.01, eps_b = 0.6, p_gb = 0.05, p_bg = 0.2 }";
@@ -141,12 +140,6 @@ fn handoffs(run_dir: &Path) -> Vec<Row> {
         .collect()
 }
 
-fn run(text: &str, dir: &Path, id: &str) -> PathBuf {
-    let cfg = write(dir, &format!("{id}.toml"), text);
-    let cluster = load(&cfg).expect("load");
-    run_all(cluster, Some(id.into()), false).expect("run").dir
-}
-
 #[test]
 fn a_lossless_handoff_delivers_everything_and_decodes_like_full_kv() {
     let dir = temp_dir("handoff-lossless");
@@ -158,7 +151,7 @@ fn a_lossless_handoff_delivers_everything_and_decodes_like_full_kv() {
         "",
         "",
     );
-    let run_dir = run(&text, &dir, "lossless");
+    let run_dir = run_file(&text, &dir, "lossless");
     let rows = handoffs(&run_dir);
     assert_eq!(rows.len(), 1);
     let r = &rows[0];
@@ -241,7 +234,7 @@ fn lossy_handoffs_in_virtual_time_equal_the_harness() {
         let rho = 0.9;
         let task = format!("rho = {rho}\nscheme = \"{scheme}\"");
         let text = cluster_text(&results, seed, &task, GE, "");
-        let run_dir = run(&text, &dir, &format!("eq-{seed}"));
+        let run_dir = run_file(&text, &dir, &format!("eq-{seed}"));
         let rows = handoffs(&run_dir);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].get("outcome"), "ok");
@@ -265,14 +258,14 @@ fn a_killed_link_or_agent_mid_handoff_is_recorded() {
     // The link dies 2 ms into the handoff (start at 100 ms, prefill inline).
     let chaos = "[[chaos]]\nat = \"102ms\"\ncommand = \"link.kill\"\nlink = \"wan\"\n";
     let text = cluster_text(&results, 1, "rho = 1.0", "", chaos);
-    let rows = handoffs(&run(&text, &dir, "link"));
+    let rows = handoffs(&run_file(&text, &dir, "link"));
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get("outcome"), "ok", "a partial handoff is decoded");
     assert!(rows[0].f("recovered_utility") < 1.0);
 
     let chaos = "[[chaos]]\nat = \"102ms\"\ncommand = \"actor.kill\"\nactor = \"a\"\n";
     let text = cluster_text(&results, 1, "rho = 1.0", "", chaos);
-    let run_dir = run(&text, &dir, "agent");
+    let run_dir = run_file(&text, &dir, "agent");
     let rows = handoffs(&run_dir);
     assert_eq!(rows.len(), 1);
     assert!(
@@ -294,7 +287,7 @@ fn a_policy_swap_shows_in_the_next_handoff_and_the_cache_counts() {
     let chaos = "[[chaos]]\nat = \"1s\"\ncommand = \"policy.swap\"\nactor = \"a\"\npolicy = \"fixed-rate\"\n";
     let task = "rho = 1.2\nscheme = \"deficit-heuristic\"\nevery = \"1500ms\"\ncount = 2";
     let text = cluster_text(&results, 1, task, "", chaos);
-    let rows = handoffs(&run(&text, &dir, "swap"));
+    let rows = handoffs(&run_file(&text, &dir, "swap"));
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].get("policy"), "deficit-heuristic");
     assert_eq!(rows[1].get("policy"), "fixed-rate");
@@ -308,7 +301,7 @@ fn a_policy_swap_shows_in_the_next_handoff_and_the_cache_counts() {
     // and evictions counted.
     let task = format!("{task}\nkv_cache = \"1KiB\"");
     let text = cluster_text(&results, 1, &task, "", "");
-    let run_dir = run(&text, &dir, "tiny-cache");
+    let run_dir = run_file(&text, &dir, "tiny-cache");
     let rows = handoffs(&run_dir);
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.get("sender_cache_hit") == "false"));
