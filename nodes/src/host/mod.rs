@@ -16,6 +16,7 @@ pub mod commands;
 pub mod faults;
 pub mod keys;
 pub mod policies;
+pub mod registry;
 pub mod route;
 pub mod spawn;
 pub mod spawn_agents;
