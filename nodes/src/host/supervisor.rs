@@ -199,6 +199,9 @@ impl Supervisor {
         }
         let _ = res.links.flush();
         edgemu_actors::probes::ProbeLog::flush(&mut res.probes);
+        for t in &self.actors.tables {
+            t.flush();
+        }
         self.events.flush();
     }
 
