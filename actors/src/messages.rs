@@ -60,11 +60,12 @@ pub struct GetLinkStats;
 /// `status` reports exactly what the link actor answers.
 pub use edgemu_config::command::LinkStatus;
 
-/// Ask a link actor for its delivered-packet delay distribution as
-/// cumulative buckets (for Prometheus `/metrics`).
+/// Ask a link actor for its counters and its delivered-packet delay
+/// distribution as cumulative buckets, in one message (the dashboard's and
+/// Prometheus `/metrics`' snapshot).
 #[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "DelayHistogram")]
-pub struct GetDelayHistogram;
+#[rtype(result = "(LinkStatus, DelayHistogram)")]
+pub struct GetLinkSnapshot;
 
 /// Upper bounds (ns) of the delay buckets a link reports: 100 µs to 10 s.
 pub const DELAY_BUCKETS_NS: [u64; 16] = [

@@ -91,6 +91,8 @@ pub struct Supervisor {
     drain_ns: u64,
     /// What this host's control socket refused (it asks for this at start).
     control: Arc<crate::control::ControlCounters>,
+    /// The last dashboard / `/metrics` snapshot (see [`crate::metrics`]).
+    pub(crate) snapshots: crate::metrics::snapshot::SnapshotCache,
 }
 
 impl Supervisor {
@@ -141,6 +143,7 @@ impl Supervisor {
                 .saturating_add(300_000_000)
                 .min(3_000_000_000),
             control: Default::default(),
+            snapshots: Default::default(),
         }
     }
 
@@ -229,6 +232,7 @@ impl Supervisor {
         }
         let source = format!("chaos#{}", spec.index);
         let kind = spec.command.name();
+        self.snapshots.clear();
         let fut = self.handle_request(
             spec.request.clone(),
             serde_json::Value::Null,
@@ -237,6 +241,7 @@ impl Supervisor {
             ctx,
         );
         ctx.spawn(fut.map(move |r, act, _| {
+            act.snapshots.clear();
             if let Err(e) = r {
                 let t = act.clock.now_ns();
                 act.log(t, &source, kind, serde_json::json!({ "error": e }));
@@ -583,7 +588,18 @@ impl Actor for Supervisor {
 impl Handler<Control> for Supervisor {
     type Result = ResponseActFuture<Self, Result<serde_json::Value, String>>;
     fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) -> Self::Result {
-        self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
+        if matches!(msg.request, commands::Request::Status) {
+            return self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx);
+        }
+        // A snapshot taken before or while it applies must not outlive it.
+        self.snapshots.clear();
+        Box::pin(
+            self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
+                .map(|r, act, _| {
+                    act.snapshots.clear();
+                    r
+                }),
+        )
     }
 }
 
