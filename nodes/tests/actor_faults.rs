@@ -356,15 +356,10 @@ control = "127.0.0.1:{}"
 [[hosts]]
 name = "beta"
 listen = "127.0.0.1:{}"
-
-[[actors]]
-name = "sched"
-host = "alpha"
-kind = "scheduler"
-servers = ["s0", "s1"]
-policy = "least-loaded"
-slot = "200ms"
-
+"#,
+        ports[0], ports[1], ports[2]
+    ) + &scheduler_toml("alpha", "200ms")
+        + r#"
 [[actors]]
 name = "u0"
 host = "alpha"
@@ -389,9 +384,7 @@ gpu = "rtx4090"
 name = "probe"
 host = "beta"
 kind = "sink"
-"#,
-        ports[0], ports[1], ports[2]
-    );
+"#;
     let cfg = write(&dir, "cluster.toml", &text);
     let cluster = load(&cfg).expect("load");
     let threads = spawn_real_hosts(&cluster, |_| HostOptions {

@@ -301,15 +301,10 @@ token_env = "{TOKEN_VAR}"
 name = "edge"
 listen = "127.0.0.1:{mesh}"
 control = "127.0.0.1:{control}"
-
-[[actors]]
-name = "sched"
-host = "edge"
-kind = "scheduler"
-servers = ["s0", "s1"]
-policy = "least-loaded"
-slot = "500ms"
-
+"#
+    );
+    t += &scheduler_toml("edge", "500ms");
+    t += r#"
 [[actors]]
 name = "s0"
 host = "edge"
@@ -321,8 +316,7 @@ name = "s1"
 host = "edge"
 kind = "server"
 gpu = "rtx4090"
-"#
-    );
+"#;
     for u in 0..3 {
         t += &format!(
             "\n[[actors]]\nname = \"u{u}\"\nhost = \"edge\"\nkind = \"user\"\nscheduler = \"sched\"\nworkload = \"lmsys-like\"\nmax_input = 64\nmax_output = 16\n"

@@ -100,6 +100,14 @@ pub fn host_toml(name: &str, listen: u16, control: Option<u16>) -> String {
     t
 }
 
+/// `[[actors]]` entry of the least-loaded scheduler `sched` of servers `s0`
+/// and `s1` on `host`, deciding every `slot`.
+pub fn scheduler_toml(host: &str, slot: &str) -> String {
+    format!(
+        "\n[[actors]]\nname = \"sched\"\nhost = \"{host}\"\nkind = \"scheduler\"\nservers = [\"s0\", \"s1\"]\npolicy = \"least-loaded\"\nslot = \"{slot}\"\n"
+    )
+}
+
 /// The LYREO system the in-process tests share: users `u0..users` on host
 /// `phones` (each with an unlimited 5 ms link to `s0` and `s1`), servers
 /// `s0` (RTX 3080, 10 MHz at (50, 50)) and `s1` (RTX 4090, 12 MHz at
@@ -141,16 +149,9 @@ impl LyreoSystem<'_> {
         for (i, h) in ["phones", "edge", "ctl"].iter().enumerate() {
             t += &host_toml(h, i as u16 + 1, None);
         }
+        t += &scheduler_toml("ctl", "1s");
         t += &format!(
             r#"
-[[actors]]
-name = "sched"
-host = "ctl"
-kind = "scheduler"
-servers = ["s0", "s1"]
-policy = "least-loaded"
-slot = "1s"
-
 [[actors]]
 name = "s0"
 host = "edge"
