@@ -849,6 +849,11 @@ pub struct HostStatus {
     /// The host's control socket.
     #[serde(default)]
     pub control: ControlStatus,
+    /// The context-KV cache of each agent on this host (moka, weighed by
+    /// bytes): `hits`, `misses`, `evictions`, `entries`, `bytes`,
+    /// `capacity_bytes`. Absent without agents.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kv_caches: BTreeMap<String, BTreeMap<String, u64>>,
     /// Set when the host could not be asked; then the counters are empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

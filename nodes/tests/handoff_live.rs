@@ -377,3 +377,75 @@ fn the_documented_agents_example_is_valid() {
     let d = c.describe();
     assert!(d.contains("to agent-b via wan: 3 every 8s"), "{d}");
 }
+
+/// In real time over loopback, `status` and `/metrics` show the sending
+/// agent's context-KV cache counters (the first handoff is a miss).
+#[test]
+fn the_senders_kv_cache_counters_show_in_status_and_metrics() {
+    let dir = temp_dir("handoff-cache-status");
+    let results = dir.join("results").display().to_string();
+    let (m1, m2, control) = (free_port(), free_port(), free_port());
+    let text = cluster_text(&results, 1, "rho = 1.0\nevery = \"1s\"", "", "")
+        .replace("time = \"virtual\"\n", "")
+        .replace("duration = \"3s\"", "duration = \"30s\"")
+        .replace(
+            "listen = \"127.0.0.1:1\"",
+            &format!("listen = \"127.0.0.1:{m1}\"\ncontrol = \"127.0.0.1:{control}\""),
+        )
+        .replace(
+            "listen = \"127.0.0.1:2\"",
+            &format!("listen = \"127.0.0.1:{m2}\""),
+        )
+        .replace(
+            "[run]\n",
+            "[run]\ntoken_env = \"EDGEMU_TEST_CACHE_TOKEN_UNSET\"\n",
+        );
+    let cfg = write(&dir, "cache.toml", &text);
+    let cluster = edgemu_nodes::run::load(&cfg).expect("load");
+    let run = std::thread::spawn(move || {
+        edgemu_nodes::run::run_all(cluster, Some("cache".into()), false)
+    });
+    let url = format!("ws://127.0.0.1:{control}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cache = rt.block_on(async {
+        wait_for_control(&url, None).await;
+        for _ in 0..300 {
+            let status = edgemu_nodes::control::client::request(
+                &url,
+                serde_json::json!({"cmd": "status"}),
+                None,
+            )
+            .await
+            .expect("status");
+            let h1 = status["hosts"]
+                .as_array()
+                .and_then(|h| h.iter().find(|h| h["host"] == "h1"))
+                .cloned()
+                .expect("h1 answers");
+            let c = &h1["kv_caches"]["a"];
+            if c["misses"].as_u64().unwrap_or(0) >= 1 {
+                return c.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("no cache miss counted in status");
+    });
+    assert!(cache["bytes"].as_u64().unwrap_or(0) > 0, "{cache}");
+    assert!(cache["capacity_bytes"].as_u64().unwrap_or(0) > 0, "{cache}");
+    let (_, metrics) =
+        edgemu_nodes::bench::common::http_get(control, "/metrics", "*/*").expect("GET /metrics");
+    assert!(
+        metrics.contains(r#"edgemu_agent_kv_cache_misses_total{host="h1",agent="a"}"#),
+        "{metrics}"
+    );
+    rt.block_on(edgemu_nodes::control::client::request(
+        &url,
+        serde_json::json!({"cmd": "run.stop"}),
+        None,
+    ))
+    .expect("stop");
+    run.join().expect("run thread").expect("run");
+}

@@ -41,6 +41,11 @@ impl<T: Clone> ActorRegistry<T> {
         self.read().get(&actor).cloned()
     }
 
+    /// Every registered handle, by actor id.
+    pub fn entries(&self) -> Vec<(ActorId, T)> {
+        self.read().iter().map(|(a, h)| (*a, h.clone())).collect()
+    }
+
     /// Adds every handle of `other` (handles registered before the host's
     /// actors existed, e.g. by a test).
     pub fn extend_from(&self, other: &ActorRegistry<T>) {

@@ -24,6 +24,8 @@ pub struct HostActors {
     /// The host's result tables (requests, server slots, decisions,
     /// handoffs), flushed by the supervisor each sample and at the end.
     pub tables: Vec<edgemu_actors::lyreo::records::CsvTable>,
+    /// The agents' context-KV caches.
+    pub kv_caches: super::KvCaches,
     /// Policy slots of this host's actors (see [`super::policies`]).
     pub policies: super::policies::PolicyRegistry,
     /// Actors that `actor.kill` / `actor.restart` reach (see [`super::faults`]).
@@ -70,6 +72,7 @@ pub fn spawn_host_actors(
         live: lyreo.clone(),
         faults: faults.clone(),
         events: events.clone(),
+        kv_caches: super::KvCaches::default(),
     };
 
     let mut links = BTreeMap::new();
@@ -252,6 +255,7 @@ pub fn spawn_host_actors(
         senders,
         flushers,
         tables: tables.all(),
+        kv_caches: shared.kv_caches.clone(),
     })
 }
 

@@ -122,6 +122,7 @@ pub fn spawn(
     shared.policies.register(a.id, slot.clone());
 
     let cache = Arc::new(ContextKvCache::new(spec.kv_cache_bytes));
+    shared.kv_caches.register(a.id, cache.clone());
     let compute = if virtual_time {
         // Inline: in virtual time compute must not race the clock.
         ComputeActor::new(AgentEngine::load(model, cache.clone())).start()

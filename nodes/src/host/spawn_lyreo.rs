@@ -128,6 +128,8 @@ pub struct HostShared {
     /// The host's event log (fault effects: requests dropped, servers
     /// marked down or up).
     pub events: edgemu_actors::events::EventLog,
+    /// The agents' context-KV caches (their counters in `/metrics`).
+    pub kv_caches: super::KvCaches,
 }
 
 /// Spawns one LYREO actor; `None` for other kinds.

@@ -357,6 +357,16 @@ impl Supervisor {
                         (p, name.unwrap_or_else(|| format!("host#{}", p.0)))
                     })
                     .collect();
+                // The counters by name, as the status protocol carries them.
+                let kv_caches = self
+                    .kv_caches()
+                    .into_iter()
+                    .filter_map(|(agent, c)| {
+                        serde_json::from_value(serde_json::to_value(c.stats()).ok()?)
+                            .ok()
+                            .map(|m| (agent, m))
+                    })
+                    .collect();
                 Box::pin(
                     async move {
                         let links = stats.await;
@@ -369,6 +379,7 @@ impl Supervisor {
                                 router: commands::router_status(&counters),
                                 mesh,
                                 control: control.status(),
+                                kv_caches,
                                 error: None,
                             }],
                         };
@@ -387,6 +398,7 @@ impl Supervisor {
                                         router: Default::default(),
                                         mesh: BTreeMap::new(),
                                         control: Default::default(),
+                                        kv_caches: BTreeMap::new(),
                                         error: Some(e),
                                     }),
                                 }
@@ -552,7 +564,21 @@ impl Supervisor {
                 .as_ref()
                 .and_then(|f| serde_json::to_value(f.counters()).ok()),
             lyreo: self.actors.lyreo.clone(),
+            kv_caches: self.kv_caches(),
         }
+    }
+
+    /// The agents' context-KV caches, by agent name.
+    fn kv_caches(&self) -> Vec<(String, Arc<edgemu_gpu::kv_cache::ContextKvCache>)> {
+        self.actors
+            .kv_caches
+            .entries()
+            .into_iter()
+            .map(|(id, c)| {
+                let name = self.cluster.get_actor(id).map(|a| a.name.clone());
+                (name.unwrap_or_else(|| format!("actor#{}", id.0)), c)
+            })
+            .collect()
     }
 }
 

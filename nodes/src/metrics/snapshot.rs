@@ -27,6 +27,8 @@ pub struct Sources {
     pub mesh: Option<serde_json::Value>,
     /// The LYREO actors' live state on this host.
     pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
+    /// The agents' context-KV caches, by agent name.
+    pub kv_caches: Vec<(String, std::sync::Arc<edgemu_gpu::kv_cache::ContextKvCache>)>,
 }
 
 /// The mesh counters of one peer host.
@@ -73,6 +75,8 @@ pub struct HostSnapshot {
     pub mesh: Vec<PeerMesh>,
     /// LYREO servers and schedulers on this host (empty maps when none).
     pub lyreo: edgemu_actors::lyreo::live::LiveState,
+    /// The agents' context-KV cache counters, by agent (empty without agents).
+    pub kv_caches: std::collections::BTreeMap<String, edgemu_gpu::kv_cache::KvCacheStats>,
 }
 
 impl Sources {
@@ -93,6 +97,11 @@ impl Sources {
         let lyreo = self.lyreo.snapshot();
         HostSnapshot {
             lyreo,
+            kv_caches: self
+                .kv_caches
+                .iter()
+                .map(|(name, c)| (name.clone(), c.stats()))
+                .collect(),
             host: self.host,
             t_ns: self.t_ns,
             links,
