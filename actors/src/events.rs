@@ -91,4 +91,13 @@ impl ActorLog {
             detail,
         });
     }
+    /// `actor` came back by itself at the end of a `kill … for`.
+    pub fn self_restart(&self, t_ns: u64, actor: &str, detail: &str) {
+        self.record(
+            t_ns,
+            "actor.kill for",
+            "actor.restart",
+            serde_json::json!({ "actor": actor, "detail": detail }),
+        );
+    }
 }

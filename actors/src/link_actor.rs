@@ -13,7 +13,7 @@ use crate::clock::{Clock, Timer, Wake};
 use crate::events::{Event, EventLog};
 use crate::link_overrides::{LayerId, LinkOverrides};
 use crate::messages::{
-    DelayHistogram, GetDelayHistogram, GetLinkStats, LinkControl, LinkStats, Route, SetLead,
+    DelayHistogram, GetLinkSnapshot, GetLinkStats, LinkControl, LinkStatus, Route, SetLead,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
@@ -314,12 +314,26 @@ impl Handler<LinkControl> for LinkActor {
 }
 
 impl Handler<GetLinkStats> for LinkActor {
-    type Result = LinkStats;
-    fn handle(&mut self, _: GetLinkStats, _: &mut Context<Self>) -> LinkStats {
+    type Result = MessageResult<GetLinkStats>;
+    fn handle(&mut self, _: GetLinkStats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.status())
+    }
+}
+
+impl Handler<GetLinkSnapshot> for LinkActor {
+    type Result = MessageResult<GetLinkSnapshot>;
+    fn handle(&mut self, _: GetLinkSnapshot, _: &mut Context<Self>) -> Self::Result {
+        let h = DelayHistogram::from_hdr(self.link, self.dir, &self.model.counters().delay_ns);
+        MessageResult((self.status(), h))
+    }
+}
+
+impl LinkActor {
+    fn status(&self) -> LinkStatus {
         let now = self.clock.now_ns();
         let c = self.model.counters();
         let p = self.model.params();
-        LinkStats {
+        LinkStatus {
             link: self.link,
             name: self.name.clone(),
             dir: self.dir,
@@ -344,13 +358,6 @@ impl Handler<GetLinkStats> for LinkActor {
             delay_max_ns: c.delay_ns.max(),
             expected_loss: expected_loss(&p.loss),
         }
-    }
-}
-
-impl Handler<GetDelayHistogram> for LinkActor {
-    type Result = DelayHistogram;
-    fn handle(&mut self, _: GetDelayHistogram, _: &mut Context<Self>) -> DelayHistogram {
-        DelayHistogram::from_hdr(self.link, self.dir, &self.model.counters().delay_ns)
     }
 }
 

@@ -53,40 +53,19 @@ pub struct SetLead {
 
 /// Ask a link actor for its counters.
 #[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "LinkStats")]
+#[rtype(result = "LinkStatus")]
 pub struct GetLinkStats;
 
-/// A snapshot of one link direction.
-#[derive(Debug, Clone, Serialize, MessageResponse)]
-pub struct LinkStats {
-    pub link: LinkId,
-    pub name: String,
-    pub dir: Direction,
-    pub t_ns: u64,
-    pub up: bool,
-    /// Configured rate now, bits/s (None = unlimited or trace).
-    pub rate_bps: Option<u64>,
-    pub delay_ns: u64,
-    pub offered: u64,
-    pub delivered: u64,
-    pub lost: u64,
-    pub queue_dropped: u64,
-    pub down_dropped: u64,
-    pub retransmissions: u64,
-    pub bytes_offered: u64,
-    pub bytes_delivered: u64,
-    pub queued_bytes: u64,
-    pub delay_p50_ns: u64,
-    pub delay_p99_ns: u64,
-    pub delay_max_ns: u64,
-    pub expected_loss: Option<f64>,
-}
+/// A snapshot of one link direction: the control protocol's type, so
+/// `status` reports exactly what the link actor answers.
+pub use edgemu_config::command::LinkStatus;
 
-/// Ask a link actor for its delivered-packet delay distribution as
-/// cumulative buckets (for Prometheus `/metrics`).
+/// Ask a link actor for its counters and its delivered-packet delay
+/// distribution as cumulative buckets, in one message (the dashboard's and
+/// Prometheus `/metrics`' snapshot).
 #[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "DelayHistogram")]
-pub struct GetDelayHistogram;
+#[rtype(result = "(LinkStatus, DelayHistogram)")]
+pub struct GetLinkSnapshot;
 
 /// Upper bounds (ns) of the delay buckets a link reports: 100 µs to 10 s.
 pub const DELAY_BUCKETS_NS: [u64; 16] = [
@@ -295,6 +274,32 @@ impl Liveness {
         } else {
             false
         }
+    }
+}
+
+/// An actor that `actor.kill … for = D` can kill. Its automatic restart is
+/// scheduled by [`restart_later`], the one place that checks the kill's
+/// epoch (a manual restart and a new kill in between make it stale).
+pub trait SelfRestart: Actor<Context = Context<Self>> {
+    fn liveness(&mut self) -> &mut Liveness;
+    /// The kill's `for` ran out and that kill is still in force: come back
+    /// as `actor.restart` would, and record it.
+    fn restart_by_itself(&mut self, ctx: &mut Context<Self>);
+}
+
+/// Schedules the automatic restart that ends the kill of `epoch` after
+/// `after`; nothing for a kill without `for` (`None`).
+pub fn restart_later<A: SelfRestart>(
+    ctx: &mut Context<A>,
+    after: Option<std::time::Duration>,
+    epoch: u64,
+) {
+    if let Some(after) = after {
+        ctx.run_later(after, move |act, ctx| {
+            if act.liveness().auto_restart(epoch) {
+                act.restart_by_itself(ctx);
+            }
+        });
     }
 }
 

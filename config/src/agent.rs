@@ -195,13 +195,14 @@ fn ranged(
     }
 }
 
-/// Parses the fields of an `agent` (`actors`/`links` map names to indices).
+/// Parses the fields of an `agent` (`actors`/`links` map names to indices);
+/// no spec when its `server` is missing or unknown (reported in `errs`).
 pub(crate) fn agent(
     obj: &Obj,
     actors: &dyn Fn(&str, &str) -> Result<usize, ActionError>,
     links: &dyn Fn(&str, &str) -> Result<usize, ActionError>,
     errs: &mut Errs,
-) -> (AgentSpec, AgentRefs) {
+) -> (Option<AgentSpec>, AgentRefs) {
     let server = errs.ok(
         req_str(obj, "server", "the name of a server actor on this host")
             .and_then(|s| actors("server", s)),
@@ -355,14 +356,14 @@ pub(crate) fn agent(
         }),
         _ => None,
     };
-    (
-        AgentSpec {
-            server: ActorId(server.unwrap_or(0) as u32),
-            model,
-            kv_cache_bytes,
-            policy,
-            handoff,
-        },
-        AgentRefs { server, hand_to },
-    )
+    // Without its server (an error already reported, so the file is
+    // refused) there is no spec rather than one pointing at actor 0.
+    let spec = server.map(|server| AgentSpec {
+        server: ActorId(server as u32),
+        model,
+        kv_cache_bytes,
+        policy,
+        handoff,
+    });
+    (spec, AgentRefs { server, hand_to })
 }

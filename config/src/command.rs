@@ -25,7 +25,7 @@ use crate::error::ActionError;
 use crate::fields::{describe_value, duration_value, missing, Errs, Obj};
 use crate::model::{Cluster, LinkPatch, NetAction};
 use base64::Engine as _;
-use edgemu_codec::ids::{ActorId, Direction};
+use edgemu_codec::ids::{ActorId, Direction, LinkId};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -738,13 +738,18 @@ pub struct PolicyReply {
 }
 
 /// One direction of a link, as `status` reports it.
+// Also what the link actor answers `GetLinkStats` with: the one snapshot type
+// of a link direction (`status`, the dashboard, `/metrics`, `links.csv`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LinkStatus {
     /// The link's id (its position in `cluster.toml`).
-    pub link: u32,
+    #[schemars(with = "u32")]
+    pub link: LinkId,
     pub name: String,
     /// `"ab"` or `"ba"`.
-    pub dir: String,
+    #[serde(with = "direction_text")]
+    #[schemars(with = "String")]
+    pub dir: Direction,
     /// Run time of the reading (ns).
     pub t_ns: u64,
     pub up: bool,
@@ -767,6 +772,25 @@ pub struct LinkStatus {
     pub delay_max_ns: u64,
     /// The loss model's stationary loss, if it has one.
     pub expected_loss: Option<f64>,
+}
+
+/// A [`Direction`] as the control protocol writes it: `"ab"` or `"ba"`.
+mod direction_text {
+    use super::Dir;
+    use edgemu_codec::ids::Direction;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Direction, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Direction::AtoB => Dir::Ab,
+            Direction::BtoA => Dir::Ba,
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Direction, D::Error> {
+        Dir::deserialize(d).map(Direction::from)
+    }
 }
 
 /// A host's router: envelopes delivered and dropped, by reason.
@@ -825,6 +849,11 @@ pub struct HostStatus {
     /// The host's control socket.
     #[serde(default)]
     pub control: ControlStatus,
+    /// The context-KV cache of each agent on this host (moka, weighed by
+    /// bytes): `hits`, `misses`, `evictions`, `entries`, `bytes`,
+    /// `capacity_bytes`. Absent without agents.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kv_caches: BTreeMap<String, BTreeMap<String, u64>>,
     /// Set when the host could not be asked; then the counters are empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -989,6 +1018,39 @@ mod tests {
             .to_string()
             .contains("base64"));
         assert_eq!(decode_inline("AAEC").unwrap(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn link_status_writes_its_id_and_direction_as_the_protocol_does() {
+        let l = LinkStatus {
+            link: LinkId(3),
+            name: "wan".into(),
+            dir: Direction::BtoA,
+            t_ns: 1,
+            up: true,
+            rate_bps: None,
+            delay_ns: 0,
+            offered: 0,
+            delivered: 0,
+            lost: 0,
+            queue_dropped: 0,
+            down_dropped: 0,
+            retransmissions: 0,
+            bytes_offered: 0,
+            bytes_delivered: 0,
+            queued_bytes: 0,
+            delay_p50_ns: 0,
+            delay_p99_ns: 0,
+            delay_max_ns: 0,
+            expected_loss: Some(0.5),
+        };
+        let v = serde_json::to_value(&l).unwrap();
+        assert_eq!(v["link"], 3);
+        assert_eq!(v["dir"], "ba");
+        assert_eq!(serde_json::from_value::<LinkStatus>(v).unwrap(), l);
+        let mut bad = serde_json::to_value(&l).unwrap();
+        bad["dir"] = "up".into();
+        assert!(serde_json::from_value::<LinkStatus>(bad).is_err());
     }
 
     #[test]

@@ -822,7 +822,8 @@ impl<'a> Loader<'a> {
                         kind: "agent",
                     });
                 }
-                ActorKind::Agent(spec)
+                // No spec: its error is reported and the file refused.
+                spec.map_or(ActorKind::Sink, ActorKind::Agent)
             }
             "scheduler" => {
                 let resolve = |key: &str, n: &str| actors.resolve(key, n);

@@ -350,7 +350,7 @@ fn ctl(a: CtlArgs) -> Result<()> {
         }
         CtlCmd::Heal { a: x, b: y } => serde_json::json!({ "cmd": "host.heal", "hosts": [x, y] }),
         CtlCmd::Policy(p) => p.request()?,
-        CtlCmd::Actor(a) => a.request(),
+        CtlCmd::Actor(a) => a.request()?,
         CtlCmd::Stop => serde_json::json!({ "cmd": "run.stop" }),
         CtlCmd::Raw { json } => serde_json::from_str(&json).context("the request must be JSON")?,
     };

@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use edgemu_config::Cluster;
 use edgemu_nodes::host::commands::parse_request;
-use edgemu_nodes::run::{load, run_all};
+use edgemu_nodes::run::load;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -24,113 +24,19 @@ const STOP_SLOTS: u64 = 8;
 /// (least-loaded, 1 s slots) on `ctl`; long outputs so that a server holds
 /// a running batch and a queue most of the time.
 fn cluster_text(results: &str, chaos: &str) -> String {
-    let mut t = format!(
-        r#"
-[run]
-name = "faults"
-duration = "16s"
-seed = 11
-time = "virtual"
-results = "{results}"
-
-[[hosts]]
-name = "phones"
-listen = "127.0.0.1:1"
-
-[[hosts]]
-name = "edge"
-listen = "127.0.0.1:2"
-
-[[hosts]]
-name = "ctl"
-listen = "127.0.0.1:3"
-
-[[actors]]
-name = "sched"
-host = "ctl"
-kind = "scheduler"
-servers = ["s0", "s1"]
-policy = "least-loaded"
-slot = "1s"
-
-[[actors]]
-name = "s0"
-host = "edge"
-kind = "server"
-gpu = "rtx3080"
-bandwidth_mhz = 10
-position = [50, 50]
-
-[[actors]]
-name = "s1"
-host = "edge"
-kind = "server"
-gpu = "rtx4090"
-bandwidth_mhz = 12
-position = [150, 150]
-
-[[actors]]
-name = "probe"
-host = "edge"
-kind = "sink"
-"#
-    );
-    for u in 0..USERS {
-        t += &format!(
-            r#"
-[[actors]]
-name = "u{u}"
-host = "phones"
-kind = "user"
-scheduler = "sched"
-workload = "lmsys-like"
-max_input = 64
-max_output = 400
-stop = "{STOP_SLOTS}s"
-"#
-        );
-        for s in 0..2 {
-            t += &format!(
-                "\n[[links]]\nname = \"u{u}-s{s}\"\na = \"u{u}\"\nb = \"s{s}\"\nrate = \"unlimited\"\ndelay = \"5ms\"\n"
-            );
-        }
+    LyreoSystem {
+        name: "faults",
+        duration: "16s",
+        seed: 11,
+        results,
+        users: USERS,
+        max_output: 400,
+        stop: &format!("{STOP_SLOTS}s"),
+        s1_keys: "",
+        actors: "\n[[actors]]\nname = \"probe\"\nhost = \"edge\"\nkind = \"sink\"\n",
+        chaos,
     }
-    t + chaos
-}
-
-#[derive(Debug)]
-struct Req {
-    slot: u64,
-    id: u64,
-    user: String,
-    server: String,
-    outcome: String,
-    e2e: Option<f64>,
-    reason: String,
-}
-
-fn requests(path: &Path) -> Vec<Req> {
-    let text = std::fs::read_to_string(path).expect("read requests.csv");
-    let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some("slot,id,user,server,policy,policy_version,input_len,output_len,outcome,sched_s,upload_s,wait_s,prefill_s,decode_s,e2e_s,reason")
-    );
-    lines
-        .map(|l| {
-            let c: Vec<&str> = l.split(',').collect();
-            assert_eq!(c.len(), 16, "{l}");
-            Req {
-                slot: c[0].parse().expect("slot"),
-                id: c[1].parse().expect("id"),
-                user: c[2].into(),
-                server: c[3].into(),
-                outcome: c[8].into(),
-                e2e: c[14].parse().ok(),
-                reason: c[15].into(),
-            }
-        })
-        .collect()
+    .toml()
 }
 
 /// (slot, server) of every decision.
@@ -144,20 +50,6 @@ fn decisions(path: &Path) -> Vec<(u64, String)> {
             (c[0].parse().expect("slot"), c[3].to_string())
         })
         .collect()
-}
-
-fn events(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .expect("events")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
-}
-
-fn run(text: &str, dir: &Path, id: &str) -> std::path::PathBuf {
-    let cfg = write(dir, &format!("{id}.toml"), text);
-    let cluster = load(&cfg).expect("load");
-    run_all(cluster, Some(id.into()), false).expect("run").dir
 }
 
 /// The ids users send: the user's actor id in the high bits, the slot below.
@@ -179,7 +71,7 @@ fn sent_ids(cluster_text: &str) -> BTreeSet<u64> {
 
 /// Every request sent has exactly one row, and no row is for a request
 /// that was not sent.
-fn assert_all_accounted(text: &str, reqs: &[Req]) {
+fn assert_all_accounted(text: &str, reqs: &[RequestRow]) {
     let rows: Vec<u64> = reqs.iter().map(|r| r.id).collect();
     let unique: BTreeSet<u64> = rows.iter().copied().collect();
     assert_eq!(unique.len(), rows.len(), "one row per request");
@@ -201,11 +93,11 @@ fn a_server_killed_during_a_batch_accounts_for_every_request_and_the_scheduler_r
     let results = dir.join("results").display().to_string();
     let chaos = "\n[[chaos]]\nat = \"2500ms\"\ncommand = \"actor.kill\"\nactor = \"s1\"\n\n[[chaos]]\nat = \"6500ms\"\ncommand = \"actor.restart\"\nactor = \"s1\"\n";
     let text = cluster_text(&results, chaos);
-    let run_dir = run(&text, &dir, "server");
+    let run_dir = run_file(&text, &dir, "server");
 
     let reqs = requests(&run_dir.join("phones/requests.csv"));
     assert_all_accounted(&text, &reqs);
-    let killed: Vec<&Req> = reqs
+    let killed: Vec<&RequestRow> = reqs
         .iter()
         .filter(|r| r.reason == "server killed")
         .collect();
@@ -322,7 +214,7 @@ fn kill_for_restarts_by_itself_and_a_killed_scheduler_does_not_hang_users() {
     let results = dir.join("results").display().to_string();
     let chaos = "\n[[chaos]]\nat = \"1500ms\"\ncommand = \"actor.kill\"\nactor = \"sched\"\nfor = \"2s\"\n\n[[chaos]]\nat = \"6500ms\"\ncommand = \"actor.kill\"\nactor = \"u2\"\nfor = \"1s\"\n";
     let text = cluster_text(&results, chaos);
-    let run_dir = run(&text, &dir, "sched");
+    let run_dir = run_file(&text, &dir, "sched");
     let reqs = requests(&run_dir.join("phones/requests.csv"));
 
     // u2 was dead from 6.5 s to 7.5 s: it did not issue slot 7.
@@ -371,7 +263,7 @@ fn kill_for_restarts_by_itself_and_a_killed_scheduler_does_not_hang_users() {
         .any(|e| e["kind"] == "actor.restart" && e["t_ns"] == 7_500_000_000u64));
 
     // Reproducible.
-    let again = run(&text, &dir, "sched2");
+    let again = run_file(&text, &dir, "sched2");
     for f in [
         "phones/requests.csv",
         "ctl/decisions.csv",
@@ -442,7 +334,7 @@ fn chaos_and_control_share_the_actor_commands_and_refuse_bad_names() {
 #[test]
 fn actor_commands_over_the_control_socket_reach_the_owner_host() {
     use edgemu_nodes::control::client;
-    use edgemu_nodes::host::{run_host_real, HostOptions};
+    use edgemu_nodes::host::HostOptions;
     use serde_json::json;
     use std::time::Duration;
 
@@ -464,15 +356,10 @@ control = "127.0.0.1:{}"
 [[hosts]]
 name = "beta"
 listen = "127.0.0.1:{}"
-
-[[actors]]
-name = "sched"
-host = "alpha"
-kind = "scheduler"
-servers = ["s0", "s1"]
-policy = "least-loaded"
-slot = "200ms"
-
+"#,
+        ports[0], ports[1], ports[2]
+    ) + &scheduler_toml("alpha", "200ms")
+        + r#"
 [[actors]]
 name = "u0"
 host = "alpha"
@@ -497,23 +384,14 @@ gpu = "rtx4090"
 name = "probe"
 host = "beta"
 kind = "sink"
-"#,
-        ports[0], ports[1], ports[2]
-    );
+"#;
     let cfg = write(&dir, "cluster.toml", &text);
     let cluster = load(&cfg).expect("load");
-    let mut threads = Vec::new();
-    for h in &cluster.hosts {
-        let opts = HostOptions {
-            run_id: Some("fc".into()),
-            wait_peers: Some(Duration::from_secs(10)),
-            ..Default::default()
-        };
-        let (c, id) = (cluster.clone(), h.id);
-        threads.push(std::thread::spawn(move || {
-            actix::System::new().block_on(run_host_real(c, id, opts))
-        }));
-    }
+    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
+        run_id: Some("fc".into()),
+        wait_peers: Some(Duration::from_secs(10)),
+        ..Default::default()
+    });
     let alpha = format!("ws://127.0.0.1:{}", ports[1]);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -521,15 +399,7 @@ kind = "sink"
         .expect("runtime");
     rt.block_on(async {
         let ask = |req: serde_json::Value| client::request(&alpha, req, None);
-        let mut up = false;
-        for _ in 0..200 {
-            if ask(json!({"cmd": "status"})).await.is_ok() {
-                up = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(up, "alpha's control socket never answered");
+        wait_for_control(&alpha, None).await;
         // Let a few slots run so that s1 holds requests.
         tokio::time::sleep(Duration::from_millis(600)).await;
 

@@ -55,19 +55,6 @@ delay = "5ms"
     )
 }
 
-async fn wait_for_control(url: &str, token: &str) {
-    for _ in 0..200 {
-        if client::request(url, serde_json::json!({"cmd": "status"}), Some(token))
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("control websocket {url} never answered");
-}
-
 #[test]
 fn control_commands_are_checked_forwarded_and_take_effect() {
     let token = "s3cret-token";
@@ -88,7 +75,7 @@ fn control_commands_are_checked_forwarded_and_take_effect() {
         .build()
         .expect("runtime");
     let kill_ns = rt.block_on(async {
-        wait_for_control(&alpha, token).await;
+        wait_for_control(&alpha, Some(token)).await;
 
         // Wrong and missing tokens are refused; the connection and run go on.
         let e = client::request(&alpha, serde_json::json!({"cmd": "status"}), Some("wrong")).await;

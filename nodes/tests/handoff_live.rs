@@ -15,10 +15,9 @@ use edgemu_handoff::{placeholder_utilities, run_handoff, synthetic_payload, Bloc
 use edgemu_handoff::{HandoffScenario, RunOptions};
 use edgemu_links::RateSpec;
 use edgemu_nodes::host::spawn::derive_seed;
-use edgemu_nodes::run::{load, run_all};
 use edgemu_policies::slot::version_hash;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 const GE: &str = "loss = { model = \"ge\", eps_g = 0.01, eps_b = 0.6, p_gb = 0.05, p_bg = 0.2 }";
@@ -141,12 +140,6 @@ fn handoffs(run_dir: &Path) -> Vec<Row> {
         .collect()
 }
 
-fn run(text: &str, dir: &Path, id: &str) -> PathBuf {
-    let cfg = write(dir, &format!("{id}.toml"), text);
-    let cluster = load(&cfg).expect("load");
-    run_all(cluster, Some(id.into()), false).expect("run").dir
-}
-
 #[test]
 fn a_lossless_handoff_delivers_everything_and_decodes_like_full_kv() {
     let dir = temp_dir("handoff-lossless");
@@ -158,7 +151,7 @@ fn a_lossless_handoff_delivers_everything_and_decodes_like_full_kv() {
         "",
         "",
     );
-    let run_dir = run(&text, &dir, "lossless");
+    let run_dir = run_file(&text, &dir, "lossless");
     let rows = handoffs(&run_dir);
     assert_eq!(rows.len(), 1);
     let r = &rows[0];
@@ -241,7 +234,7 @@ fn lossy_handoffs_in_virtual_time_equal_the_harness() {
         let rho = 0.9;
         let task = format!("rho = {rho}\nscheme = \"{scheme}\"");
         let text = cluster_text(&results, seed, &task, GE, "");
-        let run_dir = run(&text, &dir, &format!("eq-{seed}"));
+        let run_dir = run_file(&text, &dir, &format!("eq-{seed}"));
         let rows = handoffs(&run_dir);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].get("outcome"), "ok");
@@ -265,14 +258,14 @@ fn a_killed_link_or_agent_mid_handoff_is_recorded() {
     // The link dies 2 ms into the handoff (start at 100 ms, prefill inline).
     let chaos = "[[chaos]]\nat = \"102ms\"\ncommand = \"link.kill\"\nlink = \"wan\"\n";
     let text = cluster_text(&results, 1, "rho = 1.0", "", chaos);
-    let rows = handoffs(&run(&text, &dir, "link"));
+    let rows = handoffs(&run_file(&text, &dir, "link"));
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get("outcome"), "ok", "a partial handoff is decoded");
     assert!(rows[0].f("recovered_utility") < 1.0);
 
     let chaos = "[[chaos]]\nat = \"102ms\"\ncommand = \"actor.kill\"\nactor = \"a\"\n";
     let text = cluster_text(&results, 1, "rho = 1.0", "", chaos);
-    let run_dir = run(&text, &dir, "agent");
+    let run_dir = run_file(&text, &dir, "agent");
     let rows = handoffs(&run_dir);
     assert_eq!(rows.len(), 1);
     assert!(
@@ -294,7 +287,7 @@ fn a_policy_swap_shows_in_the_next_handoff_and_the_cache_counts() {
     let chaos = "[[chaos]]\nat = \"1s\"\ncommand = \"policy.swap\"\nactor = \"a\"\npolicy = \"fixed-rate\"\n";
     let task = "rho = 1.2\nscheme = \"deficit-heuristic\"\nevery = \"1500ms\"\ncount = 2";
     let text = cluster_text(&results, 1, task, "", chaos);
-    let rows = handoffs(&run(&text, &dir, "swap"));
+    let rows = handoffs(&run_file(&text, &dir, "swap"));
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].get("policy"), "deficit-heuristic");
     assert_eq!(rows[1].get("policy"), "fixed-rate");
@@ -308,7 +301,7 @@ fn a_policy_swap_shows_in_the_next_handoff_and_the_cache_counts() {
     // and evictions counted.
     let task = format!("{task}\nkv_cache = \"1KiB\"");
     let text = cluster_text(&results, 1, &task, "", "");
-    let run_dir = run(&text, &dir, "tiny-cache");
+    let run_dir = run_file(&text, &dir, "tiny-cache");
     let rows = handoffs(&run_dir);
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.get("sender_cache_hit") == "false"));
@@ -383,4 +376,76 @@ fn the_documented_agents_example_is_valid() {
     .unwrap_or_else(|e| panic!("{e}"));
     let d = c.describe();
     assert!(d.contains("to agent-b via wan: 3 every 8s"), "{d}");
+}
+
+/// In real time over loopback, `status` and `/metrics` show the sending
+/// agent's context-KV cache counters (the first handoff is a miss).
+#[test]
+fn the_senders_kv_cache_counters_show_in_status_and_metrics() {
+    let dir = temp_dir("handoff-cache-status");
+    let results = dir.join("results").display().to_string();
+    let (m1, m2, control) = (free_port(), free_port(), free_port());
+    let text = cluster_text(&results, 1, "rho = 1.0\nevery = \"1s\"", "", "")
+        .replace("time = \"virtual\"\n", "")
+        .replace("duration = \"3s\"", "duration = \"30s\"")
+        .replace(
+            "listen = \"127.0.0.1:1\"",
+            &format!("listen = \"127.0.0.1:{m1}\"\ncontrol = \"127.0.0.1:{control}\""),
+        )
+        .replace(
+            "listen = \"127.0.0.1:2\"",
+            &format!("listen = \"127.0.0.1:{m2}\""),
+        )
+        .replace(
+            "[run]\n",
+            "[run]\ntoken_env = \"EDGEMU_TEST_CACHE_TOKEN_UNSET\"\n",
+        );
+    let cfg = write(&dir, "cache.toml", &text);
+    let cluster = edgemu_nodes::run::load(&cfg).expect("load");
+    let run = std::thread::spawn(move || {
+        edgemu_nodes::run::run_all(cluster, Some("cache".into()), false)
+    });
+    let url = format!("ws://127.0.0.1:{control}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cache = rt.block_on(async {
+        wait_for_control(&url, None).await;
+        for _ in 0..300 {
+            let status = edgemu_nodes::control::client::request(
+                &url,
+                serde_json::json!({"cmd": "status"}),
+                None,
+            )
+            .await
+            .expect("status");
+            let h1 = status["hosts"]
+                .as_array()
+                .and_then(|h| h.iter().find(|h| h["host"] == "h1"))
+                .cloned()
+                .expect("h1 answers");
+            let c = &h1["kv_caches"]["a"];
+            if c["misses"].as_u64().unwrap_or(0) >= 1 {
+                return c.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("no cache miss counted in status");
+    });
+    assert!(cache["bytes"].as_u64().unwrap_or(0) > 0, "{cache}");
+    assert!(cache["capacity_bytes"].as_u64().unwrap_or(0) > 0, "{cache}");
+    let (_, metrics) =
+        edgemu_nodes::bench::common::http_get(control, "/metrics", "*/*").expect("GET /metrics");
+    assert!(
+        metrics.contains(r#"edgemu_agent_kv_cache_misses_total{host="h1",agent="a"}"#),
+        "{metrics}"
+    );
+    rt.block_on(edgemu_nodes::control::client::request(
+        &url,
+        serde_json::json!({"cmd": "run.stop"}),
+        None,
+    ))
+    .expect("stop");
+    run.join().expect("run thread").expect("run");
 }

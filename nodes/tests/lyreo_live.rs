@@ -15,113 +15,19 @@ use std::path::Path;
 /// Three users on `phones`, two servers on `edge` (`s1` on `backend`),
 /// the scheduler on `ctl`; uplinks user → server with 5 ms delay.
 fn cluster_text(results: &str, s1_backend: &str, chaos: &str) -> String {
-    let mut t = format!(
-        r#"
-[run]
-name = "lyreo-live"
-duration = "6s"
-seed = 5
-time = "virtual"
-results = "{results}"
-
-[[hosts]]
-name = "phones"
-listen = "127.0.0.1:1"
-
-[[hosts]]
-name = "edge"
-listen = "127.0.0.1:2"
-
-[[hosts]]
-name = "ctl"
-listen = "127.0.0.1:3"
-
-[[actors]]
-name = "sched"
-host = "ctl"
-kind = "scheduler"
-servers = ["s0", "s1"]
-policy = "least-loaded"
-slot = "1s"
-
-[[actors]]
-name = "s0"
-host = "edge"
-kind = "server"
-gpu = "rtx3080"
-bandwidth_mhz = 10
-position = [50, 50]
-
-[[actors]]
-name = "s1"
-host = "edge"
-kind = "server"
-gpu = "rtx4090"
-{s1_backend}
-bandwidth_mhz = 12
-position = [150, 150]
-"#
-    );
-    for u in 0..3 {
-        t += &format!(
-            r#"
-[[actors]]
-name = "u{u}"
-host = "phones"
-kind = "user"
-scheduler = "sched"
-workload = "lmsys-like"
-max_input = 64
-max_output = 8
-stop = "4s"
-"#
-        );
-        for s in 0..2 {
-            t += &format!(
-                "\n[[links]]\nname = \"u{u}-s{s}\"\na = \"u{u}\"\nb = \"s{s}\"\nrate = \"unlimited\"\ndelay = \"5ms\"\n"
-            );
-        }
+    LyreoSystem {
+        name: "lyreo-live",
+        duration: "6s",
+        seed: 5,
+        results,
+        users: 3,
+        max_output: 8,
+        stop: "4s",
+        s1_keys: s1_backend,
+        actors: "",
+        chaos,
     }
-    t + chaos
-}
-
-struct Req {
-    user: String,
-    server: String,
-    policy: String,
-    outcome: String,
-    parts: [f64; 5],
-    e2e: Option<f64>,
-}
-
-fn requests(path: &Path) -> Vec<Req> {
-    let text = std::fs::read_to_string(path).expect("read requests.csv");
-    let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some("slot,id,user,server,policy,policy_version,input_len,output_len,outcome,sched_s,upload_s,wait_s,prefill_s,decode_s,e2e_s,reason")
-    );
-    lines
-        .map(|l| {
-            let c: Vec<&str> = l.split(',').collect();
-            assert_eq!(c.len(), 16, "{l}");
-            let f = |i: usize| c[i].parse::<f64>().unwrap_or(f64::NAN);
-            Req {
-                user: c[2].into(),
-                server: c[3].into(),
-                policy: c[4].into(),
-                outcome: c[8].into(),
-                parts: [f(9), f(10), f(11), f(12), f(13)],
-                e2e: c[14].parse().ok(),
-            }
-        })
-        .collect()
-}
-
-fn run(text: &str, dir: &Path, id: &str) -> std::path::PathBuf {
-    let cfg = write(dir, &format!("{id}.toml"), text);
-    let cluster = load(&cfg).expect("load");
-    run_all(cluster, Some(id.into()), false).expect("run").dir
+    .toml()
 }
 
 #[test]
@@ -130,7 +36,7 @@ fn users_servers_and_scheduler_on_three_hosts_record_every_request() {
     let results = dir.join("results").display().to_string();
     // s1 decodes with a real (tiny, random-weight) Llama on the CPU.
     let text = cluster_text(&results, "backend = \"real\"\nmodel = \"tiny\"", "");
-    let run_dir = run(&text, &dir, "real");
+    let run_dir = run_file(&text, &dir, "real");
 
     let reqs = requests(&run_dir.join("phones/requests.csv"));
     // 3 users × slots 0..3 (stop at 4 s).
@@ -138,7 +44,7 @@ fn users_servers_and_scheduler_on_three_hosts_record_every_request() {
     for u in ["u0", "u1", "u2"] {
         assert_eq!(reqs.iter().filter(|r| r.user == u).count(), 4, "{u}");
     }
-    let served: Vec<&Req> = reqs.iter().filter(|r| r.outcome == "served").collect();
+    let served: Vec<&RequestRow> = reqs.iter().filter(|r| r.outcome == "served").collect();
     assert_eq!(served.len(), 12, "nothing lost without chaos");
     for r in &served {
         assert_eq!(r.policy, "least-loaded");
@@ -184,7 +90,7 @@ fn a_policy_swap_while_running_is_seen_in_every_decision_and_request() {
     let results = dir.join("results").display().to_string();
     let chaos = "\n[[chaos]]\nat = \"1500ms\"\ncommand = \"policy.swap\"\nactor = \"sched\"\npolicy = \"random\"\n\n[[chaos]]\nat = \"2500ms\"\ncommand = \"policy.rollback\"\nactor = \"sched\"\n";
     let text = cluster_text(&results, "", chaos);
-    let run_dir = run(&text, &dir, "swap");
+    let run_dir = run_file(&text, &dir, "swap");
 
     let (ll, rnd) = (
         version_hash("least-loaded", &[]),
@@ -234,8 +140,8 @@ fn a_killed_uplink_leaves_unanswered_requests_and_runs_are_reproducible() {
     let results = dir.join("results").display().to_string();
     let chaos = "\n[[chaos]]\nat = \"0s\"\ncommand = \"link.kill\"\nlink = \"u0-s0\"\n\n[[chaos]]\nat = \"0s\"\ncommand = \"link.kill\"\nlink = \"u0-s1\"\n";
     let text = cluster_text(&results, "", chaos);
-    let a = run(&text, &dir, "a");
-    let b = run(&text, &dir, "b");
+    let a = run_file(&text, &dir, "a");
+    let b = run_file(&text, &dir, "b");
     for f in [
         "phones/requests.csv",
         "edge/server_slots.csv",
@@ -347,7 +253,7 @@ fn a_sharegpt_user_sends_lengths_from_the_real_conversations() {
     let text = cluster_text(&results, "", "")
         .replace("workload = \"lmsys-like\"", "workload = \"sharegpt\"")
         .replace("max_input = 64", "max_input = 300");
-    let run_dir = run(&text, &dir, "sg");
+    let run_dir = run_file(&text, &dir, "sg");
     let csv = std::fs::read_to_string(run_dir.join("phones/requests.csv")).expect("requests");
     let lens: Vec<(u32, u32)> = csv
         .lines()

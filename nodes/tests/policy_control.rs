@@ -11,7 +11,7 @@ use common::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_nodes::control::client;
 use edgemu_nodes::host::policies::PolicyRegistry;
-use edgemu_nodes::host::{run_host_real, HostOptions};
+use edgemu_nodes::host::HostOptions;
 use edgemu_nodes::run::load;
 use edgemu_policies::repair::ddqn::DdqnNet;
 use edgemu_policies::slot::{version_hash, PolicySlot, RepairPolicies};
@@ -112,23 +112,16 @@ fn policy_commands_are_forwarded_validated_and_rolled_back() {
     .expect("slot");
     beta_policies.register(ActorId(1), Arc::new(slot));
 
-    let mut threads = Vec::new();
-    for h in &cluster.hosts {
-        let opts = HostOptions {
-            run_id: Some("pol".into()),
-            wait_peers: Some(Duration::from_secs(10)),
-            policies: if h.name == "beta" {
-                beta_policies.clone()
-            } else {
-                PolicyRegistry::default()
-            },
-            ..Default::default()
-        };
-        let (c, id) = (cluster.clone(), h.id);
-        threads.push(std::thread::spawn(move || {
-            actix::System::new().block_on(run_host_real(c, id, opts))
-        }));
-    }
+    let threads = spawn_real_hosts(&cluster, |h| HostOptions {
+        run_id: Some("pol".into()),
+        wait_peers: Some(Duration::from_secs(10)),
+        policies: if h.name == "beta" {
+            beta_policies.clone()
+        } else {
+            PolicyRegistry::default()
+        },
+        ..Default::default()
+    });
 
     let alpha = format!("ws://127.0.0.1:{}", ports[1]);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -136,15 +129,7 @@ fn policy_commands_are_forwarded_validated_and_rolled_back() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let mut up = false;
-        for _ in 0..200 {
-            if ask(&alpha, json!({"cmd": "status"})).await.is_ok() {
-                up = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(up, "alpha's control socket never answered");
+        wait_for_control(&alpha, None).await;
 
         // The chaos entry at 1 s swaps to fixed-rate on beta.
         let mut got = json!(null);

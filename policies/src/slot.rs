@@ -69,7 +69,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
-use crate::lyreo::{LearnedModel, PolicySpec, ServerBatching, Variant};
+use crate::lyreo::{LearnedModel, PolicySpec, ServerBatching};
 use crate::nn::{PolicyError, MAX_WEIGHTS_BYTES};
 use crate::repair::ddqn::{DdqnNet, DdqnScheduler};
 use crate::repair::RepairScheduler;
@@ -112,6 +112,11 @@ pub trait PolicyKind: Send + Sync + 'static {
         weights: Option<&[u8]>,
         label: &Path,
     ) -> Result<(Self::Spec, Vec<u8>), SlotError>;
+    /// Whether `next` may replace `active` while the run goes on (what the
+    /// rest of the system fixed at start must still hold). Default: always.
+    fn check_swap(&self, _active: &Self::Spec, _next: &Self::Spec) -> Result<(), SlotError> {
+        Ok(())
+    }
 }
 
 /// One version of a slot's policy.
@@ -209,6 +214,7 @@ impl<K: PolicyKind> PolicySlot<K> {
         // Validation happens before the lock: a slow parse never holds up
         // another writer, and readers never wait at all.
         let next = load(&self.kind, name, weights, label, now_ns, requested_by)?;
+        self.kind.check_swap(&current.spec, &next.spec)?;
         let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.active.swap(Arc::new(next));
         history.push(old);
@@ -347,11 +353,7 @@ impl PolicyKind for LyreoPolicies {
         weights: Option<&[u8]>,
         label: &Path,
     ) -> Result<(PolicySpec, Vec<u8>), SlotError> {
-        let (batching, assignment) = match name.split_once(':') {
-            Some(("static", inner)) => (ServerBatching::Static, inner),
-            _ => (ServerBatching::Continuous, name),
-        };
-        let unknown = || SlotError::UnknownPolicy {
+        let arm = crate::lyreo::ArmName::parse(name).map_err(|_| SlotError::UnknownPolicy {
             problem: "request scheduling",
             name: name.to_string(),
             valid: format!(
@@ -359,19 +361,20 @@ impl PolicyKind for LyreoPolicies {
                 crate::lyreo::HEURISTIC_POLICIES.join(", "),
                 crate::lyreo::LEARNED_POLICIES.join(", ")
             ),
-        };
-        let Some(variant) = Variant::parse(assignment) else {
+        })?;
+        let Some(variant) = arm.variant else {
             if weights.is_some() {
                 return Err(SlotError::Invalid(format!(
                     "policy `{name}` has no weights; weights go with a learned policy ({})",
                     crate::lyreo::LEARNED_POLICIES.join(", ")
                 )));
             }
-            // A heuristic (or `static`, which picks its assignment).
-            let spec = PolicySpec::parse(name).map_err(|e| match e {
-                crate::lyreo::LyreoPolicyError::Unknown { .. } => unknown(),
-                other => SlotError::Invalid(other.to_string()),
-            })?;
+            let spec = PolicySpec {
+                name: arm.name,
+                assignment: arm.assignment,
+                batching: arm.batching,
+                learned: None,
+            };
             return Ok((spec, Vec::new()));
         };
         let (bytes, label) = match weights {
@@ -383,12 +386,33 @@ impl PolicyKind for LyreoPolicies {
         };
         let model = LearnedModel::from_bytes(&bytes, &label, variant)?;
         let spec = PolicySpec {
-            name: name.to_string(),
-            assignment: variant.name().to_string(),
-            batching,
+            name: arm.name,
+            assignment: arm.assignment,
+            batching: arm.batching,
             learned: Some((Arc::new(model), label)),
         };
         Ok((spec, bytes))
+    }
+
+    /// The servers' batching is set from the configured policy when they
+    /// start and does not follow the scheduler's slot, so a swap between
+    /// static batching (`static…`) and continuous batching (DEED: every
+    /// other policy) would label requests with a batching they did not get.
+    fn check_swap(&self, active: &PolicySpec, next: &PolicySpec) -> Result<(), SlotError> {
+        if active.batching == next.batching {
+            return Ok(());
+        }
+        let mode = |b: ServerBatching| match b {
+            ServerBatching::Static => "static batching",
+            ServerBatching::Continuous => "continuous batching",
+        };
+        Err(SlotError::Invalid(format!(
+            "policy `{}` needs {}, but the servers run {} (fixed when they started; the active policy is `{}`): swap to a policy with the same batching",
+            next.name,
+            mode(next.batching),
+            mode(active.batching),
+            active.name
+        )))
     }
 }
 
@@ -478,6 +502,7 @@ impl PolicyKind for RepairPolicies {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lyreo::Variant;
 
     fn ddqn_bytes(seed: u64) -> Vec<u8> {
         DdqnNet::random(seed).to_weights().to_bytes().unwrap()
@@ -565,6 +590,46 @@ mod tests {
             assert_eq!(slot.info(), before, "{name:?} changed the slot");
         }
         assert!(matches!(slot.get().spec.as_ref(), RepairSpec::Ddqn(_)));
+    }
+
+    #[test]
+    fn a_swap_that_would_change_the_servers_batching_or_names_a_path_is_refused() {
+        let slot =
+            PolicySlot::new(LyreoPolicies, "least-loaded", None, &label(), 0, "config").unwrap();
+        let before = slot.info();
+        let e = slot
+            .swap(Some("static:random"), None, &label(), 1, "control")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("static batching") && e.contains("continuous batching"),
+            "{e}"
+        );
+        let e = slot
+            .swap(Some("lyreo=/etc/passwd"), None, &label(), 1, "control")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bare name"), "{e}");
+        assert_eq!(slot.info(), before, "the active policy is unchanged");
+        // Same batching: fine, aliases included.
+        assert_eq!(
+            slot.swap(Some("random"), None, &label(), 2, "control")
+                .unwrap()
+                .name,
+            "random"
+        );
+        assert_eq!(slot.get().spec.assignment, "random");
+        slot.swap(Some("LL"), None, &label(), 3, "control").unwrap();
+        assert_eq!(slot.get().spec.assignment, "least-loaded");
+
+        let stat =
+            PolicySlot::new(LyreoPolicies, "static:random", None, &label(), 0, "config").unwrap();
+        assert_eq!(stat.get().spec.batching, ServerBatching::Static);
+        assert!(stat
+            .swap(Some("least-loaded"), None, &label(), 1, "control")
+            .is_err());
+        stat.swap(Some("static:least-loaded"), None, &label(), 1, "control")
+            .unwrap();
     }
 
     #[test]

@@ -25,7 +25,9 @@ use crate::clock::Clock;
 use crate::events::{Event, EventLog};
 use crate::link_actor::{LinkActor, OfferAt};
 use crate::lyreo::records::CsvTable;
-use crate::messages::{ActorFault, Deliver, FaultReply, Liveness, Route};
+use crate::messages::{
+    restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
+};
 
 /// Lookahead of the sender in virtual time (see [`super::paced`]).
 pub const VIRTUAL_LOOKAHEAD_NS: u64 = 2_000_000;
@@ -724,13 +726,7 @@ impl Handler<ActorFault> for AgentActor {
                         dropped += 1;
                     }
                 }
-                if let Some(until) = until_ns {
-                    ctx.run_later(self.clock.until(until), move |act, _| {
-                        if act.live.auto_restart(epoch) {
-                            act.event("agent.restart", serde_json::json!({"by": "kill for"}));
-                        }
-                    });
-                }
+                restart_later(ctx, until_ns.map(|u| self.clock.until(u)), epoch);
                 self.event(
                     "agent.kill",
                     serde_json::json!({"by": by, "handoffs_dropped": dropped}),
@@ -756,5 +752,14 @@ impl Handler<ActorFault> for AgentActor {
                 }
             }
         }
+    }
+}
+
+impl SelfRestart for AgentActor {
+    fn liveness(&mut self) -> &mut Liveness {
+        &mut self.live
+    }
+    fn restart_by_itself(&mut self, _: &mut Context<Self>) {
+        self.event("agent.restart", serde_json::json!({"by": "kill for"}));
     }
 }

@@ -1,5 +1,9 @@
-//! CSV tables the LYREO actors write into their host's results folder, one
-//! row per line, flushed as written so nothing is lost on Ctrl-C.
+//! CSV tables the LYREO actors and the agents write into their host's
+//! results folder, one row per line. Rows are buffered (no system call per
+//! row while the host's actors run); the host's supervisor flushes every
+//! table each sample period and at the end of the run, also one stopped by
+//! Ctrl-C or SIGTERM, after the actors' last rows (unanswered requests).
+//! Each row goes into the buffer as one piece, so a flush never splits one.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -45,12 +49,25 @@ impl CsvTable {
         CsvTable { out: None }
     }
 
-    /// Appends one line; a write error is logged, not fatal (the run goes on).
+    /// Appends one line (buffered); a write error is logged, not fatal (the
+    /// run goes on).
     pub fn row(&self, line: &str) {
         let Some(out) = &self.out else { return };
         let Ok(mut out) = out.lock() else { return };
-        if let Err(e) = writeln!(out, "{line}").and_then(|_| out.flush()) {
-            tracing::warn!(error = %e, "writing a LYREO results row");
+        let mut text = String::with_capacity(line.len() + 1);
+        text.push_str(line);
+        text.push('\n');
+        if let Err(e) = out.write_all(text.as_bytes()) {
+            tracing::warn!(error = %e, "writing a results row");
+        }
+    }
+
+    /// Writes the buffered rows to the file.
+    pub fn flush(&self) {
+        let Some(out) = &self.out else { return };
+        let Ok(mut out) = out.lock() else { return };
+        if let Err(e) = out.flush() {
+            tracing::warn!(error = %e, "flushing a results table");
         }
     }
 }
@@ -58,4 +75,33 @@ impl CsvTable {
 /// Nanoseconds as seconds with 6 decimals.
 pub fn secs(ns: u64) -> String {
     format!("{:.6}", ns as f64 / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_buffered_until_flushed_and_arrive_whole() {
+        let dir = std::env::temp_dir().join(format!("edgemu-csvtable-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_file(dir.join("t.csv"));
+        let a = CsvTable::open(&dir, "t.csv", "x,y").unwrap();
+        let b = a.clone();
+        a.row("1,2");
+        let long = "3,".to_string() + &"4".repeat(10_000);
+        b.row(&long);
+        b.row("5,6");
+        let read = || std::fs::read_to_string(dir.join("t.csv")).unwrap();
+        assert!(!read().contains("5,6"), "no write per row");
+        a.flush();
+        let text = read();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines, ["x,y", "1,2", long.as_str(), "5,6"]);
+        // Reopened (another actor of the host): no second header.
+        CsvTable::open(&dir, "t.csv", "x,y").unwrap().flush();
+        assert_eq!(read().lines().count(), 4);
+        CsvTable::discard().row("ignored");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

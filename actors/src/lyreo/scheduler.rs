@@ -21,7 +21,9 @@ use super::messages::{Expected, LyreoMsg, SlotReport};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
-use crate::messages::{ActorFault, Deliver, FaultReply, Liveness, Route};
+use crate::messages::{
+    restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
+};
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::Envelope;
@@ -326,22 +328,7 @@ impl SchedulerActor {
         };
         let n = self.held.len() as u64;
         self.held.clear();
-        if let Some(until) = until_ns {
-            ctx.run_later(self.clock.until(until), move |act, _| {
-                if act.liveness.auto_restart(epoch) {
-                    let at = act.restarted();
-                    act.s.log.record(
-                        at,
-                        "actor.kill for",
-                        "actor.restart",
-                        serde_json::json!({
-                            "actor": name(&act.s.names, act.s.id),
-                            "detail": "restarted by itself (kill `for`), fresh queues",
-                        }),
-                    );
-                }
-            });
-        }
+        restart_later(ctx, until_ns.map(|u| self.clock.until(u)), epoch);
         FaultReply::killed(
             now,
             n,
@@ -484,5 +471,18 @@ impl Handler<ActorFault> for SchedulerActor {
                 }
             }
         })
+    }
+}
+
+impl SelfRestart for SchedulerActor {
+    fn liveness(&mut self) -> &mut Liveness {
+        &mut self.liveness
+    }
+    fn restart_by_itself(&mut self, _: &mut Context<Self>) {
+        let at = self.restarted();
+        let me = name(&self.s.names, self.s.id);
+        self.s
+            .log
+            .self_restart(at, me, "restarted by itself (kill `for`), fresh queues");
     }
 }

@@ -20,7 +20,9 @@ use super::messages::{Answer, Expected, LyreoMsg, Outcome, SlotReport};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
-use crate::messages::{ActorFault, Deliver, FaultReply, Liveness, Route};
+use crate::messages::{
+    restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
+};
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::{Envelope, Msg};
@@ -200,19 +202,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             l.backlog = 0;
             l.occupancy_bytes = 0;
         });
-        if let Some(until) = until_ns {
-            ctx.run_later(self.clock.until(until), move |act, ctx| {
-                if act.liveness.auto_restart(epoch) {
-                    let at = act.restarted(ctx);
-                    act.s.log.record(
-                        at,
-                        "actor.kill for",
-                        "actor.restart",
-                        serde_json::json!({ "actor": act.s.name, "detail": "restarted by itself (kill `for`), empty" }),
-                    );
-                }
-            });
-        }
+        restart_later(ctx, until_ns.map(|u| self.clock.until(u)), epoch);
         FaultReply::killed(
             now,
             n,
@@ -560,5 +550,17 @@ impl<B: Backend + 'static> Handler<ActorFault> for ServerActor<B> {
                 }
             }
         })
+    }
+}
+
+impl<B: Backend + 'static> SelfRestart for ServerActor<B> {
+    fn liveness(&mut self) -> &mut Liveness {
+        &mut self.liveness
+    }
+    fn restart_by_itself(&mut self, ctx: &mut Context<Self>) {
+        let at = self.restarted(ctx);
+        self.s
+            .log
+            .self_restart(at, &self.s.name, "restarted by itself (kill `for`), empty");
     }
 }

@@ -20,7 +20,10 @@ use super::messages::{upload_packet, Answer, LyreoMsg, Outcome};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
-use crate::messages::{ActorFault, Deliver, FaultReply, Flush, Liveness, Route, StopSending};
+use crate::messages::{
+    restart_later, ActorFault, Deliver, FaultReply, Flush, Liveness, Route, SelfRestart,
+    StopSending,
+};
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
 use edgemu_codec::wire::Envelope;
@@ -223,19 +226,7 @@ impl UserActor {
         for &id in &open {
             self.fail_open(id, "user killed");
         }
-        if let Some(until) = until_ns {
-            ctx.run_later(self.clock.until(until), move |act, _| {
-                if act.liveness.auto_restart(epoch) {
-                    let at = act.clock.now_ns();
-                    act.s.log.record(
-                        at,
-                        "actor.kill for",
-                        "actor.restart",
-                        serde_json::json!({ "actor": act.s.name, "detail": "restarted by itself (kill `for`)" }),
-                    );
-                }
-            });
-        }
+        restart_later(ctx, until_ns.map(|u| self.clock.until(u)), epoch);
         let n = open.len() as u64;
         FaultReply::killed(
             now,
@@ -416,6 +407,18 @@ impl Handler<ActorFault> for UserActor {
                 }
             }
         })
+    }
+}
+
+impl SelfRestart for UserActor {
+    fn liveness(&mut self) -> &mut Liveness {
+        &mut self.liveness
+    }
+    fn restart_by_itself(&mut self, _: &mut Context<Self>) {
+        let at = self.clock.now_ns();
+        self.s
+            .log
+            .self_restart(at, &self.s.name, "restarted by itself (kill `for`)");
     }
 }
 

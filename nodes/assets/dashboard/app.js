@@ -11,6 +11,7 @@ const SVGNS = "http://www.w3.org/2000/svg";
 const state = {
   since: new Map(),  // host -> next event number to ask it for
   prev: new Map(),   // "link/dir" -> previous counters for interval figures
+  handoffs: new Map(), // "sender#k" -> a KV handoff, from the agents' events
   keys: null,        // ordered "link/dir" keys the charts were built for
   charts: null,
   data: null,        // uPlot data arrays per chart
@@ -236,8 +237,54 @@ function addEvents(events, host) {
     li.appendChild(el("span", { class: "detail" }, JSON.stringify(e.detail)));
     list.prepend(li);
     state.since.set(host, Math.max(state.since.get(host) || 0, e.seq + 1));
+    if (e.kind.startsWith("handoff.")) noteHandoff(e);
   }
   while (list.children.length > 200) list.lastChild.remove();
+}
+
+// ---- handoffs (from the agents' events) ------------------------------------
+
+// The sender logs handoff.start / .sent / .abort (side sender) on its host,
+// the receiver handoff.done / .abort (side receiver, with `from`) on its own.
+function noteHandoff(e) {
+  const d = e.detail || {};
+  if (d.handoff == null) return;
+  const sender = e.kind === "handoff.done" || d.side === "receiver" ? d.from : e.source;
+  const key = `${sender}#${d.handoff}`;
+  const h = state.handoffs.get(key) || { from: sender, k: d.handoff, state: "sending" };
+  if (e.kind === "handoff.start") {
+    Object.assign(h, { t_ns: e.t_ns, to: d.to, scheme: d.scheme, policy: d.policy, rho: d.rho, hit: d.cache_hit });
+  } else if (e.kind === "handoff.sent") {
+    Object.assign(h, { sent: d.source_sent + d.repair_sent, repairs: d.repair_sent });
+    if (h.state === "sending") h.state = "sent";
+  } else if (e.kind === "handoff.done") {
+    Object.assign(h, { state: d.outcome, utility: d.utility, ttft: d.ttft_ms, tokens: d.tokens });
+  } else if (e.kind === "handoff.abort") {
+    h.state = `aborted (${d.side}): ${d.reason}`;
+  }
+  state.handoffs.set(key, h);
+  while (state.handoffs.size > 50) state.handoffs.delete(state.handoffs.keys().next().value);
+}
+
+function drawHandoffs() {
+  const all = [...state.handoffs.values()].sort((a, b) => (b.t_ns || 0) - (a.t_ns || 0)).slice(0, 12);
+  const body = panelBody("handoffs", all.length > 0);
+  if (!all.length) return;
+  const num = (v, f) => v == null ? "–" : f(v);
+  body.replaceChildren(table(
+    ["start s", "agents", "scheme / policy", "ρ", "cache", "packets (repair)", "state", "utility", "TTFT ms", "tokens"],
+    all.map((h) => [
+      num(h.t_ns, (t) => (t / 1e9).toFixed(1)),
+      `${h.from} → ${h.to || "?"}`,
+      `${h.scheme || "?"} / ${h.policy || "?"}`,
+      num(h.rho, (r) => r.toFixed(2)),
+      h.hit == null ? "–" : h.hit ? "hit" : "miss",
+      h.sent == null ? "–" : `${h.sent} (${h.repairs})`,
+      h.state.startsWith("aborted") ? el("span", { class: "state down" }, h.state) : h.state,
+      num(h.utility, (u) => (100 * u).toFixed(1) + " %"),
+      num(h.ttft, (t) => t.toFixed(1)),
+      num(h.tokens, String),
+    ])));
 }
 
 // ---- polling ----------------------------------------------------------------
@@ -342,13 +389,14 @@ async function poll() {
   pushPoint("loss", t, loss);
   drawTopology(s.topology, upState);
   // LYREO servers and schedulers of every host (each host shows its own).
-  const merged = { servers: {}, scheduler: {}, handoffs: null };
+  const merged = { servers: {}, scheduler: {} };
   for (const snap of [s].concat(remote.filter((r) => r))) {
     Object.assign(merged.servers, snap.servers || {});
     Object.assign(merged.scheduler, snap.scheduler || {});
   }
   drawServers(merged.servers);
   drawScheduler(merged.scheduler);
+  drawHandoffs();
 }
 
 function panelBody(name, has) {

@@ -193,14 +193,30 @@ impl Drop for ScratchDir {
     }
 }
 
-/// One plain `GET path` to a host's control address on loopback (5 s read
-/// timeout): `(status line and headers, body)`, `None` when it could not be
-/// sent or read. The benches' client for `/metrics` and `/api/snapshot`.
+/// How long a bench client waits for a host (connect, request, reply)
+/// before it gives up with an error: a host that stopped answering ends
+/// the bench instead of hanging it.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `fut`, or an error naming `what` when it takes longer than
+/// [`CLIENT_TIMEOUT`].
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(CLIENT_TIMEOUT, fut)
+        .await
+        .map_err(|_| anyhow::anyhow!("{what}: no answer within {CLIENT_TIMEOUT:?}"))?
+}
+
+/// One plain `GET path` to a host's control address on loopback (5 s to
+/// connect, to send, and to read): `(status line and headers, body)`,
+/// `None` when it could not be sent or read. The benches' client for
+/// `/metrics` and `/api/snapshot`.
 pub fn http_get(port: u16, path: &str, accept: &str) -> Option<(String, String)> {
     use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-        .ok()?;
+    let wait = Duration::from_secs(5);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, wait).ok()?;
+    s.set_read_timeout(Some(wait)).ok()?;
+    s.set_write_timeout(Some(wait)).ok()?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n\r\n"

@@ -18,7 +18,7 @@
 //!
 //! Printed, never judged (wall-clock figures on a shared machine).
 
-use super::common::{free_ports, http_get, print_json, table, ScratchDir};
+use super::common::{free_ports, http_get, print_json, table, within, ScratchDir};
 use super::BenchArgs;
 use crate::control::client;
 use crate::plots::stats::{quantile_sorted, sorted_finite};
@@ -169,10 +169,9 @@ pub fn measure(args: &BenchArgs) -> Result<ControlFigures> {
     while Instant::now() < end {
         let tick = Instant::now();
         let t = Instant::now();
-        rt.block_on(client::request(
-            &url,
-            serde_json::json!({"cmd": "status"}),
-            Some(&token),
+        rt.block_on(within(
+            "status",
+            client::request(&url, serde_json::json!({"cmd": "status"}), Some(&token)),
         ))
         .context("status")?;
         ctl_ack.push(t.elapsed().as_secs_f64() * 1e3);
@@ -180,10 +179,13 @@ pub fn measure(args: &BenchArgs) -> Result<ControlFigures> {
         k += 1;
         let t = Instant::now();
         let reply = rt
-            .block_on(client::request(
-                &url,
-                serde_json::json!({"cmd": "policy.swap", "actor": "sched", "policy": name}),
-                Some(&token),
+            .block_on(within(
+                "policy.swap",
+                client::request(
+                    &url,
+                    serde_json::json!({"cmd": "policy.swap", "actor": "sched", "policy": name}),
+                    Some(&token),
+                ),
             ))
             .context("policy.swap")?;
         swap_ack.push(t.elapsed().as_secs_f64() * 1e3);

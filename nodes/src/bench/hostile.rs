@@ -15,7 +15,7 @@
 //!
 //! Aim: hostile p99 within 2x the quiet p99. Printed, never judged.
 
-use super::common::{free_ports, print_json, run_case, table, LinkCase};
+use super::common::{free_ports, print_json, run_case, table, within, LinkCase};
 use super::BenchArgs;
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
@@ -68,7 +68,11 @@ type Client =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn attack_round(url: &str, counts: &AttackCounts, idle: &mut Vec<Client>) {
-    let connect = || tokio_tungstenite::connect_async(url);
+    let connect = || {
+        within("connecting", async {
+            Ok(tokio_tungstenite::connect_async(url).await?)
+        })
+    };
     // Idle connections up to near the limit (kept open until the run ends
     // or the socket closes them), then some beyond it (refused).
     while idle.len() < 60 {
@@ -116,7 +120,10 @@ async fn attack_round(url: &str, counts: &AttackCounts, idle: &mut Vec<Client>) 
         messages.push(serde_json::json!({"id": i, "cmd": "status"}).to_string());
     }
     for m in messages {
-        if ws.send(Message::text(m)).await.is_err() {
+        if within("sending", async { Ok(ws.send(Message::text(m)).await?) })
+            .await
+            .is_err()
+        {
             counts.closed.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -129,7 +136,10 @@ async fn attack_round(url: &str, counts: &AttackCounts, idle: &mut Vec<Client>) 
     })
     .await;
     let huge = format!("{{\"cmd\":\"status\",\"pad\":\"{}\"}}", "x".repeat(2 << 20));
-    if ws.send(Message::text(huge)).await.is_ok() {
+    if within("sending", async { Ok(ws.send(Message::text(huge)).await?) })
+        .await
+        .is_ok()
+    {
         counts.sent.fetch_add(1, Ordering::Relaxed);
     }
     if tokio::time::timeout(Duration::from_secs(2), async {

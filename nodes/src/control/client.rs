@@ -1,6 +1,7 @@
 //! `edgemu ctl`: a command-line client for the control websocket.
 
 use anyhow::{bail, Context as _, Result};
+use edgemu_config::command::{ActorTarget, Command, PolicySwap, PolicyTarget};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -99,46 +100,52 @@ pub enum PolicyCmd {
     Rollback { actor: String },
 }
 
+/// A typed command as the JSON request a control socket parses (the
+/// protocol's own serde form, so the client cannot drift from it).
+fn request_of(command: Command) -> Result<serde_json::Value> {
+    serde_json::to_value(command).context("encoding the request")
+}
+
 impl PolicyCmd {
     /// The request this subcommand sends.
     pub fn request(&self) -> Result<serde_json::Value> {
         use base64::Engine as _;
-        Ok(match self {
-            PolicyCmd::Get { actor } => serde_json::json!({ "cmd": "policy.get", "actor": actor }),
-            PolicyCmd::Rollback { actor } => {
-                serde_json::json!({ "cmd": "policy.rollback", "actor": actor })
-            }
+        let target = |actor: &String| PolicyTarget {
+            actor: actor.clone(),
+        };
+        request_of(match self {
+            PolicyCmd::Get { actor } => Command::PolicyGet(target(actor)),
+            PolicyCmd::Rollback { actor } => Command::PolicyRollback(target(actor)),
             PolicyCmd::Swap {
                 actor,
                 policy,
                 weights,
                 upload,
             } => {
-                let mut v = serde_json::json!({ "cmd": "policy.swap", "actor": actor });
-                if let Some(p) = policy {
-                    v["policy"] = p.clone().into();
-                }
-                if let Some(w) = weights {
-                    v["weights"] = w.clone().into();
-                }
-                if let Some(path) = upload {
-                    let max = edgemu_config::command::MAX_INLINE_WEIGHTS_BYTES as u64;
-                    let len = std::fs::metadata(path)
-                        .with_context(|| format!("reading {}", path.display()))?
-                        .len();
-                    if len > max {
-                        bail!(
-                            "{}: {len} bytes, more than the {max}-byte limit for inline weights; copy it next to the host's cluster.toml and use --weights",
-                            path.display()
-                        );
+                let weights_base64 = match upload {
+                    None => None,
+                    Some(path) => {
+                        let max = edgemu_config::command::MAX_INLINE_WEIGHTS_BYTES as u64;
+                        let len = std::fs::metadata(path)
+                            .with_context(|| format!("reading {}", path.display()))?
+                            .len();
+                        if len > max {
+                            bail!(
+                                "{}: {len} bytes, more than the {max}-byte limit for inline weights; copy it next to the host's cluster.toml and use --weights",
+                                path.display()
+                            );
+                        }
+                        let bytes = std::fs::read(path)
+                            .with_context(|| format!("reading {}", path.display()))?;
+                        Some(base64::engine::general_purpose::STANDARD.encode(bytes))
                     }
-                    let bytes = std::fs::read(path)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    v["weights_base64"] = base64::engine::general_purpose::STANDARD
-                        .encode(bytes)
-                        .into();
-                }
-                v
+                };
+                Command::PolicySwap(PolicySwap {
+                    actor: actor.clone(),
+                    policy: policy.clone(),
+                    weights: weights.clone(),
+                    weights_base64,
+                })
             }
         })
     }
@@ -161,26 +168,23 @@ pub enum ActorCmd {
 
 impl ActorCmd {
     /// The request this subcommand sends.
-    pub fn request(&self) -> serde_json::Value {
-        match self {
-            ActorCmd::Kill { actor, for_ } => {
-                let mut v = serde_json::json!({ "cmd": "actor.kill", "actor": actor });
-                if let Some(d) = for_ {
-                    v["for"] = d.clone().into();
-                }
-                v
-            }
-            ActorCmd::Restart { actor } => {
-                serde_json::json!({ "cmd": "actor.restart", "actor": actor })
-            }
-        }
+    pub fn request(&self) -> Result<serde_json::Value> {
+        request_of(match self {
+            ActorCmd::Kill { actor, for_ } => Command::ActorKill(ActorTarget {
+                actor: actor.clone(),
+                for_: for_.clone(),
+            }),
+            ActorCmd::Restart { actor } => Command::ActorRestart(ActorTarget {
+                actor: actor.clone(),
+                for_: None,
+            }),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgemu_config::command::Command;
 
     #[test]
     fn actor_subcommands_build_typed_requests() {
@@ -188,13 +192,13 @@ mod tests {
             actor: "s1".into(),
             for_: Some("5s".into()),
         };
-        let Command::ActorKill(t) = Command::from_request(&kill.request()).unwrap() else {
+        let Command::ActorKill(t) = Command::from_request(&kill.request().unwrap()).unwrap() else {
             panic!()
         };
         assert_eq!((t.actor.as_str(), t.for_.as_deref()), ("s1", Some("5s")));
         let restart = ActorCmd::Restart { actor: "s1".into() };
         assert!(matches!(
-            Command::from_request(&restart.request()).unwrap(),
+            Command::from_request(&restart.request().unwrap()).unwrap(),
             Command::ActorRestart(_)
         ));
     }
@@ -236,6 +240,24 @@ mod tests {
             let req = cmd.request().unwrap();
             assert!(Command::from_request(&req).is_ok(), "{req}");
         }
+        let get = PolicyCmd::Get {
+            actor: "sched".into(),
+        };
+        assert_eq!(
+            get.request().unwrap(),
+            serde_json::json!({"cmd": "policy.get", "actor": "sched"})
+        );
+        let by_file = PolicyCmd::Swap {
+            actor: "sched".into(),
+            policy: None,
+            weights: Some("w/lyreo.safetensors".into()),
+            upload: None,
+        };
+        assert_eq!(
+            by_file.request().unwrap(),
+            serde_json::json!({"cmd": "policy.swap", "actor": "sched", "weights": "w/lyreo.safetensors"}),
+            "unset options are left out"
+        );
         let too_big = PolicyCmd::Swap {
             actor: "sched".into(),
             policy: None,

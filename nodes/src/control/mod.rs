@@ -458,12 +458,6 @@ async fn handle_text(
             return;
         }
     }
-    let is_subscribe = request.get("cmd").and_then(|c| c.as_str()) == Some("metrics.subscribe");
-    if is_subscribe {
-        count(cmd.as_deref(), CommandResult::Ok);
-        subscribe(request, id, shared, out, conn_subs).await;
-        return;
-    }
     let limits = shared.limits;
     let (parsed, raw) = match commands::parse_off_thread(shared.cluster.clone(), request).await {
         Ok(v) => v,
@@ -473,6 +467,19 @@ async fn handle_text(
             return;
         }
     };
+    // Answered here, by this socket (route.rs refuses to forward it).
+    if let commands::Request::Subscribe { interval_ns } = parsed {
+        count(cmd.as_deref(), CommandResult::Ok);
+        subscribe(
+            Duration::from_nanos(interval_ns),
+            id,
+            shared,
+            out,
+            conn_subs,
+        )
+        .await;
+        return;
+    }
     let r = tokio::time::timeout(
         limits.reply_timeout,
         shared.sup.send(Control {
@@ -497,27 +504,15 @@ async fn handle_text(
     let _ = out.send(reply(&id, result)).await;
 }
 
+/// `metrics.subscribe`, parsed and resolved like every command (its
+/// interval defaulted and floored by [`edgemu_config::command::Command::resolve`]).
 async fn subscribe(
-    request: serde_json::Value,
+    interval: Duration,
     id: serde_json::Value,
     shared: &Arc<Shared>,
     out: &mpsc::Sender<String>,
     conn_subs: Arc<Semaphore>,
 ) {
-    let interval = request
-        .get("interval")
-        .and_then(|i| i.as_str())
-        .map(edgemu_config::parse_duration_ns)
-        .transpose();
-    let interval = match interval {
-        Ok(i) => Duration::from_nanos(i.unwrap_or(1_000_000_000).max(10_000_000)),
-        Err(e) => {
-            let _ = out
-                .send(reply(&id, Err(format!("\"interval\": {e}"))))
-                .await;
-            return;
-        }
-    };
     let (Ok(conn_permit), Ok(permit)) = (
         conn_subs.try_acquire_owned(),
         shared.subscriptions.clone().try_acquire_owned(),

@@ -184,17 +184,35 @@ impl Response {
 }
 
 /// Whether `origin` is the dashboard of a host of this run: its control
-/// address, or any name with its port when it listens on all addresses.
+/// address, or — for a control listening on all addresses — that port on
+/// loopback or on an address the file names for one of the run's hosts
+/// (`listen`, `advertise`, `control`). Any other name is refused: with
+/// `0.0.0.0` a page at `http://anything:PORT` is not the run's page.
 pub fn is_run_origin(origin: &str, cluster: &Cluster) -> bool {
     let Some(rest) = origin.strip_prefix("http://") else {
         return false;
     };
+    let Some((name, port)) = rest.rsplit_once(':') else {
+        return false;
+    };
+    let named = |ip: std::net::IpAddr| {
+        ip.is_loopback()
+            || cluster.hosts.iter().any(|h| {
+                [Some(h.listen), Some(h.advertise), h.control]
+                    .into_iter()
+                    .flatten()
+                    .any(|a| !a.ip().is_unspecified() && a.ip() == ip)
+            })
+    };
+    let ip = name
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .ok();
+    let known = name == "localhost" || ip.is_some_and(named);
     cluster.hosts.iter().filter_map(|h| h.control).any(|addr| {
         rest == addr.to_string()
-            || (addr.ip().is_unspecified()
-                && rest
-                    .rsplit_once(':')
-                    .is_some_and(|(_, port)| port == addr.port().to_string()))
+            || (addr.ip().is_unspecified() && known && port == addr.port().to_string())
     })
 }
 
@@ -349,7 +367,14 @@ mod tests {
         let text = "[run]\nduration = \"1s\"\n[[hosts]]\nname = \"a\"\nlisten = \"127.0.0.1:7101\"\ncontrol = \"127.0.0.1:7201\"\n[[hosts]]\nname = \"b\"\nlisten = \"127.0.0.1:7102\"\ncontrol = \"0.0.0.0:7202\"\n";
         let c = Cluster::from_str(text, std::path::Path::new("t.toml")).expect("cluster");
         assert!(is_run_origin("http://127.0.0.1:7201", &c));
-        assert!(is_run_origin("http://box.lan:7202", &c));
+        assert!(is_run_origin("http://127.0.0.1:7202", &c));
+        assert!(is_run_origin("http://localhost:7202", &c));
+        assert!(is_run_origin("http://[::1]:7202", &c));
+        // 0.0.0.0 is not "any origin with that port".
+        assert!(!is_run_origin("http://box.lan:7202", &c));
+        assert!(!is_run_origin("http://evil.example:7202", &c));
+        assert!(!is_run_origin("http://10.9.9.9:7202", &c));
+        assert!(!is_run_origin("http://127.0.0.1:7101", &c));
         assert!(!is_run_origin("http://127.0.0.1:7202x", &c));
         assert!(!is_run_origin("http://evil.example", &c));
         assert!(!is_run_origin("https://127.0.0.1:7201", &c));

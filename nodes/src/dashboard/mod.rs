@@ -101,13 +101,8 @@ impl Web {
             "duration_ns": self.cluster.run.duration_ns,
             "host": s.host,
             "t_ns": s.t_ns,
-            // `dir` as `ab`/`ba`, the spelling commands take.
-            "links": s.links.iter().map(|l| {
-                let mut v = serde_json::to_value(l).unwrap_or_default();
-                v["dir"] = l.dir.to_string().into();
-                v["link"] = l.link.0.into();
-                v
-            }).collect::<Vec<_>>(),
+            // `dir` as `ab`/`ba`, the spelling commands take (LinkStatus's serde).
+            "links": s.links,
             "delay": s.delay.iter().map(|h| serde_json::json!({
                 "link": h.link.0, "dir": h.dir.to_string(), "count": h.count, "sum_ns": h.sum_ns,
             })).collect::<Vec<_>>(),
@@ -116,10 +111,9 @@ impl Web {
             "events": self.events.since(since),
             "topology": self.topology(),
             // LYREO servers and schedulers on this host (null when none);
-            // handoffs land with the live PriorityFEC agents.
+            // the page builds its handoffs panel from the agents' events.
             "servers": (!s.lyreo.servers.is_empty()).then_some(&s.lyreo.servers),
             "scheduler": (!s.lyreo.schedulers.is_empty()).then_some(&s.lyreo.schedulers),
-            "handoffs": null,
             "policy": (!s.lyreo.schedulers.is_empty()).then(|| {
                 s.lyreo.schedulers.iter().map(|(name, v)| {
                     (name.clone(), serde_json::json!({"policy": v.policy, "version": v.version}))

@@ -5,11 +5,10 @@
 
 use super::spawn::HostActors;
 use edgemu_actors::messages::ActorFault;
-use edgemu_actors::messages::LinkStats;
 use edgemu_actors::messages::{LinkControl, PeerControl};
 use edgemu_actors::router::RouterCounters;
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
-use edgemu_config::command::{LinkStatus, RouterStatus};
+use edgemu_config::command::RouterStatus;
 use edgemu_config::{Cluster, NetAction};
 
 /// One thing a command acts on, on the host that owns it.
@@ -149,32 +148,6 @@ pub fn concerns_host(cluster: &Cluster, request: &Request, host: HostId) -> bool
 /// The host that owns `actor`'s policy slot (the actor's host).
 pub fn policy_owner(cluster: &Cluster, actor: edgemu_codec::ids::ActorId) -> Option<HostId> {
     cluster.get_actor(actor).map(|a| a.host)
-}
-
-/// One link direction's counters as `status` reports them.
-pub fn link_status(s: &LinkStats) -> LinkStatus {
-    LinkStatus {
-        link: s.link.0,
-        name: s.name.clone(),
-        dir: s.dir.to_string(),
-        t_ns: s.t_ns,
-        up: s.up,
-        rate_bps: s.rate_bps,
-        delay_ns: s.delay_ns,
-        offered: s.offered,
-        delivered: s.delivered,
-        lost: s.lost,
-        queue_dropped: s.queue_dropped,
-        down_dropped: s.down_dropped,
-        retransmissions: s.retransmissions,
-        bytes_offered: s.bytes_offered,
-        bytes_delivered: s.bytes_delivered,
-        queued_bytes: s.queued_bytes,
-        delay_p50_ns: s.delay_p50_ns,
-        delay_p99_ns: s.delay_p99_ns,
-        delay_max_ns: s.delay_max_ns,
-        expected_loss: s.expected_loss,
-    }
 }
 
 /// The router's counters as `status` reports them.

@@ -16,6 +16,11 @@ pub mod commands;
 pub mod faults;
 pub mod keys;
 pub mod policies;
+pub mod registry;
+
+/// The context-KV caches (moka, weighed by bytes) of this host's agents, by
+/// agent: shared with the agents' compute actors, read without a message.
+pub type KvCaches = registry::ActorRegistry<std::sync::Arc<edgemu_gpu::kv_cache::ContextKvCache>>;
 pub mod route;
 pub mod spawn;
 pub mod spawn_agents;

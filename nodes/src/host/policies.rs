@@ -10,68 +10,16 @@
 //! and validating weights happen on the blocking pool, never on the thread
 //! of the host's actors.
 
+use super::registry::ActorRegistry;
 use edgemu_codec::ids::ActorId;
 use edgemu_config::command::{PolicyOp, PolicyReply, Weights, MAX_WEIGHTS_FILE_BYTES};
 use edgemu_config::Cluster;
 use edgemu_policies::slot::{ControlledPolicy, PolicyInfo};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// The policy slots on one host, by actor. Cheap to clone (shared).
-#[derive(Clone, Default)]
-pub struct PolicyRegistry(Arc<RwLock<BTreeMap<ActorId, Arc<dyn ControlledPolicy>>>>);
-
-impl std::fmt::Debug for PolicyRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let actors: Vec<u32> = self
-            .0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .map(|a| a.0)
-            .collect();
-        f.debug_struct("PolicyRegistry")
-            .field("actors", &actors)
-            .finish()
-    }
-}
-
-impl PolicyRegistry {
-    /// Registers (or replaces) the slot of `actor`.
-    pub fn register(&self, actor: ActorId, slot: Arc<dyn ControlledPolicy>) {
-        self.0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(actor, slot);
-    }
-
-    pub fn get(&self, actor: ActorId) -> Option<Arc<dyn ControlledPolicy>> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&actor)
-            .cloned()
-    }
-
-    /// Adds every slot of `other` (slots registered before the host's
-    /// actors existed, e.g. by a test).
-    pub fn extend_from(&self, other: &PolicyRegistry) {
-        if Arc::ptr_eq(&self.0, &other.0) {
-            return;
-        }
-        let theirs: Vec<_> = other
-            .0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(a, s)| (*a, s.clone()))
-            .collect();
-        for (a, s) in theirs {
-            self.register(a, s);
-        }
-    }
-}
+pub type PolicyRegistry = ActorRegistry<Arc<dyn ControlledPolicy>>;
 
 fn reply(host: &str, actor: &str, i: PolicyInfo) -> PolicyReply {
     PolicyReply {

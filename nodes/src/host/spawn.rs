@@ -21,6 +21,11 @@ pub struct HostActors {
     pub links: BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
     pub senders: Vec<Recipient<StopSending>>,
     pub flushers: Vec<Recipient<Flush>>,
+    /// The host's result tables (requests, server slots, decisions,
+    /// handoffs), flushed by the supervisor each sample and at the end.
+    pub tables: Vec<edgemu_actors::lyreo::records::CsvTable>,
+    /// The agents' context-KV caches.
+    pub kv_caches: super::KvCaches,
     /// Policy slots of this host's actors (see [`super::policies`]).
     pub policies: super::policies::PolicyRegistry,
     /// Actors that `actor.kill` / `actor.restart` reach (see [`super::faults`]).
@@ -67,6 +72,7 @@ pub fn spawn_host_actors(
         live: lyreo.clone(),
         faults: faults.clone(),
         events: events.clone(),
+        kv_caches: super::KvCaches::default(),
     };
 
     let mut links = BTreeMap::new();
@@ -212,7 +218,7 @@ pub fn spawn_host_actors(
                 clock,
                 &route,
                 &links,
-                results,
+                &mut tables,
                 &shared,
             )?),
             ActorKind::User(_) | ActorKind::Server(_) | ActorKind::Scheduler(_) => {
@@ -248,6 +254,8 @@ pub fn spawn_host_actors(
         links,
         senders,
         flushers,
+        tables: tables.all(),
+        kv_caches: shared.kv_caches.clone(),
     })
 }
 

@@ -12,7 +12,6 @@ use edgemu_actors::handoff::agent::{AgentActor, AgentSetup, SendPlan};
 use edgemu_actors::handoff::engine::{AgentEngine, ComputeActor};
 use edgemu_actors::handoff::records::{HANDOFFS, HANDOFFS_HEADER};
 use edgemu_actors::link_actor::LinkActor;
-use edgemu_actors::lyreo::records::CsvTable;
 use edgemu_actors::messages::{Deliver, Route};
 use edgemu_codec::ids::{Direction, LinkId};
 use edgemu_config::{ActorKind, ActorSpec, AgentSpec, Cluster, ServerBackend};
@@ -43,7 +42,7 @@ pub fn spawn(
     clock: Clock,
     route: &Recipient<Route>,
     links: &BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
-    results: Option<&Path>,
+    tables: &mut super::spawn_lyreo::Tables,
     shared: &super::spawn_lyreo::HostShared,
 ) -> Result<Recipient<Deliver>> {
     let host_name = cluster.host(a.host).name.clone();
@@ -123,6 +122,7 @@ pub fn spawn(
     shared.policies.register(a.id, slot.clone());
 
     let cache = Arc::new(ContextKvCache::new(spec.kv_cache_bytes));
+    shared.kv_caches.register(a.id, cache.clone());
     let compute = if virtual_time {
         // Inline: in virtual time compute must not race the clock.
         ComputeActor::new(AgentEngine::load(model, cache.clone())).start()
@@ -142,11 +142,7 @@ pub fn spawn(
             ComputeActor::new(engine)
         })
     };
-    let table = match results {
-        Some(dir) => CsvTable::open(dir, HANDOFFS, HANDOFFS_HEADER)
-            .map_err(|e| anyhow!("creating {}: {e}", dir.join(HANDOFFS).display()))?,
-        None => CsvTable::discard(),
-    };
+    let table = tables.get(HANDOFFS, HANDOFFS_HEADER)?;
     let setup = AgentSetup {
         id: a.id,
         name: a.name.clone(),

@@ -30,6 +30,7 @@ use edgemu_policies::slot::{LyreoPolicies, PolicySlot};
 use edgemu_serving::mobility::{Area, Mobility};
 use edgemu_serving::workload::Workload;
 use edgemu_serving::{SchedulerCore, ServerSlotCore};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -40,40 +41,40 @@ pub struct Spawned {
     pub flush: Option<Recipient<Flush>>,
 }
 
-/// The host's LYREO tables, opened on first use.
+/// The host's result tables (LYREO's and the agents' `handoffs.csv`), each
+/// opened once, on first use, and shared by the actors that write it; the
+/// supervisor flushes them ([`Tables::all`]).
 pub struct Tables {
     dir: Option<std::path::PathBuf>,
-    requests: Option<CsvTable>,
-    slots: Option<CsvTable>,
-    decisions: Option<CsvTable>,
+    open: BTreeMap<&'static str, CsvTable>,
 }
 
 impl Tables {
     pub fn new(dir: Option<&Path>) -> Tables {
         Tables {
             dir: dir.map(Path::to_path_buf),
-            requests: None,
-            slots: None,
-            decisions: None,
+            open: BTreeMap::new(),
         }
     }
 
-    fn get(
-        dir: &Option<std::path::PathBuf>,
-        slot: &mut Option<CsvTable>,
-        name: &str,
-        header: &str,
-    ) -> Result<CsvTable> {
-        if let Some(t) = slot {
+    /// The table `name` (created with `header`), or one that keeps nothing
+    /// without a results folder.
+    pub fn get(&mut self, name: &'static str, header: &str) -> Result<CsvTable> {
+        if let Some(t) = self.open.get(name) {
             return Ok(t.clone());
         }
-        let t = match dir {
+        let t = match &self.dir {
             Some(d) => CsvTable::open(d, name, header)
                 .with_context(|| format!("creating {}", d.join(name).display()))?,
             None => CsvTable::discard(),
         };
-        *slot = Some(t.clone());
+        self.open.insert(name, t.clone());
         Ok(t)
+    }
+
+    /// Every table opened so far.
+    pub fn all(&self) -> Vec<CsvTable> {
+        self.open.values().cloned().collect()
     }
 }
 
@@ -127,6 +128,8 @@ pub struct HostShared {
     /// The host's event log (fault effects: requests dropped, servers
     /// marked down or up).
     pub events: edgemu_actors::events::EventLog,
+    /// The agents' context-KV caches (their counters in `/metrics`).
+    pub kv_caches: super::KvCaches,
 }
 
 /// Spawns one LYREO actor; `None` for other kinds.
@@ -148,12 +151,7 @@ pub fn spawn(
     let seed = derive_seed(cluster.run.seed, (1 << 40) | u64::from(a.id.0));
     Ok(Some(match &a.kind {
         ActorKind::User(u) => {
-            let table = Tables::get(
-                &tables.dir,
-                &mut tables.requests,
-                CsvTable::REQUESTS,
-                CsvTable::REQUESTS_HEADER,
-            )?;
+            let table = tables.get(CsvTable::REQUESTS, CsvTable::REQUESTS_HEADER)?;
             let setup = user_setup(cluster, a, u, seed, names, log)?;
             let addr = UserActor::new(setup, clock, route.clone(), table).start();
             host.faults.register(a.id, addr.clone().recipient());
@@ -164,12 +162,7 @@ pub fn spawn(
             }
         }
         ActorKind::Server(s) => {
-            let table = Tables::get(
-                &tables.dir,
-                &mut tables.slots,
-                CsvTable::SERVER_SLOTS,
-                CsvTable::SERVER_SLOTS_HEADER,
-            )?;
+            let table = tables.get(CsvTable::SERVER_SLOTS, CsvTable::SERVER_SLOTS_HEADER)?;
             let scheduler = scheduler_of(cluster, a.id)
                 .ok_or_else(|| anyhow!("server {:?} is in no scheduler's `servers`", a.name))?;
             let sched = scheduler_spec(cluster, scheduler)?;
@@ -251,12 +244,7 @@ pub fn spawn(
             }
         }
         ActorKind::Scheduler(s) => {
-            let table = Tables::get(
-                &tables.dir,
-                &mut tables.decisions,
-                CsvTable::DECISIONS,
-                CsvTable::DECISIONS_HEADER,
-            )?;
+            let table = tables.get(CsvTable::DECISIONS, CsvTable::DECISIONS_HEADER)?;
             // Checked by name first for the file's error message; the slot
             // then loads it (with shipped weights for a learned policy) and
             // is what `policy.swap` replaces while the run goes on.

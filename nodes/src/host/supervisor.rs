@@ -11,7 +11,7 @@ use crate::results::{HostResults, LinkRow};
 use actix::prelude::*;
 use edgemu_actors::clock::Clock;
 use edgemu_actors::events::{Event, EventLog};
-use edgemu_actors::messages::{GetLinkStats, LinkStats, PeerStatus, StopSending};
+use edgemu_actors::messages::{GetLinkStats, LinkStatus, PeerStatus, StopSending};
 use edgemu_actors::probes::FlowSummary;
 use edgemu_actors::router::{GetRouterCounters, RouterCounters};
 use edgemu_codec::ids::{Direction, HostId, LinkId};
@@ -91,6 +91,8 @@ pub struct Supervisor {
     drain_ns: u64,
     /// What this host's control socket refused (it asks for this at start).
     control: Arc<crate::control::ControlCounters>,
+    /// The last dashboard / `/metrics` snapshot (see [`crate::metrics`]).
+    pub(crate) snapshots: crate::metrics::snapshot::SnapshotCache,
 }
 
 impl Supervisor {
@@ -141,6 +143,7 @@ impl Supervisor {
                 .saturating_add(300_000_000)
                 .min(3_000_000_000),
             control: Default::default(),
+            snapshots: Default::default(),
         }
     }
 
@@ -154,7 +157,7 @@ impl Supervisor {
         });
     }
 
-    fn link_stats(&self) -> impl std::future::Future<Output = Vec<LinkStats>> + 'static {
+    fn link_stats(&self) -> impl std::future::Future<Output = Vec<LinkStatus>> + 'static {
         let addrs: Vec<_> = self.actors.links.values().cloned().collect();
         async move {
             let mut out = Vec::with_capacity(addrs.len());
@@ -175,7 +178,7 @@ impl Supervisor {
         );
     }
 
-    fn write_sample(&mut self, stats: &[LinkStats]) {
+    fn write_sample(&mut self, stats: &[LinkStatus]) {
         let now = self.clock.now_ns();
         if let Some(p) = &self.progress {
             p.set_position((now / 1_000_000_000).min(self.cluster.run.duration_ns / 1_000_000_000));
@@ -199,6 +202,9 @@ impl Supervisor {
         }
         let _ = res.links.flush();
         edgemu_actors::probes::ProbeLog::flush(&mut res.probes);
+        for t in &self.actors.tables {
+            t.flush();
+        }
         self.events.flush();
     }
 
@@ -226,6 +232,7 @@ impl Supervisor {
         }
         let source = format!("chaos#{}", spec.index);
         let kind = spec.command.name();
+        self.snapshots.clear();
         let fut = self.handle_request(
             spec.request.clone(),
             serde_json::Value::Null,
@@ -234,6 +241,7 @@ impl Supervisor {
             ctx,
         );
         ctx.spawn(fut.map(move |r, act, _| {
+            act.snapshots.clear();
             if let Err(e) = r {
                 let t = act.clock.now_ns();
                 act.log(t, &source, kind, serde_json::json!({ "error": e }));
@@ -349,6 +357,16 @@ impl Supervisor {
                         (p, name.unwrap_or_else(|| format!("host#{}", p.0)))
                     })
                     .collect();
+                // The counters by name, as the status protocol carries them.
+                let kv_caches = self
+                    .kv_caches()
+                    .into_iter()
+                    .filter_map(|(agent, c)| {
+                        serde_json::from_value(serde_json::to_value(c.stats()).ok()?)
+                            .ok()
+                            .map(|m| (agent, m))
+                    })
+                    .collect();
                 Box::pin(
                     async move {
                         let links = stats.await;
@@ -357,10 +375,11 @@ impl Supervisor {
                             hosts: vec![HostStatus {
                                 host,
                                 t_ns: now,
-                                links: links.iter().map(commands::link_status).collect(),
+                                links,
                                 router: commands::router_status(&counters),
                                 mesh,
                                 control: control.status(),
+                                kv_caches,
                                 error: None,
                             }],
                         };
@@ -379,6 +398,7 @@ impl Supervisor {
                                         router: Default::default(),
                                         mesh: BTreeMap::new(),
                                         control: Default::default(),
+                                        kv_caches: BTreeMap::new(),
                                         error: Some(e),
                                     }),
                                 }
@@ -544,7 +564,21 @@ impl Supervisor {
                 .as_ref()
                 .and_then(|f| serde_json::to_value(f.counters()).ok()),
             lyreo: self.actors.lyreo.clone(),
+            kv_caches: self.kv_caches(),
         }
+    }
+
+    /// The agents' context-KV caches, by agent name.
+    fn kv_caches(&self) -> Vec<(String, Arc<edgemu_gpu::kv_cache::ContextKvCache>)> {
+        self.actors
+            .kv_caches
+            .entries()
+            .into_iter()
+            .map(|(id, c)| {
+                let name = self.cluster.get_actor(id).map(|a| a.name.clone());
+                (name.unwrap_or_else(|| format!("actor#{}", id.0)), c)
+            })
+            .collect()
     }
 }
 
@@ -580,7 +614,18 @@ impl Actor for Supervisor {
 impl Handler<Control> for Supervisor {
     type Result = ResponseActFuture<Self, Result<serde_json::Value, String>>;
     fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) -> Self::Result {
-        self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
+        if matches!(msg.request, commands::Request::Status) {
+            return self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx);
+        }
+        // A snapshot taken before or while it applies must not outlive it.
+        self.snapshots.clear();
+        Box::pin(
+            self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
+                .map(|r, act, _| {
+                    act.snapshots.clear();
+                    r
+                }),
+        )
     }
 }
 

@@ -25,6 +25,9 @@
 //!   `scheduler_assigned_requests_total`; per scheduler
 //!   `scheduler_decisions_total` and `scheduler_policy` (1, labels `policy`
 //!   and `version`).
+//! - agents, when the host runs any: per agent (`agent`) the context-KV
+//!   cache's `agent_kv_cache_{hits,misses,evictions}_total` and
+//!   `agent_kv_cache_{bytes,capacity_bytes,entries}`.
 //!
 //! Values are the cores' own monotonic counters copied at scrape time, so
 //! they are exposed as constant metrics of a registry built per scrape.
@@ -146,12 +149,12 @@ fn clamp_i64(v: u64) -> i64 {
 pub fn registry(s: &HostSnapshot) -> Registry {
     let host = std::iter::once((Cow::Borrowed("host"), Cow::Owned(s.host.clone())));
     let mut reg = Registry::with_prefix_and_labels("edgemu", host);
-    let links: Vec<(LinkLabels, &edgemu_actors::messages::LinkStats)> = s
+    let links: Vec<(LinkLabels, &edgemu_actors::messages::LinkStatus)> = s
         .links
         .iter()
         .map(|l| (labels(&l.name, l.dir), l))
         .collect();
-    type Field = fn(&&edgemu_actors::messages::LinkStats) -> u64;
+    type Field = fn(&&edgemu_actors::messages::LinkStatus) -> u64;
     let counters: [(&str, &str, Field); 7] = [
         (
             "link_offered_packets",
@@ -311,7 +314,75 @@ pub fn registry(s: &HostSnapshot) -> Registry {
         |v| *v,
     );
     lyreo_families(&mut reg, &s.lyreo);
+    kv_cache_families(&mut reg, &s.kv_caches);
     reg
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabels {
+    agent: String,
+}
+
+/// The agents' context-KV caches (only when the host runs agents).
+fn kv_cache_families(
+    reg: &mut Registry,
+    caches: &std::collections::BTreeMap<String, edgemu_gpu::kv_cache::KvCacheStats>,
+) {
+    if caches.is_empty() {
+        return;
+    }
+    let items = || {
+        caches.iter().map(|(agent, s)| {
+            (
+                AgentLabels {
+                    agent: agent.clone(),
+                },
+                *s,
+            )
+        })
+    };
+    type C = fn(&edgemu_gpu::kv_cache::KvCacheStats) -> u64;
+    let counters: [(&str, &str, C); 3] = [
+        (
+            "agent_kv_cache_hits",
+            "Handoffs whose context KV the sender found in its cache",
+            |s| s.hits,
+        ),
+        (
+            "agent_kv_cache_misses",
+            "Handoffs whose context KV the sender had to prefill",
+            |s| s.misses,
+        ),
+        (
+            "agent_kv_cache_evictions",
+            "Context KV entries evicted by the cache's byte capacity",
+            |s| s.evictions,
+        ),
+    ];
+    for (name, help, field) in counters {
+        counter_family(reg, name, help, items(), field);
+    }
+    type G = fn(&edgemu_gpu::kv_cache::KvCacheStats) -> Option<i64>;
+    let gauges: [(&str, &str, G); 3] = [
+        (
+            "agent_kv_cache_bytes",
+            "Bytes of context KV held in the cache",
+            |s| Some(clamp_i64(s.bytes)),
+        ),
+        (
+            "agent_kv_cache_capacity_bytes",
+            "The cache's byte capacity (kv_cache in cluster.toml)",
+            |s| Some(clamp_i64(s.capacity_bytes)),
+        ),
+        (
+            "agent_kv_cache_entries",
+            "Contexts held in the cache",
+            |s| Some(clamp_i64(s.entries)),
+        ),
+    ];
+    for (name, help, field) in gauges {
+        gauge_family(reg, name, help, items(), field);
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -555,12 +626,12 @@ fn lyreo_families(reg: &mut Registry, l: &edgemu_actors::lyreo::live::LiveState)
 mod tests {
     use super::super::snapshot::PeerMesh;
     use super::*;
-    use edgemu_actors::messages::LinkStats;
+    use edgemu_actors::messages::LinkStatus;
     use edgemu_actors::router::RouterCounters;
     use edgemu_codec::ids::{Direction, LinkId};
 
-    fn stats(dir: Direction, up: bool) -> LinkStats {
-        LinkStats {
+    fn stats(dir: Direction, up: bool) -> LinkStatus {
+        LinkStatus {
             link: LinkId(0),
             name: "wan".into(),
             dir,
@@ -618,6 +689,18 @@ mod tests {
                 ..Default::default()
             }],
             lyreo: Default::default(),
+            kv_caches: [(
+                "agent-a".to_string(),
+                edgemu_gpu::kv_cache::KvCacheStats {
+                    hits: 3,
+                    misses: 1,
+                    evictions: 2,
+                    entries: 1,
+                    bytes: 5_900_000,
+                    capacity_bytes: 268_435_456,
+                },
+            )]
+            .into(),
         }
     }
 
@@ -683,6 +766,26 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn agent_kv_cache_counters_are_exposed_per_agent() {
+        let text = encode(&snapshot());
+        for line in [
+            r#"edgemu_agent_kv_cache_hits_total{host="alpha",agent="agent-a"} 3"#,
+            r#"edgemu_agent_kv_cache_misses_total{host="alpha",agent="agent-a"} 1"#,
+            r#"edgemu_agent_kv_cache_evictions_total{host="alpha",agent="agent-a"} 2"#,
+            r#"edgemu_agent_kv_cache_bytes{host="alpha",agent="agent-a"} 5900000"#,
+            r#"edgemu_agent_kv_cache_capacity_bytes{host="alpha",agent="agent-a"} 268435456"#,
+            r#"edgemu_agent_kv_cache_entries{host="alpha",agent="agent-a"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        let none = HostSnapshot {
+            kv_caches: Default::default(),
+            ..snapshot()
+        };
+        assert!(!encode(&none).contains("agent_kv_cache"));
     }
 
     #[test]

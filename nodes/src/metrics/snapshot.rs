@@ -1,12 +1,19 @@
 //! One snapshot of a host's counters, taken the way `status` takes them:
-//! one message to each link actor and the router, answered between packets
-//! (a handful of integer copies), and the mesh's atomics read without a
-//! lock. Nothing here waits on the data path or holds a lock it takes.
+//! one message to each link actor (counters and delay buckets together)
+//! and the router, answered between packets (a handful of integer copies),
+//! and the mesh's atomics read without a lock. Nothing here waits on the
+//! data path or holds a lock it takes.
+//!
+//! `/metrics` and `/api/snapshot` need no token, so a snapshot is reused
+//! for [`SNAPSHOT_REUSE`]: however many requests arrive, the link actors
+//! answer at most one snapshot's messages per period. A command or chaos
+//! entry applied on the host clears it, so its effect shows in the next
+//! answer.
 
 use crate::host::supervisor::Supervisor;
 use actix::prelude::*;
 use edgemu_actors::link_actor::LinkActor;
-use edgemu_actors::messages::{DelayHistogram, GetDelayHistogram, GetLinkStats, LinkStats};
+use edgemu_actors::messages::{DelayHistogram, GetLinkSnapshot, LinkStatus};
 use edgemu_actors::router::{GetRouterCounters, Router, RouterCounters};
 use serde::Serialize;
 
@@ -20,6 +27,8 @@ pub struct Sources {
     pub mesh: Option<serde_json::Value>,
     /// The LYREO actors' live state on this host.
     pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
+    /// The agents' context-KV caches, by agent name.
+    pub kv_caches: Vec<(String, std::sync::Arc<edgemu_gpu::kv_cache::ContextKvCache>)>,
 }
 
 /// The mesh counters of one peer host.
@@ -60,12 +69,14 @@ impl PeerMesh {
 pub struct HostSnapshot {
     pub host: String,
     pub t_ns: u64,
-    pub links: Vec<LinkStats>,
+    pub links: Vec<LinkStatus>,
     pub delay: Vec<DelayHistogram>,
     pub router: RouterCounters,
     pub mesh: Vec<PeerMesh>,
     /// LYREO servers and schedulers on this host (empty maps when none).
     pub lyreo: edgemu_actors::lyreo::live::LiveState,
+    /// The agents' context-KV cache counters, by agent (empty without agents).
+    pub kv_caches: std::collections::BTreeMap<String, edgemu_gpu::kv_cache::KvCacheStats>,
 }
 
 impl Sources {
@@ -73,10 +84,8 @@ impl Sources {
         let mut links = Vec::with_capacity(self.links.len());
         let mut delay = Vec::with_capacity(self.links.len());
         for a in &self.links {
-            if let Ok(s) = a.send(GetLinkStats).await {
+            if let Ok((s, h)) = a.send(GetLinkSnapshot).await {
                 links.push(s);
-            }
-            if let Ok(h) = a.send(GetDelayHistogram).await {
                 delay.push(h);
             }
         }
@@ -88,6 +97,11 @@ impl Sources {
         let lyreo = self.lyreo.snapshot();
         HostSnapshot {
             lyreo,
+            kv_caches: self
+                .kv_caches
+                .iter()
+                .map(|(name, c)| (name.clone(), c.stats()))
+                .collect(),
             host: self.host,
             t_ns: self.t_ns,
             links,
@@ -107,16 +121,68 @@ impl Sources {
 #[rtype(result = "HostSnapshot")]
 pub struct TakeSnapshot;
 
+/// How long a snapshot is reused.
+pub const SNAPSHOT_REUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The last snapshot and when it was taken (wall clock: it bounds the cost
+/// of requests, which arrive in real time).
+#[derive(Default)]
+pub struct SnapshotCache(Option<(std::time::Instant, HostSnapshot)>);
+
+impl SnapshotCache {
+    fn fresh(&self) -> Option<HostSnapshot> {
+        self.0
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < SNAPSHOT_REUSE)
+            .map(|(_, s)| s.clone())
+    }
+
+    fn store(&mut self, s: &HostSnapshot) {
+        self.0 = Some((std::time::Instant::now(), s.clone()));
+    }
+
+    /// Something changed on the host: the next request takes a new one.
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+}
+
 impl Handler<TakeSnapshot> for Supervisor {
-    type Result = ResponseFuture<HostSnapshot>;
+    type Result = ResponseActFuture<Self, HostSnapshot>;
     fn handle(&mut self, _: TakeSnapshot, _: &mut Context<Self>) -> Self::Result {
-        Box::pin(self.snapshot_sources().collect())
+        if let Some(s) = self.snapshots.fresh() {
+            return Box::pin(actix::fut::ready(s));
+        }
+        Box::pin(
+            self.snapshot_sources()
+                .collect()
+                .into_actor(self)
+                .map(|s, act, _| {
+                    act.snapshots.store(&s);
+                    s
+                }),
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_is_reused_until_cleared() {
+        let mut c = SnapshotCache::default();
+        assert!(c.fresh().is_none());
+        let s = HostSnapshot {
+            host: "edge".into(),
+            t_ns: 7,
+            ..Default::default()
+        };
+        c.store(&s);
+        assert_eq!(c.fresh().map(|s| s.t_ns), Some(7));
+        c.clear();
+        assert!(c.fresh().is_none());
+    }
 
     #[test]
     fn mesh_counters_are_read_from_the_status_shape() {

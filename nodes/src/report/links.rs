@@ -10,9 +10,21 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Host sub-folders: holding a `links.csv` and an `events.jsonl` (a host opens both
-/// when the run starts; a report folder inside the run, with its own `links.csv`, is not
-/// one).
+/// What a host writes into its sub-folder of a results folder (any one of
+/// them makes the folder a host's: a host that ran only LYREO actors or
+/// agents, or lost its event log, still counts).
+const HOST_FILES: [&str; 7] = [
+    "events.jsonl",
+    "links.csv",
+    "probes.csv",
+    "requests.csv",
+    "server_slots.csv",
+    "decisions.csv",
+    "handoffs.csv",
+];
+
+/// Host sub-folders, sorted: holding any of [`HOST_FILES`] and not a report
+/// folder inside the run (it has its own `links.csv` and a `report.md`).
 pub fn host_dirs(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -20,9 +32,16 @@ pub fn host_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.join("links.csv").is_file() && p.join("events.jsonl").is_file())
+        .filter(|p| !p.join("report.md").exists() && HOST_FILES.iter().any(|f| p.join(f).is_file()))
         .collect();
     v.sort();
+    v
+}
+
+/// Host sub-folders with link samples (`links.csv`).
+pub fn link_host_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut v = host_dirs(dir);
+    v.retain(|h| h.join("links.csv").is_file());
     v
 }
 
@@ -107,14 +126,15 @@ struct Dir {
 }
 
 pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
-    let hosts = host_dirs(dir);
+    let hosts = link_host_dirs(dir);
     if !dir.join("summary.json").is_file() {
         report.skip(format!(
             "{}: no summary.json (run in progress or stopped); plotted what links.csv holds",
             dir.display()
         ));
     }
-    let evs = read_events(report, &hosts);
+    // Events from every host, also those without links.
+    let evs = read_events(report, &host_dirs(dir));
     let mut rows = Vec::new();
     for h in &hosts {
         let t = match Table::read(&h.join("links.csv")) {

@@ -154,7 +154,7 @@ pub fn detect(dir: &Path) -> Result<RunKind, ReportError> {
     if dir.join("requests.csv").is_file() || dir.join("server_slots.csv").is_file() {
         return Ok(RunKind::Lyreo);
     }
-    if !links::host_dirs(dir).is_empty() {
+    if !links::link_host_dirs(dir).is_empty() {
         return Ok(RunKind::Links);
     }
     Err(ReportError::NotARun {

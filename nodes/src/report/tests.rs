@@ -192,3 +192,26 @@ fn link_run_in_progress_and_two_runs_side_by_side() {
     let md = std::fs::read_to_string(md).unwrap();
     assert!(md.contains("run-a") && md.contains("run-b"));
 }
+
+#[test]
+fn host_folders_are_found_by_any_host_file_and_a_report_folder_is_not_one() {
+    let run = temp("host-dirs");
+    write(&run.join("h1/links.csv"), "t_ns\n");
+    write(&run.join("h1/events.jsonl"), "");
+    // A host that ran only LYREO actors (and lost its event log).
+    write(&run.join("h2/requests.csv"), "slot\n");
+    write(&run.join("report/links.csv"), "link\n");
+    write(&run.join("report/report.md"), "# report\n");
+    std::fs::create_dir_all(run.join("empty")).unwrap();
+    let names = |v: Vec<PathBuf>| -> Vec<String> {
+        v.iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(names(links::host_dirs(&run)), ["h1", "h2"]);
+    assert_eq!(names(links::link_host_dirs(&run)), ["h1"]);
+    assert_eq!(
+        names(crate::results::summary::host_dirs(&run)),
+        ["h1", "h2"]
+    );
+}

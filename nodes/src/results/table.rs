@@ -1,6 +1,6 @@
 //! The terminal summary tables.
 
-use edgemu_actors::messages::LinkStats;
+use edgemu_actors::messages::LinkStatus;
 use edgemu_actors::probes::{FlowSummary, RecordKind};
 use serde::Serialize;
 
@@ -18,11 +18,11 @@ pub struct LinkRow {
     pub delay_p99_ms: f64,
     pub loss_measured: f64,
     pub loss_expected: Option<f64>,
-    pub stats: LinkStats,
+    pub stats: LinkStatus,
 }
 
 impl LinkRow {
-    pub fn new(host: &str, s: &LinkStats, active_s: f64) -> Self {
+    pub fn new(host: &str, s: &LinkStatus, active_s: f64) -> Self {
         let accounted = s.delivered + s.lost;
         LinkRow {
             link: s.name.clone(),

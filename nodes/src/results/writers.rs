@@ -2,7 +2,7 @@
 
 use anyhow::{Context as _, Result};
 use edgemu_actors::events::{Event, EventWriter};
-use edgemu_actors::messages::LinkStats;
+use edgemu_actors::messages::LinkStatus;
 use edgemu_actors::probes::{ProbeLog, ProbeRecord, RecordKind};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -77,7 +77,7 @@ impl LinksCsv {
     }
 
     /// `interval_bps`: delivered bits/s since the previous sample.
-    pub fn row(&mut self, s: &LinkStats, interval_bps: f64) -> Result<()> {
+    pub fn row(&mut self, s: &LinkStatus, interval_bps: f64) -> Result<()> {
         writeln!(
             self.out,
             "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{:.0},{},{:.3},{:.3}",

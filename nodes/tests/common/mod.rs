@@ -69,3 +69,203 @@ pub fn files(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// Runs every host of a cluster file in this process (the file's own clock,
+/// virtual or real) and returns the run's results folder. The file is
+/// written to `dir/<id>.toml` first and `id` is the run id.
+pub fn run_file(text: &str, dir: &Path, id: &str) -> PathBuf {
+    let cfg = write(dir, &format!("{id}.toml"), text);
+    let cluster = edgemu_nodes::run::load(&cfg).expect("load");
+    edgemu_nodes::run::run_all(cluster, Some(id.into()), false)
+        .expect("run")
+        .dir
+}
+
+/// The lines of an `events.jsonl`, parsed.
+pub fn events(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("events")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+/// `[[hosts]]` entry listening on 127.0.0.1:`listen`, with a control
+/// address on `control` when given.
+pub fn host_toml(name: &str, listen: u16, control: Option<u16>) -> String {
+    let mut t = format!("\n[[hosts]]\nname = \"{name}\"\nlisten = \"127.0.0.1:{listen}\"\n");
+    if let Some(c) = control {
+        t += &format!("control = \"127.0.0.1:{c}\"\n");
+    }
+    t
+}
+
+/// `[[actors]]` entry of the least-loaded scheduler `sched` of servers `s0`
+/// and `s1` on `host`, deciding every `slot`.
+pub fn scheduler_toml(host: &str, slot: &str) -> String {
+    format!(
+        "\n[[actors]]\nname = \"sched\"\nhost = \"{host}\"\nkind = \"scheduler\"\nservers = [\"s0\", \"s1\"]\npolicy = \"least-loaded\"\nslot = \"{slot}\"\n"
+    )
+}
+
+/// The LYREO system the in-process tests share: users `u0..users` on host
+/// `phones` (each with an unlimited 5 ms link to `s0` and `s1`), servers
+/// `s0` (RTX 3080, 10 MHz at (50, 50)) and `s1` (RTX 4090, 12 MHz at
+/// (150, 150), plus `s1_keys`, e.g. a backend) on `edge`, and a
+/// least-loaded scheduler `sched` with 1 s slots on `ctl`; virtual time.
+pub struct LyreoSystem<'a> {
+    pub name: &'a str,
+    pub duration: &'a str,
+    pub seed: u64,
+    pub results: &'a str,
+    pub users: u32,
+    pub max_output: u32,
+    /// Users stop issuing requests at this time (`stop`).
+    pub stop: &'a str,
+    pub s1_keys: &'a str,
+    /// More `[[actors]]` after the servers, before the users.
+    pub actors: &'a str,
+    /// `[[chaos]]` entries (at the end).
+    pub chaos: &'a str,
+}
+
+impl LyreoSystem<'_> {
+    pub fn toml(&self) -> String {
+        let LyreoSystem {
+            name,
+            duration,
+            seed,
+            results,
+            users,
+            max_output,
+            stop,
+            s1_keys,
+            actors,
+            chaos,
+        } = self;
+        let mut t = format!(
+            "\n[run]\nname = \"{name}\"\nduration = \"{duration}\"\nseed = {seed}\ntime = \"virtual\"\nresults = \"{results}\"\n"
+        );
+        for (i, h) in ["phones", "edge", "ctl"].iter().enumerate() {
+            t += &host_toml(h, i as u16 + 1, None);
+        }
+        t += &scheduler_toml("ctl", "1s");
+        t += &format!(
+            r#"
+[[actors]]
+name = "s0"
+host = "edge"
+kind = "server"
+gpu = "rtx3080"
+bandwidth_mhz = 10
+position = [50, 50]
+
+[[actors]]
+name = "s1"
+host = "edge"
+kind = "server"
+gpu = "rtx4090"
+{s1_keys}
+bandwidth_mhz = 12
+position = [150, 150]
+{actors}"#
+        );
+        for u in 0..*users {
+            t += &format!(
+                r#"
+[[actors]]
+name = "u{u}"
+host = "phones"
+kind = "user"
+scheduler = "sched"
+workload = "lmsys-like"
+max_input = 64
+max_output = {max_output}
+stop = "{stop}"
+"#
+            );
+            for s in 0..2 {
+                t += &format!(
+                    "\n[[links]]\nname = \"u{u}-s{s}\"\na = \"u{u}\"\nb = \"s{s}\"\nrate = \"unlimited\"\ndelay = \"5ms\"\n"
+                );
+            }
+        }
+        t + chaos
+    }
+}
+
+/// One row of a user host's `requests.csv`.
+#[derive(Debug)]
+pub struct RequestRow {
+    pub slot: u64,
+    pub id: u64,
+    pub user: String,
+    pub server: String,
+    pub policy: String,
+    pub outcome: String,
+    /// sched, upload, wait, prefill, decode (s; NaN when empty).
+    pub parts: [f64; 5],
+    pub e2e: Option<f64>,
+    pub reason: String,
+}
+
+/// `requests.csv`, checking its header and that every row has every column.
+pub fn requests(path: &Path) -> Vec<RequestRow> {
+    let text = std::fs::read_to_string(path).expect("read requests.csv");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("slot,id,user,server,policy,policy_version,input_len,output_len,outcome,sched_s,upload_s,wait_s,prefill_s,decode_s,e2e_s,reason")
+    );
+    lines
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            assert_eq!(c.len(), 16, "{l}");
+            let f = |i: usize| c[i].parse::<f64>().unwrap_or(f64::NAN);
+            RequestRow {
+                slot: c[0].parse().expect("slot"),
+                id: c[1].parse().expect("id"),
+                user: c[2].into(),
+                server: c[3].into(),
+                policy: c[4].into(),
+                outcome: c[8].into(),
+                parts: [f(9), f(10), f(11), f(12), f(13)],
+                e2e: c[14].parse().ok(),
+                reason: c[15].into(),
+            }
+        })
+        .collect()
+}
+
+/// Starts every host of `cluster` in real time, each on its own thread
+/// and actix system, with the options `opts` gives it.
+pub fn spawn_real_hosts(
+    cluster: &std::sync::Arc<edgemu_config::Cluster>,
+    opts: impl Fn(&edgemu_config::HostSpec) -> edgemu_nodes::host::HostOptions,
+) -> Vec<std::thread::JoinHandle<anyhow::Result<edgemu_nodes::host::supervisor::HostSummary>>> {
+    cluster
+        .hosts
+        .iter()
+        .map(|h| {
+            let (c, id, o) = (cluster.clone(), h.id, opts(h));
+            std::thread::spawn(move || {
+                actix::System::new().block_on(edgemu_nodes::host::run_host_real(c, id, o))
+            })
+        })
+        .collect()
+}
+
+/// Waits (up to 20 s) until the control websocket at `url` answers `status`.
+pub async fn wait_for_control(url: &str, token: Option<&str>) {
+    for _ in 0..200 {
+        let status = serde_json::json!({"cmd": "status"});
+        if edgemu_nodes::control::client::request(url, status, token)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("control websocket {url} never answered");
+}

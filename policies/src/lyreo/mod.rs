@@ -98,14 +98,24 @@ pub enum LyreoPolicyError {
     NotAvailable { name: String, what: String },
 }
 
-impl PolicySpec {
-    /// Parses an arm name: `least-loaded` (also `ll`), `random`, a learned
-    /// name (`lyreo`, `ly-ppo`, `ppo`, `lyreo-count`, `lyreo-nolb`; weights
-    /// from the shipped file, or `NAME=PATH`), or `static` (= the paper's
-    /// Static: static batching with LYREO's assignment when LYREO's weights
-    /// are shipped, else Least-Loaded — write `static:random` for another
-    /// one). Learned weights are loaded and validated here.
-    pub fn parse(name: &str) -> Result<Self, LyreoPolicyError> {
+/// An arm name taken apart, before any weights are read (the one parser of
+/// arm names: [`PolicySpec::parse`] and the policy slot's swap use it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArmName {
+    /// Lower-cased, without a weights path.
+    pub name: String,
+    pub batching: ServerBatching,
+    /// `least-loaded`, `random` or a learned name.
+    pub assignment: String,
+    /// Set for a learned assignment.
+    pub variant: Option<Variant>,
+    /// The `NAME=PATH` weights path, if given.
+    pub path: Option<PathBuf>,
+}
+
+impl ArmName {
+    /// See [`PolicySpec::parse`] for the names.
+    pub fn parse(name: &str) -> Result<ArmName, LyreoPolicyError> {
         let (name, path) = match name.split_once('=') {
             Some((n, p)) => (n, Some(PathBuf::from(p.trim()))),
             None => (name, None),
@@ -123,34 +133,54 @@ impl PolicySpec {
             }
             _ => (ServerBatching::Continuous, lower.clone()),
         };
-        let mut learned = None;
-        let assignment = match assignment.as_str() {
-            "ll" | "least-loaded" | "leastloaded" => "least-loaded".to_string(),
-            "random" => "random".to_string(),
-            other if LEARNED_POLICIES.contains(&other) => {
-                let variant = Variant::parse(other).ok_or_else(|| LyreoPolicyError::Unknown {
-                    name: name.to_string(),
-                })?;
-                let path = path.clone().unwrap_or_else(|| variant.default_weights());
+        let (assignment, variant) = match assignment.as_str() {
+            "ll" | "least-loaded" | "leastloaded" => ("least-loaded".to_string(), None),
+            "random" => ("random".to_string(), None),
+            other => match Variant::parse(other) {
+                Some(v) => (other.to_string(), Some(v)),
+                None => {
+                    return Err(LyreoPolicyError::Unknown {
+                        name: name.to_string(),
+                    })
+                }
+            },
+        };
+        Ok(ArmName {
+            name: lower,
+            batching,
+            assignment,
+            variant,
+            path,
+        })
+    }
+}
+
+impl PolicySpec {
+    /// Parses an arm name: `least-loaded` (also `ll`), `random`, a learned
+    /// name (`lyreo`, `ly-ppo`, `ppo`, `lyreo-count`, `lyreo-nolb`; weights
+    /// from the shipped file, or `NAME=PATH`), or `static` (= the paper's
+    /// Static: static batching with LYREO's assignment when LYREO's weights
+    /// are shipped, else Least-Loaded — write `static:random` for another
+    /// one). Learned weights are loaded and validated here.
+    pub fn parse(name: &str) -> Result<Self, LyreoPolicyError> {
+        let arm = ArmName::parse(name)?;
+        let learned = match arm.variant {
+            None => None,
+            Some(variant) => {
+                let path = arm.path.unwrap_or_else(|| variant.default_weights());
                 let model = LearnedModel::load(&path, variant).map_err(|e| {
                     LyreoPolicyError::NotAvailable {
-                        name: other.to_string(),
+                        name: arm.assignment.clone(),
                         what: e.to_string(),
                     }
                 })?;
-                learned = Some((Arc::new(model), path));
-                other.to_string()
-            }
-            _ => {
-                return Err(LyreoPolicyError::Unknown {
-                    name: name.to_string(),
-                })
+                Some((Arc::new(model), path))
             }
         };
         Ok(PolicySpec {
-            name: lower,
-            assignment,
-            batching,
+            name: arm.name,
+            assignment: arm.assignment,
+            batching: arm.batching,
             learned,
         })
     }
