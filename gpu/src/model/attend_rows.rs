@@ -61,7 +61,14 @@ impl SeqKv {
         if !(hd == 64 && has_avx2_fma()) {
             let mut full = vec![0f32; hs];
             for i in 0..t {
-                self.attend_row(layer, n0 + i, &q[i * hs..(i + 1) * hs], rep, scores, &mut full)?;
+                self.attend_row(
+                    layer,
+                    n0 + i,
+                    &q[i * hs..(i + 1) * hs],
+                    rep,
+                    scores,
+                    &mut full,
+                )?;
                 out[i * gw..(i + 1) * gw].copy_from_slice(&full[h * gw..(h + 1) * gw]);
             }
             return Ok(());
@@ -281,7 +288,12 @@ mod tests {
             x ^= x << 5;
             (x as f32 / u32::MAX as f32 - 0.5) * 4.0
         };
-        for (len, t, masked) in [(1usize, 1usize, false), (70, 5, false), (200, 31, true), (129, 3, true)] {
+        for (len, t, masked) in [
+            (1usize, 1usize, false),
+            (70, 5, false),
+            (200, 31, true),
+            (129, 3, true),
+        ] {
             let mut kv = SeqKv::new(&c, len + t, &Device::Cpu).unwrap();
             let cap = kv.capacity;
             let k: Vec<f32> = (0..nkv * (len + t) * hd).map(|_| next()).collect();
@@ -304,12 +316,21 @@ mod tests {
                     .unwrap();
                 for i in 0..t {
                     let mut slow = vec![0f32; hs];
-                    kv.attend_row(0, n0 + i, &q[i * hs..(i + 1) * hs], rep, &mut scratch, &mut slow)
-                        .unwrap();
+                    kv.attend_row(
+                        0,
+                        n0 + i,
+                        &q[i * hs..(i + 1) * hs],
+                        rep,
+                        &mut scratch,
+                        &mut slow,
+                    )
+                    .unwrap();
                     let want = &slow[h * rep * hd..(h + 1) * rep * hd];
                     let got = &fast[i * rep * hd..(i + 1) * rep * hd];
                     assert!(
-                        want.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        want.iter()
+                            .zip(got)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
                         "len {len}, row {i}, head {h}"
                     );
                 }

@@ -175,7 +175,8 @@ impl RunDir {
     /// stop is ignored.
     fn finished(&self) -> Result<BTreeMap<usize, ContextDone>> {
         let p = self.contexts_path();
-        let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
         let mut done = BTreeMap::new();
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         for (i, line) in lines.iter().enumerate() {
@@ -193,7 +194,8 @@ impl RunDir {
     /// Keeps the header and the rows of finished contexts of `handoffs.csv`.
     fn drop_unfinished_rows(&self, done: &BTreeMap<usize, ContextDone>) -> Result<()> {
         let p = self.handoffs_path();
-        let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
         let mut lines = text.lines();
         let header = lines.next().context("handoffs.csv has no header")?;
         let col = header
@@ -345,9 +347,18 @@ mod tests {
             "a second start in the same folder"
         );
         let other = serde_json::json!({"mode": "zero-fill", "weights_sha256": "bb"});
-        let e = format!("{:#}", RunDir::resume(&dir, &other, "t\n1\n").err().unwrap());
-        assert!(e.contains("weights_sha256: stored \"aa\", now \"bb\""), "{e}");
-        let e = format!("{:#}", RunDir::resume(&dir, &settings, "t\n2\n").err().unwrap());
+        let e = format!(
+            "{:#}",
+            RunDir::resume(&dir, &other, "t\n1\n").err().unwrap()
+        );
+        assert!(
+            e.contains("weights_sha256: stored \"aa\", now \"bb\""),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            RunDir::resume(&dir, &settings, "t\n2\n").err().unwrap()
+        );
         assert!(e.contains("transport"), "{e}");
         let (rd, done) = RunDir::resume(&dir, &settings, "t\n1\n").unwrap();
         assert_eq!(done.into_values().collect::<Vec<_>>(), vec![done0]);

@@ -670,7 +670,6 @@ fn partial(blocks: &[KvBlock], present: &[Vec<Range<usize>>]) -> Vec<PartialBloc
         .collect()
 }
 
-
 /// `handoffs.csv` rows of context `ci`: one per transport run, with the
 /// context's scores (a complete cache scores 1 by definition).
 fn context_rows(
