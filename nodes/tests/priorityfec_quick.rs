@@ -30,6 +30,7 @@ fn args(tiny: bool, run: &str) -> PriorityFecArgs {
         stepwise: false,
         results: std::env::temp_dir().join(format!("edgemu-pfec-test-{}", std::process::id())),
         run_id: Some(run.into()),
+        resume: None,
     }
 }
 
@@ -151,4 +152,59 @@ fn loss_trace_replaces_the_channel() {
     );
     assert!(e.contains("bad.trace"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A run stopped after 2 contexts (the third half-written, as a Ctrl-C would
+/// leave it) and continued with `--resume` to 3 writes the same `handoffs.csv`
+/// and `summary.csv` as one uninterrupted 3-context run; a changed setting or
+/// a second start in the same folder is refused.
+#[test]
+fn resumed_run_equals_straight_run() {
+    let mut straight = args(true, "straight3");
+    straight.contexts = Some(3);
+    straight.schemes = Some(vec![
+        "udp".into(),
+        "uniform-fec".into(),
+        "priority-only".into(),
+        "tcp".into(),
+    ]);
+    report(&straight).expect("straight run");
+    let mut first = straight.clone();
+    first.run_id = Some("resumed".into());
+    first.contexts = Some(2);
+    report(&first).expect("first part");
+    let dir = first.results.join("resumed");
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("handoffs.csv"))
+            .expect("handoffs.csv");
+        std::io::Write::write_all(&mut f, b"2,0,0.8,udp,0.5").expect("append");
+    }
+    assert!(
+        report(&first).is_err(),
+        "a second start in the same folder must be refused"
+    );
+    let mut bad = straight.clone();
+    bad.resume = Some(dir.clone());
+    bad.mode = "mask".into();
+    let e = format!("{:#}", report(&bad).expect_err("another mode"));
+    assert!(e.contains("mode"), "{e}");
+    let mut bad = straight.clone();
+    bad.resume = Some(dir.clone());
+    bad.decode_len = 9;
+    let e = format!("{:#}", report(&bad).expect_err("another decode length"));
+    assert!(e.contains("decode_len"), "{e}");
+    let mut again = straight.clone();
+    again.resume = Some(dir.clone());
+    report(&again).expect("resumed run");
+    let straight_dir = straight.results.join("straight3");
+    for f in ["handoffs.csv", "summary.csv", "transport.csv"] {
+        let a = std::fs::read_to_string(straight_dir.join(f)).expect("straight file");
+        let b = std::fs::read_to_string(dir.join(f)).expect("resumed file");
+        assert!(a.lines().count() > 1, "{f} is empty");
+        assert_eq!(a, b, "{f} differs between the straight and the resumed run");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&straight_dir);
 }

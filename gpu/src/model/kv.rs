@@ -236,7 +236,7 @@ impl SeqKv {
 }
 
 /// The contiguous F32 CPU data of a tensor of `len` elements.
-fn cpu_f32<'a>(s: &'a Storage, l: &Layout, len: usize) -> Result<&'a [f32]> {
+pub(crate) fn cpu_f32<'a>(s: &'a Storage, l: &Layout, len: usize) -> Result<&'a [f32]> {
     let Storage::Cpu(c) = s else {
         return Err(GpuError::Engine("raw attention needs a CPU cache".into()));
     };
@@ -247,7 +247,7 @@ fn cpu_f32<'a>(s: &'a Storage, l: &Layout, len: usize) -> Result<&'a [f32]> {
     }
 }
 
-fn has_avx2_fma() -> bool {
+pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")

@@ -378,24 +378,43 @@ impl Llama {
             }
             off += t;
         }
-        // Per row: the cache and how many tokens it attends to.
-        let mut rows: Vec<Option<(&SeqKv, usize)>> = Vec::with_capacity(n);
+        // Per (sequence, KV head): its rows' first row, count, cache. Each task
+        // runs the tiled multi-row kernel (bit for bit `SeqKv::attend_row` per
+        // row, see `attend_rows`), in parallel; the results are scattered into
+        // `out` by head afterwards.
+        let rep = c.n_rep();
+        let gw = rep * hd;
+        let mut tasks: Vec<(usize, usize, &SeqKv, usize)> = Vec::new();
+        let mut off = 0;
         for s in batch.iter() {
-            let (len, t) = (s.kv.len(), s.tokens.len());
+            let t = s.tokens.len();
             if t == 1 || rowwise {
-                rows.extend((0..t).map(|i| Some((&*s.kv, len + i + 1))));
-            } else {
-                rows.extend(std::iter::repeat_n(None, t));
+                tasks.extend((0..nkv).map(|h| (off, t, &*s.kv, h)));
+            }
+            off += t;
+        }
+        let parts: Vec<Vec<f32>> = tasks
+            .par_iter()
+            .map_init(Vec::new, |scores, &(off, t, kv, h)| {
+                let mut o = vec![0f32; t * gw];
+                kv.attend_rows_head(
+                    layer,
+                    kv.len() + 1,
+                    t,
+                    &qs[off * hs..(off + t) * hs],
+                    h,
+                    rep,
+                    scores,
+                    &mut o,
+                )?;
+                Ok(o)
+            })
+            .collect::<Result<_>>()?;
+        for (&(off, t, _, h), o) in tasks.iter().zip(&parts) {
+            for i in 0..t {
+                out[(off + i) * hs + h * gw..][..gw].copy_from_slice(&o[i * gw..(i + 1) * gw]);
             }
         }
-        let rep = c.n_rep();
-        out.par_chunks_mut(hs)
-            .zip(qs.par_chunks(hs))
-            .zip(rows.par_iter())
-            .try_for_each_init(Vec::new, |scores, ((o, qr), kv)| match kv {
-                Some((kv, upto)) => kv.attend_row(layer, *upto, qr, rep, scores, o),
-                None => Ok(()),
-            })?;
         Tensor::from_vec(out, (n, hs), q.device()).ctx("attn rows")
     }
 

@@ -2,6 +2,7 @@
 //! forward pass with explicit per-sequence KV caches, devices, and where the
 //! model file is.
 
+mod attend_rows;
 pub mod config;
 pub mod cpu_q8;
 pub mod device;

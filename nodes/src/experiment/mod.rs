@@ -2,4 +2,5 @@
 //! folders.
 
 pub mod lyreo;
+pub mod pfec_run;
 pub mod priorityfec;

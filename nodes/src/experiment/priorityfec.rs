@@ -38,12 +38,14 @@
 //! `summary.json` (`quality_stats`) and on the last line of the table.
 //!
 //! Outputs in `results/<run>/`: `handoffs.csv` (one row per context ×
-//! realization × ρ × scheme), `transport.csv` (one row per transport run),
+//! realization × ρ × scheme, appended as each context finishes),
+//! `transport.csv` (one row per transport run), `settings.json` and
+//! `contexts.jsonl` (what `--resume` checks and skips; see `pfec_run`),
 //! `summary.csv`, `summary.json`, `summary.txt` (the printed table), and
 //! `report/` (the plots of `edgemu report`: utility, F1 and top-1 vs ρ with
 //! 95 % CI, the ablation bars at ρ = 0.8; PNG and SVG).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -71,6 +73,7 @@ use edgemu_policies::repair::RepairScheduler;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::experiment::pfec_run::{csv_records, sha256_file, tokens_sha256, ContextDone, RunDir};
 use crate::results::{git_revision, render, run_id, write_file};
 
 /// The shipped SmolLM2 KV-utility profile.
@@ -149,6 +152,11 @@ pub struct PriorityFecArgs {
     /// Name of the results folder (default priorityfec-<UTC time>).
     #[arg(long)]
     pub run_id: Option<String>,
+    /// Continue the stopped run in this results folder: the command's settings
+    /// must be the run's (checked, including the profile's and the DDQN
+    /// weights' SHA-256); finished contexts are kept, --contexts may grow.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
 }
 
 /// The grid after defaults.
@@ -417,7 +425,7 @@ fn bar(len: u64, what: &str, hidden: bool) -> ProgressBar {
 }
 
 /// One row of `handoffs.csv`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 struct HandoffRow {
     context: usize,
     realization: u64,
@@ -432,18 +440,13 @@ struct HandoffRow {
     top1: f64,
 }
 
-/// Mean and 95 % confidence half-width (normal approximation).
+/// Mean and 95 % confidence half-width: the Student-t interval of
+/// `plots::stats::mean_ci95` (the one the report's plots draw); NaN when empty.
 fn mean_ci(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    if xs.is_empty() {
-        return (f64::NAN, f64::NAN);
+    match crate::plots::stats::mean_ci95(xs) {
+        Some((m, _, hi)) => (m, hi - m),
+        None => (f64::NAN, f64::NAN),
     }
-    let m = xs.iter().sum::<f64>() / n;
-    if xs.len() < 2 {
-        return (m, 0.0);
-    }
-    let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
-    (m, 1.96 * (var / n).sqrt())
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -667,6 +670,112 @@ fn partial(blocks: &[KvBlock], present: &[Vec<Range<usize>>]) -> Vec<PartialBloc
         .collect()
 }
 
+/// `handoffs.csv` rows of context `ci`: one per transport run, with the
+/// context's scores (a complete cache scores 1 by definition).
+fn context_rows(
+    ci: usize,
+    transports: &[Transport],
+    scores: &HashMap<u64, (f64, f64)>,
+) -> Result<Vec<HandoffRow>> {
+    transports
+        .iter()
+        .map(|t| {
+            let (f1, top1) = if t.complete {
+                (1.0, 1.0)
+            } else {
+                scores
+                    .get(&t.key)
+                    .copied()
+                    .context("an outcome was not scored")?
+            };
+            Ok(HandoffRow {
+                context: ci,
+                realization: t.realization,
+                rho: t.rho,
+                scheme: t.scheme.clone(),
+                utility: t.utility,
+                source_packets: t.source_sent,
+                repair_packets: t.repair_sent,
+                innovative_repairs: t.innovative,
+                decoded_prefix: t.decoded_prefix,
+                f1,
+                top1,
+            })
+        })
+        .collect()
+}
+
+/// A `handoffs.csv` record back as a row (Rust's float parsing round-trips
+/// the shortest representation the file holds exactly).
+fn row_of(r: &BTreeMap<String, String>) -> Result<HandoffRow> {
+    fn get<T: std::str::FromStr>(r: &BTreeMap<String, String>, k: &str) -> Result<T> {
+        let v = r.get(k).with_context(|| format!("no column {k}"))?;
+        v.parse::<T>()
+            .map_err(|_| anyhow::anyhow!("column {k}: cannot read {v:?}"))
+    }
+    Ok(HandoffRow {
+        context: get(r, "context")?,
+        realization: get(r, "realization")?,
+        rho: get(r, "rho")?,
+        scheme: get(r, "scheme")?,
+        utility: get(r, "utility")?,
+        source_packets: get(r, "source_packets")?,
+        repair_packets: get(r, "repair_packets")?,
+        innovative_repairs: get(r, "innovative_repairs")?,
+        decoded_prefix: get(r, "decoded_prefix")?,
+        f1: get(r, "f1")?,
+        top1: get(r, "top1")?,
+    })
+}
+
+/// What decides a run's figures, compared by `--resume` (see `pfec_run`):
+/// the grid but its context count, the model's identity and file size, and
+/// the SHA-256 of the profile, the DDQN weights and the loss trace.
+fn run_settings(
+    a: &PriorityFecArgs,
+    g: &Grid,
+    w: &Workload,
+    schemes_run: &[String],
+    profile_contexts: usize,
+) -> Result<serde_json::Value> {
+    let digest = |p: &Path| -> Result<serde_json::Value> {
+        Ok(if p.is_file() {
+            sha256_file(p)?.into()
+        } else {
+            serde_json::Value::Null
+        })
+    };
+    let mut grid = serde_json::to_value(g)?;
+    if let Some(o) = grid.as_object_mut() {
+        o.remove("contexts");
+    }
+    let model_bytes = if a.tiny {
+        serde_json::Value::Null
+    } else {
+        resolve_model_path(a.model.as_deref())
+            .ok()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len().into())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    Ok(serde_json::json!({
+        "grid": grid,
+        "schemes_run": schemes_run,
+        "context_seed": a.context_seed,
+        "profile_contexts": profile_contexts,
+        "decode_len": a.decode_len,
+        "tiny": a.tiny,
+        "model": w.identity,
+        "model_file_bytes": model_bytes,
+        "profile_sha256": if a.tiny { serde_json::Value::Null } else { digest(&a.profile)? },
+        "weights_sha256": digest(&a.weights)?,
+        "loss_trace_sha256": match &a.loss_trace {
+            Some(p) => digest(p)?,
+            None => serde_json::Value::Null,
+        },
+    }))
+}
+
 #[derive(Serialize)]
 struct Skipped {
     scheme: String,
@@ -795,124 +904,6 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     }
     pb.finish_and_clear();
     let transport_s = t_transport.elapsed().as_secs_f64();
-
-    // Task quality: prefill each context once, score each distinct incomplete
-    // outcome against each context.
-    let t_quality = Instant::now();
-    // The evaluator owns its copy of the model (the engine's backend).
-    let mut evaluator = QualityEvaluator::new(load_model(a)?.0.model, a.decode_len, a.batch);
-    let prompts: Vec<Vec<u32>> = w
-        .contexts
-        .iter()
-        .map(|c| c.iter().chain(&w.cue).copied().collect())
-        .collect();
-    let mut distinct: Vec<&Transport> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for t in &transports {
-        if !t.complete && seen.insert(t.key) {
-            distinct.push(t);
-        }
-    }
-    let pb = bar(
-        (w.contexts.len() * (1 + distinct.len())) as u64,
-        "quality",
-        quiet,
-    );
-    // (context, outcome key) -> (f1, top1)
-    let mut scores: HashMap<(usize, u64), (f64, f64)> = HashMap::new();
-    // Prefilling the contexts and decoding their references (wall, CPU).
-    let (mut ctx_wall, mut ctx_cpu) = (0.0, 0.0);
-    let mut qstats = EvalStats::default();
-    for (ci, ctx) in w.contexts.iter().enumerate() {
-        let (t_ctx0, cpu0) = (Instant::now(), process_cpu_s());
-        let blocks = context_blocks(&w.model, ctx)
-            .with_context(|| format!("prefilling evaluation context {ci}"))?;
-        let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
-        let reference = evaluator
-            .continuations(&[HandoffCase {
-                n_tokens: ctx.len(),
-                blocks: &full,
-                mode,
-                prompt: &prompts[ci],
-            }])
-            .with_context(|| format!("reference continuation of context {ci}"))?
-            .pop()
-            .context("no reference continuation")?;
-        ctx_wall += t_ctx0.elapsed().as_secs_f64();
-        ctx_cpu += process_cpu_s() - cpu0;
-        // The reference is counted with its context, not with the handoffs.
-        evaluator.take_stats();
-        pb.inc(1);
-        for chunk in distinct.chunks(a.batch.max(1)) {
-            let parts: Vec<Vec<PartialBlock>> =
-                chunk.iter().map(|t| partial(&blocks, &t.present)).collect();
-            let cases: Vec<HandoffCase<'_>> = parts
-                .iter()
-                .map(|p| HandoffCase {
-                    n_tokens: ctx.len(),
-                    blocks: p,
-                    mode,
-                    prompt: &prompts[ci],
-                })
-                .collect();
-            let refs = vec![reference.clone(); cases.len()];
-            let q = if a.stepwise {
-                evaluator.evaluate_stepwise(&cases, &refs)
-            } else {
-                evaluator.evaluate(&cases, &refs)
-            }
-            .with_context(|| format!("scoring handoffs of context {ci}"))?;
-            for (t, q) in chunk.iter().zip(q) {
-                scores.insert((ci, t.key), (q.f1, q.top1));
-            }
-            pb.inc(chunk.len() as u64);
-        }
-        qstats.add(&evaluator.take_stats());
-    }
-    pb.finish_and_clear();
-    let quality_s = t_quality.elapsed().as_secs_f64();
-
-    let mut rows = Vec::with_capacity(transports.len() * w.contexts.len());
-    for ci in 0..w.contexts.len() {
-        for t in &transports {
-            let (f1, top1) = if t.complete {
-                (1.0, 1.0)
-            } else {
-                scores
-                    .get(&(ci, t.key))
-                    .copied()
-                    .context("an outcome was not scored")?
-            };
-            rows.push(HandoffRow {
-                context: ci,
-                realization: t.realization,
-                rho: t.rho,
-                scheme: t.scheme.clone(),
-                utility: t.utility,
-                source_packets: t.source_sent,
-                repair_packets: t.repair_sent,
-                innovative_repairs: t.innovative,
-                decoded_prefix: t.decoded_prefix,
-                f1,
-                top1,
-            });
-        }
-    }
-    let cells = summarize(&rows, &g.rho, &schemes);
-    let text = table(&cells);
-    let wall_s = started.elapsed().as_secs_f64();
-
-    // Results folder.
-    let id = a.run_id.clone().unwrap_or_else(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        run_id("priorityfec", now)
-    });
-    let dir = a.results.join(&id);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_file(&dir.join("handoffs.csv"), csv_of(&rows)?.as_bytes())?;
     let transport_rows: Vec<serde_json::Value> = transports
         .iter()
         .map(|t| {
@@ -924,10 +915,159 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
             })
         })
         .collect();
-    write_file(
-        &dir.join("transport.csv"),
-        csv_of(&transport_rows)?.as_bytes(),
-    )?;
+    let transport_csv = csv_of(&transport_rows)?;
+
+    // The results folder: a new one, or the stopped run to continue.
+    let settings = run_settings(a, &g, &w, &schemes, profile_contexts)?;
+    let (run_dir, done) = match &a.resume {
+        Some(d) => RunDir::resume(d, &settings, &transport_csv)?,
+        None => {
+            let id = a.run_id.clone().unwrap_or_else(|| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0);
+                run_id("priorityfec", now)
+            });
+            let header = csv_of(&[HandoffRow::default()])?;
+            let header = header.lines().next().unwrap_or_default().to_string();
+            (
+                RunDir::start(&a.results.join(&id), &settings, &transport_csv, &header)?,
+                BTreeMap::new(),
+            )
+        }
+    };
+    let dir = run_dir.dir.clone();
+    let id = dir
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for (ci, d) in &done {
+        match w.contexts.get(*ci) {
+            None => bail!(
+                "{}: context {ci} is finished but --contexts is {}; ask for at least {}",
+                dir.display(),
+                w.contexts.len(),
+                ci + 1
+            ),
+            Some(ctx) if tokens_sha256(ctx) != d.tokens_sha256 => bail!(
+                "{}: context {ci}'s tokens differ from the finished run's (another data set?)",
+                dir.display()
+            ),
+            Some(_) => {}
+        }
+    }
+    if !done.is_empty() {
+        say(format!(
+            "resuming {}: {} of {} contexts finished",
+            dir.display(),
+            done.len(),
+            w.contexts.len()
+        ));
+    }
+
+    // Task quality: prefill each context once, score each distinct incomplete
+    // outcome against each context; each finished context is appended to the
+    // results folder at once.
+    let t_quality = Instant::now();
+    let todo: Vec<usize> = (0..w.contexts.len())
+        .filter(|ci| !done.contains_key(ci))
+        .collect();
+    let mut distinct: Vec<&Transport> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for t in &transports {
+        if !t.complete && seen.insert(t.key) {
+            distinct.push(t);
+        }
+    }
+    // Prefilling the contexts and decoding their references (wall, CPU).
+    let (mut ctx_wall, mut ctx_cpu) = (0.0, 0.0);
+    let mut qstats = EvalStats::default();
+    if !todo.is_empty() {
+        // The evaluator owns its copy of the model (the engine's backend).
+        let mut evaluator = QualityEvaluator::new(load_model(a)?.0.model, a.decode_len, a.batch);
+        let pb = bar((todo.len() * (1 + distinct.len())) as u64, "quality", quiet);
+        for &ci in &todo {
+            let ctx = &w.contexts[ci];
+            let (t_ci, cpu_ci) = (Instant::now(), process_cpu_s());
+            let prompt: Vec<u32> = ctx.iter().chain(&w.cue).copied().collect();
+            let (t_ctx0, cpu0) = (Instant::now(), process_cpu_s());
+            let blocks = context_blocks(&w.model, ctx)
+                .with_context(|| format!("prefilling evaluation context {ci}"))?;
+            let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
+            let reference = evaluator
+                .continuations(&[HandoffCase {
+                    n_tokens: ctx.len(),
+                    blocks: &full,
+                    mode,
+                    prompt: &prompt,
+                }])
+                .with_context(|| format!("reference continuation of context {ci}"))?
+                .pop()
+                .context("no reference continuation")?;
+            ctx_wall += t_ctx0.elapsed().as_secs_f64();
+            ctx_cpu += process_cpu_s() - cpu0;
+            // The reference is counted with its context, not with the handoffs.
+            evaluator.take_stats();
+            pb.inc(1);
+            // outcome key -> (f1, top1)
+            let mut scores: HashMap<u64, (f64, f64)> = HashMap::new();
+            for chunk in distinct.chunks(a.batch.max(1)) {
+                let parts: Vec<Vec<PartialBlock>> =
+                    chunk.iter().map(|t| partial(&blocks, &t.present)).collect();
+                let cases: Vec<HandoffCase<'_>> = parts
+                    .iter()
+                    .map(|p| HandoffCase {
+                        n_tokens: ctx.len(),
+                        blocks: p,
+                        mode,
+                        prompt: &prompt,
+                    })
+                    .collect();
+                let refs = vec![reference.clone(); cases.len()];
+                let q = if a.stepwise {
+                    evaluator.evaluate_stepwise(&cases, &refs)
+                } else {
+                    evaluator.evaluate(&cases, &refs)
+                }
+                .with_context(|| format!("scoring handoffs of context {ci}"))?;
+                for (t, q) in chunk.iter().zip(q) {
+                    scores.insert(t.key, (q.f1, q.top1));
+                }
+                pb.inc(chunk.len() as u64);
+            }
+            qstats.add(&evaluator.take_stats());
+            let rows = context_rows(ci, &transports, &scores)?;
+            let text = csv_of(&rows)?;
+            let lines: String = text.lines().skip(1).flat_map(|l| [l, "\n"]).collect();
+            run_dir.append_context(
+                &lines,
+                &ContextDone {
+                    context: ci,
+                    tokens_sha256: tokens_sha256(ctx),
+                    rows: rows.len(),
+                    scored: distinct.len(),
+                    wall_s: t_ci.elapsed().as_secs_f64(),
+                    cpu_s: process_cpu_s() - cpu_ci,
+                },
+            )?;
+        }
+        pb.finish_and_clear();
+    }
+    let quality_s = t_quality.elapsed().as_secs_f64();
+
+    // Everything in the folder, this session's contexts and earlier ones.
+    let finished = run_dir.contexts_done()?;
+    let text = std::fs::read_to_string(run_dir.handoffs_path())
+        .with_context(|| format!("reading {}", run_dir.handoffs_path().display()))?;
+    let rows: Vec<HandoffRow> = csv_records(&text)?
+        .iter()
+        .map(row_of)
+        .collect::<Result<_>>()
+        .with_context(|| format!("reading {}", run_dir.handoffs_path().display()))?;
+    let cells = summarize(&rows, &g.rho, &schemes);
+    let text = table(&cells);
+    let wall_s = started.elapsed().as_secs_f64();
     write_file(&dir.join("summary.csv"), csv_of(&cells)?.as_bytes())?;
     let plots = plot_hook(&dir, &say);
     let mut by_rho = serde_json::Map::new();
@@ -958,6 +1098,11 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         "context_prefill_s": ctx_wall,
         "context_prefill_cpu_s": ctx_cpu,
         "quality_path": if a.stepwise { "stepwise" } else { "shared" },
+        "contexts_finished": finished.len(),
+        "contexts_this_session": todo.len(),
+        "contexts_resumed": done.len(),
+        "context_wall_s_all": finished.values().map(|d| d.wall_s).sum::<f64>(),
+        "context_cpu_s_all": finished.values().map(|d| d.cpu_s).sum::<f64>(),
         "contexts_s": t_transport.duration_since(t_ctx).as_secs_f64(),
         "wall_s": wall_s,
         "cells": cells,
@@ -999,6 +1144,17 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         qstats.free_tokens,
         qstats.forward_calls,
         qstats.forward_rows as f64 / qstats.forward_calls.max(1) as f64
+    ));
+    let this: Vec<&ContextDone> = todo.iter().filter_map(|ci| finished.get(ci)).collect();
+    let n_this = this.len().max(1) as f64;
+    report.push_str(&format!(
+        "contexts: {} of {} finished ({} this session, {} from before); this session per context: wall {:.1} s, CPU {:.1} s\n",
+        finished.len(),
+        w.contexts.len(),
+        this.len(),
+        done.len(),
+        this.iter().map(|d| d.wall_s).sum::<f64>() / n_this,
+        this.iter().map(|d| d.cpu_s).sum::<f64>() / n_this,
     ));
     write_file(&dir.join("summary.txt"), report.as_bytes())?;
     if !a.json {
@@ -1069,6 +1225,15 @@ mod tests {
         let (m, c) = mean_ci(&[0.0, 1.0]);
         assert_eq!(m, 0.5);
         assert!(c > 0.0);
+    }
+
+    #[test]
+    fn ci_is_student_t() {
+        // sd 1.5811, se 0.7071, t(4) = 2.776 (the normal 1.96 would give 1.386).
+        let (m, c) = mean_ci(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(m, 3.0);
+        assert!((c - 1.963).abs() < 1e-3, "{c}");
+        assert!(mean_ci(&[]).0.is_nan());
     }
 
     #[test]

@@ -1,0 +1,357 @@
+//! Attention of several consecutive query rows of one sequence against its
+//! cache (CPU), bit for bit [`SeqKv::attend_row`] of each row.
+//!
+//! Teacher forcing runs a sequence's 31 forced positions as rows of one pass
+//! ([`crate::model::llama::Llama::forward_rows_as_decode`]); row `i` attends to
+//! the first `n0 + i` tokens. Computed row by row, every row reads the whole
+//! ≈ 1 560-token K and V of each head again (≈ 400 KB each, from L2/L3) and
+//! spends a call, a dependency chain and a horizontal sum on every score.
+//! Here, per KV head, keys and values go through in tiles of [`TILE`] rows
+//! (16 KB, kept in L1) and every query row of the sequence uses a tile
+//! before the next one is read; four keys' dot products run side by side.
+//!
+//! **Same bits.** Each score is computed by exactly the operations of
+//! `dot_avx2` (two 8-lane FMA chains over alternate 8-element chunks, their
+//! sum, then the same horizontal reduction), the bias is added after it,
+//! the maximum, `exp` and sum run per row in key order as before, and each
+//! output element is the same chain `acc = fma(w[p], v[p], acc)` for
+//! `p = 0, 1, …` — only held in memory between tiles, which rounds nothing.
+//! The unit test compares with `attend_row` bit for bit. Without AVX2+FMA, or
+//! for a head dimension other than 64, each row goes through `attend_row`.
+
+use crate::error::{GpuError, Result};
+use crate::model::kv::{cpu_f32, has_avx2_fma, SeqKv};
+
+/// Keys (and values) per tile.
+const TILE: usize = 64;
+
+impl SeqKv {
+    /// Attention of KV head `h`'s query heads for `t` consecutive rows: row `i`
+    /// attends to `layer`'s first `n0 + i` tokens (its own, freshly appended,
+    /// row last), as [`SeqKv::attend_row`] with `n = n0 + i`. `q` holds the `t`
+    /// rows of all `n_kv_heads · rep` heads (scaled and rotated); `out`
+    /// receives, per row, the `rep` heads of KV head `h`: `(t, rep, head_dim)`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attend_rows_head(
+        &self,
+        layer: usize,
+        n0: usize,
+        t: usize,
+        q: &[f32],
+        h: usize,
+        rep: usize,
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let (hd, nkv, cap) = (self.head_dim, self.n_kv_heads, self.capacity);
+        let hs = nkv * rep * hd;
+        let gw = rep * hd;
+        if t == 0 {
+            return Ok(());
+        }
+        if n0 == 0
+            || h >= nkv
+            || q.len() != t * hs
+            || out.len() != t * gw
+            || n0 + t - 1 > cap
+            || layer >= self.layers.len()
+        {
+            return Err(GpuError::Engine("attention rows shape".into()));
+        }
+        if !(hd == 64 && has_avx2_fma()) {
+            let mut full = vec![0f32; hs];
+            for i in 0..t {
+                self.attend_row(
+                    layer,
+                    n0 + i,
+                    &q[i * hs..(i + 1) * hs],
+                    rep,
+                    scores,
+                    &mut full,
+                )?;
+                out[i * gw..(i + 1) * gw].copy_from_slice(&full[h * gw..(h + 1) * gw]);
+            }
+            return Ok(());
+        }
+        let l = &self.layers[layer];
+        let (ks, kl) = l.k.storage_and_layout();
+        let (vs, vl) = l.v.storage_and_layout();
+        let kd = cpu_f32(&ks, kl, nkv * cap * hd)?;
+        let vd = cpu_f32(&vs, vl, nkv * cap * hd)?;
+        let bias = l.bias.as_ref().map(|b| b.storage_and_layout());
+        let bd = match &bias {
+            Some((bs, bl)) => Some(cpu_f32(bs, bl, nkv * cap)?),
+            None => None,
+        };
+        let nmax = n0 + t - 1;
+        let kh = &kd[h * cap * hd..][..nmax * hd];
+        let vh = &vd[h * cap * hd..][..nmax * hd];
+        let bh = bd.map(|b| &b[h * cap..][..nmax]);
+        // Score rows, one per (row, query head), `nmax` apart.
+        scores.clear();
+        scores.resize(t * rep * nmax, 0.0);
+        let qrow = |i: usize, r: usize| &q[i * hs + (h * rep + r) * hd..][..hd];
+        for p0 in (0..nmax).step_by(TILE) {
+            let p1 = (p0 + TILE).min(nmax);
+            for i in 0..t {
+                let pe = p1.min(n0 + i);
+                if pe <= p0 {
+                    continue;
+                }
+                for r in 0..rep {
+                    let s = &mut scores[(i * rep + r) * nmax..][p0..pe];
+                    // SAFETY: AVX2 and FMA were detected; head dim 64, `kh`
+                    // holds `pe` rows of 64.
+                    unsafe { scores64_avx2(qrow(i, r), &kh[p0 * hd..pe * hd], s) };
+                    if let Some(b) = bh {
+                        for (x, bb) in s.iter_mut().zip(&b[p0..pe]) {
+                            *x += bb;
+                        }
+                    }
+                }
+            }
+        }
+        // Softmax numerators per row, in key order as `attend_row`.
+        let mut inv = vec![0f32; t * rep];
+        for i in 0..t {
+            let n = n0 + i;
+            for r in 0..rep {
+                let s = &mut scores[(i * rep + r) * nmax..][..n];
+                let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let mut sum = 0f32;
+                for x in s.iter_mut() {
+                    *x = (*x - max).exp();
+                    sum += *x;
+                }
+                inv[i * rep + r] = 1.0 / sum;
+            }
+        }
+        out.fill(0.0);
+        for p0 in (0..nmax).step_by(TILE) {
+            let p1 = (p0 + TILE).min(nmax);
+            for i in 0..t {
+                let pe = p1.min(n0 + i);
+                if pe <= p0 {
+                    continue;
+                }
+                for r in 0..rep {
+                    let w = &scores[(i * rep + r) * nmax..][p0..pe];
+                    let o = &mut out[(i * rep + r) * hd..][..hd];
+                    // SAFETY: as above; `o` is 64 long, `vh` holds `pe` rows.
+                    unsafe { weighted_sum64_acc_avx2(o, w, &vh[p0 * hd..pe * hd]) };
+                }
+            }
+        }
+        for (o, s) in out.chunks_exact_mut(hd).zip(&inv) {
+            for x in o.iter_mut() {
+                *x *= s;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `s[p] = dot(q, k[p])` for the 64-wide rows of `k`, each with the exact
+/// operations of `dot_avx2`, four keys interleaved.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `q.len() == 64`, `k.len() ≥ 64 · s.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores64_avx2(q: &[f32], k: &[f32], s: &mut [f32]) {
+    use std::arch::x86_64::*;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn reduce(s0: __m256, s1: __m256) -> f32 {
+        let s = _mm256_add_ps(s0, s1);
+        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        _mm_cvtss_f32(h)
+    }
+    let pq = q.as_ptr();
+    let pk = k.as_ptr();
+    let n = s.len();
+    let mut p = 0;
+    while p + 4 <= n {
+        let (k0, k1, k2, k3) = (
+            pk.add(p * 64),
+            pk.add((p + 1) * 64),
+            pk.add((p + 2) * 64),
+            pk.add((p + 3) * 64),
+        );
+        let z = _mm256_setzero_ps();
+        let (mut a0, mut a1, mut b0, mut b1) = (z, z, z, z);
+        let (mut c0, mut c1, mut d0, mut d1) = (z, z, z, z);
+        let mut i = 0;
+        while i < 64 {
+            let qa = _mm256_loadu_ps(pq.add(i));
+            let qb = _mm256_loadu_ps(pq.add(i + 8));
+            a0 = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k0.add(i)), a0);
+            b0 = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k1.add(i)), b0);
+            c0 = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k2.add(i)), c0);
+            d0 = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k3.add(i)), d0);
+            a1 = _mm256_fmadd_ps(qb, _mm256_loadu_ps(k0.add(i + 8)), a1);
+            b1 = _mm256_fmadd_ps(qb, _mm256_loadu_ps(k1.add(i + 8)), b1);
+            c1 = _mm256_fmadd_ps(qb, _mm256_loadu_ps(k2.add(i + 8)), c1);
+            d1 = _mm256_fmadd_ps(qb, _mm256_loadu_ps(k3.add(i + 8)), d1);
+            i += 16;
+        }
+        s[p] = reduce(a0, a1);
+        s[p + 1] = reduce(b0, b1);
+        s[p + 2] = reduce(c0, c1);
+        s[p + 3] = reduce(d0, d1);
+        p += 4;
+    }
+    while p < n {
+        let kp = pk.add(p * 64);
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i < 64 {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(i)), _mm256_loadu_ps(kp.add(i)), a0);
+            a1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pq.add(i + 8)),
+                _mm256_loadu_ps(kp.add(i + 8)),
+                a1,
+            );
+            i += 16;
+        }
+        s[p] = reduce(a0, a1);
+        p += 1;
+    }
+}
+
+/// `o += Σ_p w[p] · v[p]` over the 64-wide rows of `v`, in row order, each
+/// step `fma(w[p], v[p], o)` as `weighted_sum64_avx2` (which starts from 0).
+///
+/// # Safety
+/// AVX2 and FMA must be available; `o.len() == 64`, `v.len() ≥ 64 · w.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weighted_sum64_acc_avx2(o: &mut [f32], w: &[f32], v: &[f32]) {
+    use std::arch::x86_64::*;
+    let po = o.as_mut_ptr();
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for (j, r) in acc.iter_mut().enumerate() {
+        *r = _mm256_loadu_ps(po.add(j * 8));
+    }
+    let pv = v.as_ptr();
+    for (p, &a) in w.iter().enumerate() {
+        let av = _mm256_set1_ps(a);
+        let row = pv.add(p * 64);
+        for (j, r) in acc.iter_mut().enumerate() {
+            *r = _mm256_fmadd_ps(av, _mm256_loadu_ps(row.add(j * 8)), *r);
+        }
+    }
+    for (j, r) in acc.iter().enumerate() {
+        _mm256_storeu_ps(po.add(j * 8), *r);
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn scores64_avx2(_q: &[f32], _k: &[f32], _s: &mut [f32]) {
+    unreachable!("AVX2 is only detected on x86_64")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn weighted_sum64_acc_avx2(_o: &mut [f32], _w: &[f32], _v: &[f32]) {
+    unreachable!("AVX2 is only detected on x86_64")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::LlamaConfig;
+    use candle_core::{Device, Tensor};
+
+    fn cfg(layers: usize) -> LlamaConfig {
+        let mut c = LlamaConfig::tiny(100);
+        c.n_layers = layers;
+        c.n_kv_heads = 3;
+        c.n_heads = 9;
+        c.head_dim = 64;
+        c.hidden_size = 9 * 64;
+        c
+    }
+
+    /// Every row of the tiled multi-row kernel is bit for bit `attend_row`,
+    /// with and without a presence mask, across tile borders.
+    #[test]
+    fn rows_equal_attend_row_bit_for_bit() {
+        let c = cfg(1);
+        let (nkv, rep, hd) = (3, 3, 64);
+        let hs = nkv * rep * hd;
+        let mut x = 0x1234_5678u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32 - 0.5) * 4.0
+        };
+        for (len, t, masked) in [
+            (1usize, 1usize, false),
+            (70, 5, false),
+            (200, 31, true),
+            (129, 3, true),
+        ] {
+            let mut kv = SeqKv::new(&c, len + t, &Device::Cpu).unwrap();
+            let cap = kv.capacity;
+            let k: Vec<f32> = (0..nkv * (len + t) * hd).map(|_| next()).collect();
+            let v: Vec<f32> = (0..nkv * (len + t) * hd).map(|_| next()).collect();
+            let kt = Tensor::from_vec(k, (nkv, len + t, hd), &Device::Cpu).unwrap();
+            let vt = Tensor::from_vec(v, (nkv, len + t, hd), &Device::Cpu).unwrap();
+            kv.append(0, &kt, &vt).unwrap();
+            if masked {
+                let b: Vec<f32> = (0..nkv * cap)
+                    .map(|i| if i % 7 == 3 { f32::NEG_INFINITY } else { 0.0 })
+                    .collect();
+                kv.layers[0].bias = Some(Tensor::from_vec(b, (nkv, 1, cap), &Device::Cpu).unwrap());
+            }
+            let q: Vec<f32> = (0..t * hs).map(|_| next()).collect();
+            let n0 = len + 1;
+            let mut scratch = Vec::new();
+            for h in 0..nkv {
+                let mut fast = vec![f32::NAN; t * rep * hd];
+                kv.attend_rows_head(0, n0, t, &q, h, rep, &mut scratch, &mut fast)
+                    .unwrap();
+                for i in 0..t {
+                    let mut slow = vec![0f32; hs];
+                    kv.attend_row(
+                        0,
+                        n0 + i,
+                        &q[i * hs..(i + 1) * hs],
+                        rep,
+                        &mut scratch,
+                        &mut slow,
+                    )
+                    .unwrap();
+                    let want = &slow[h * rep * hd..(h + 1) * rep * hd];
+                    let got = &fast[i * rep * hd..(i + 1) * rep * hd];
+                    assert!(
+                        want.iter()
+                            .zip(got)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "len {len}, row {i}, head {h}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let c = cfg(1);
+        let kv = SeqKv::new(&c, 8, &Device::Cpu).unwrap();
+        let mut s = Vec::new();
+        let mut out = vec![0f32; 3 * 64];
+        assert!(kv
+            .attend_rows_head(0, 0, 1, &[0.0; 9 * 64], 0, 3, &mut s, &mut out)
+            .is_err());
+        assert!(kv
+            .attend_rows_head(0, 1, 1, &[0.0; 9 * 64], 3, 3, &mut s, &mut out)
+            .is_err());
+        assert!(kv
+            .attend_rows_head(1, 1, 1, &[0.0; 9 * 64], 0, 3, &mut s, &mut out)
+            .is_err());
+    }
+}
