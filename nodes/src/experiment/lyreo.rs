@@ -169,7 +169,9 @@ fn paired_table(ps: &[Paired]) -> String {
     let rows: Vec<Vec<String>> = ps
         .iter()
         .map(|p| {
-            let verdict = if p.diff_ci_hi_s < 0.0 {
+            let verdict = if p.seeds < 2 {
+                "– (1 seed)"
+            } else if p.diff_ci_hi_s < 0.0 {
                 "lower"
             } else if p.diff_ci_lo_s > 0.0 {
                 "higher"

@@ -49,9 +49,9 @@ impl Activation {
 /// `tanh` through one f64 `exp`: `(e^{2x} − 1)/(e^{2x} + 1)` in f64, rounded
 /// to f32 (for `|x| < 1e-4`, `x` itself: `tanh x = x(1 − x²/3 …)` rounds to
 /// `x` there; beyond 20, ±1). The f64 error (≤ 1e-12 relative) is far below
-/// f32's half-ulp, so this is the correctly rounded tanh; glibc's `tanhf`
-/// (through `expm1f`) is within an ulp of it and was ≈ 36 % of LYREO
-/// training time, this ≈ 4× cheaper.
+/// f32's half-ulp, so this is (nearly always) the correctly rounded tanh;
+/// glibc's `tanhf` (through `expm1f`) is within 2 ulps of it and was ≈ 36 %
+/// of LYREO training time.
 #[inline]
 pub fn tanh(x: f32) -> f32 {
     let a = x.abs();
@@ -69,13 +69,26 @@ pub fn tanh(x: f32) -> f32 {
 mod tests {
     use super::*;
 
+    /// Against the f64 tanh rounded to f32 (at most one ulp: both round an
+    /// f64 value), and within 3 ulps of glibc's `tanhf` (measured: 2).
     #[test]
-    fn fast_tanh_is_within_an_ulp_of_std() {
+    fn fast_tanh_is_the_rounded_f64_tanh() {
+        let ulp = |b: f32| {
+            let m = b.abs().max(f32::MIN_POSITIVE);
+            f32::from_bits(m.to_bits() + 1) - m
+        };
         let mut x = -25.0f32;
         while x < 25.0 {
-            let (a, b) = (tanh(x), x.tanh());
-            let ulp = (b.abs().max(f32::MIN_POSITIVE) * f32::EPSILON).max(f32::MIN_POSITIVE);
-            assert!((a - b).abs() <= ulp, "tanh({x}) = {a} vs {b}");
+            let a = tanh(x);
+            let exact = f64::from(x).tanh() as f32;
+            assert!(
+                (a - exact).abs() <= ulp(exact),
+                "tanh({x}) = {a} vs {exact}"
+            );
+            assert!(
+                (a - x.tanh()).abs() <= 3.0 * ulp(exact),
+                "tanh({x}) = {a} vs tanhf"
+            );
             x += 0.000_37;
         }
         assert!(tanh(f32::NAN).is_nan());
