@@ -18,78 +18,12 @@
 //! ([`SchedulerCore::assign_available`]). With no server available the
 //! policy's choice stands (the requests fail at the dead servers). In the
 //! queues, `η̄` is the mean over available servers and an unavailable
-//! server's `Z_s` is held ([`LyapunovQueues::update_available`]).
+//! server's `Z_s` is held ([`LyapunovQueues::update_available`]). The queues
+//! themselves live in `edgemu_policies::lyreo` (LYREO-Count's policy keeps its
+//! own count-based ones with the same code).
 
+pub use edgemu_policies::lyreo::LyapunovQueues;
 use edgemu_policies::lyreo::{SchedulingPolicy, SlotObservation};
-
-/// Virtual queues `Z_s`, one per server.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LyapunovQueues {
-    z: Vec<f64>,
-    epsilon: f64,
-}
-
-impl LyapunovQueues {
-    pub fn new(servers: usize, epsilon: f64) -> Self {
-        LyapunovQueues {
-            z: vec![0.0; servers],
-            epsilon,
-        }
-    }
-
-    pub fn z(&self) -> &[f64] {
-        &self.z
-    }
-
-    pub fn epsilon(&self) -> f64 {
-        self.epsilon
-    }
-
-    /// The deviations `Y_s = (η_s − η̄)²` of one slot's workloads.
-    pub fn deviations(etas: &[f64]) -> Vec<f64> {
-        if etas.is_empty() {
-            return Vec::new();
-        }
-        let mean = etas.iter().sum::<f64>() / etas.len() as f64;
-        etas.iter().map(|e| (e - mean) * (e - mean)).collect()
-    }
-
-    /// Applies one slot's workloads; returns the `Y_s` used.
-    pub fn update(&mut self, etas: &[f64]) -> Vec<f64> {
-        let y = Self::deviations(etas);
-        for (z, y) in self.z.iter_mut().zip(&y) {
-            *z = (*z + y - self.epsilon).max(0.0);
-        }
-        y
-    }
-
-    /// [`LyapunovQueues::update`] over the available servers only: `η̄` is
-    /// their mean, and an unavailable server's `Z_s` is held (its `Y_s` is
-    /// reported as 0). A mask of the wrong length counts every server.
-    pub fn update_available(&mut self, etas: &[f64], available: &[bool]) -> Vec<f64> {
-        if available.len() != etas.len() || available.iter().all(|&a| a) {
-            return self.update(etas);
-        }
-        let up: Vec<f64> = etas
-            .iter()
-            .zip(available)
-            .filter(|(_, &a)| a)
-            .map(|(&e, _)| e)
-            .collect();
-        let mut y_up = Self::deviations(&up).into_iter();
-        let mut y = Vec::with_capacity(etas.len());
-        for (z, &a) in self.z.iter_mut().zip(available) {
-            if a {
-                let ys = y_up.next().unwrap_or(0.0);
-                *z = (*z + ys - self.epsilon).max(0.0);
-                y.push(ys);
-            } else {
-                y.push(0.0);
-            }
-        }
-        y
-    }
-}
 
 /// The scheduler: queues plus a policy.
 pub struct SchedulerCore {
@@ -149,7 +83,7 @@ impl SchedulerCore {
 
     /// Fresh Lyapunov queues (a restarted scheduler); the policy stays.
     pub fn reset_queues(&mut self) {
-        self.queues = LyapunovQueues::new(self.queues.z.len(), self.queues.epsilon);
+        self.queues = LyapunovQueues::new(self.queues.z().len(), self.queues.epsilon());
     }
 
     /// [`SchedulerCore::assign`] that never picks a server marked

@@ -103,6 +103,110 @@ pub struct Aggregate {
     pub decode_mean_s: f64,
     pub upload_mean_s: f64,
     pub episode_wall_s: f64,
+    /// Each seed's mean latency (seeds 1..=N in order), for paired tests.
+    pub seed_lat_mean_s: Vec<f64>,
+}
+
+/// A policy against Least-Loaded at one grid point: the per-seed paired
+/// difference of mean latency (policy − LL; same seed = same users,
+/// topology and requests), its mean and Student-t 95 % interval.
+#[derive(Debug, Clone, Serialize)]
+pub struct Paired {
+    pub users: usize,
+    pub servers: usize,
+    pub mix: String,
+    pub nu: f64,
+    pub policy: String,
+    pub seeds: usize,
+    pub diff_mean_s: f64,
+    pub diff_ci_lo_s: f64,
+    pub diff_ci_hi_s: f64,
+    /// The mean difference relative to Least-Loaded's mean latency.
+    pub diff_rel: f64,
+}
+
+/// [`Paired`] for every policy at every grid point that also ran
+/// `least-loaded` with the same seeds.
+pub fn paired_vs_least_loaded(aggs: &[Aggregate]) -> Vec<Paired> {
+    let mut out = Vec::new();
+    for g in aggs.iter().filter(|g| g.policy != "least-loaded") {
+        let Some(ll) = aggs.iter().find(|l| {
+            l.policy == "least-loaded"
+                && l.users == g.users
+                && l.servers == g.servers
+                && l.mix == g.mix
+                && l.nu == g.nu
+                && l.seed_lat_mean_s.len() == g.seed_lat_mean_s.len()
+        }) else {
+            continue;
+        };
+        let d: Vec<f64> = g
+            .seed_lat_mean_s
+            .iter()
+            .zip(&ll.seed_lat_mean_s)
+            .map(|(a, b)| a - b)
+            .collect();
+        let Some((m, lo, hi)) = crate::plots::stats::mean_ci95(&d) else {
+            continue;
+        };
+        out.push(Paired {
+            users: g.users,
+            servers: g.servers,
+            mix: g.mix.clone(),
+            nu: g.nu,
+            policy: g.policy.clone(),
+            seeds: d.len(),
+            diff_mean_s: m,
+            diff_ci_lo_s: lo,
+            diff_ci_hi_s: hi,
+            diff_rel: m / ll.lat_mean_s,
+        });
+    }
+    out
+}
+
+fn paired_table(ps: &[Paired]) -> String {
+    let rows: Vec<Vec<String>> = ps
+        .iter()
+        .map(|p| {
+            let verdict = if p.seeds < 2 {
+                "– (1 seed)"
+            } else if p.diff_ci_hi_s < 0.0 {
+                "lower"
+            } else if p.diff_ci_lo_s > 0.0 {
+                "higher"
+            } else {
+                "n.s."
+            };
+            vec![
+                p.users.to_string(),
+                p.servers.to_string(),
+                p.mix.clone(),
+                format!("{}", p.nu),
+                p.policy.clone(),
+                p.seeds.to_string(),
+                format!("{:+.4}", p.diff_mean_s),
+                format!("[{:+.4}, {:+.4}]", p.diff_ci_lo_s, p.diff_ci_hi_s),
+                format!("{:+.2}", p.diff_rel * 100.0),
+                verdict.to_string(),
+            ]
+        })
+        .collect();
+    render(
+        &[
+            "U",
+            "S",
+            "mix",
+            "nu",
+            "policy",
+            "seeds",
+            "d_lat_mean_s",
+            "95% CI (paired t)",
+            "d_%",
+            "vs LL",
+        ],
+        &rows,
+    )
 }
 
 fn avg(xs: &[Summary], f: impl Fn(&Summary) -> f64) -> f64 {
@@ -246,6 +350,7 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
                             decode_mean_s: avg(&sums, |s| s.decode_mean_s),
                             upload_mean_s: avg(&sums, |s| s.upload_mean_s),
                             episode_wall_s: wall / seeds as f64,
+                            seed_lat_mean_s: sums.iter().map(|s| s.lat_mean_s).collect(),
                         });
                         episodes.extend(sums);
                     }
@@ -259,7 +364,12 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
     };
     write("requests.csv", &req_csv)?;
     write("server_slots.csv", &slot_csv)?;
-    let table = table(&aggregates);
+    let paired = paired_vs_least_loaded(&aggregates);
+    let mut table = table(&aggregates);
+    if !paired.is_empty() {
+        table.push_str("\nmean latency minus Least-Loaded's, paired by seed (Student t, 95 %):\n");
+        table.push_str(&paired_table(&paired));
+    }
     write("summary.txt", &table)?;
     let episode_wall_s = if aggregates.is_empty() {
         0.0
@@ -296,6 +406,7 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
         "policies": short["policies"],
         "episode_wall_s": episode_wall_s,
         "grid": aggregates,
+        "paired_vs_least_loaded": paired,
         "episodes": episodes,
     });
     write("summary.json", &serde_json::to_string_pretty(&summary)?)?;
@@ -381,4 +492,51 @@ pub fn bench(a: &LyreoBenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agg(policy: &str, seeds: &[f64]) -> Aggregate {
+        Aggregate {
+            users: 40,
+            servers: 8,
+            mix: "mod".into(),
+            nu: 0.5,
+            policy: policy.into(),
+            seeds: seeds.len() as u64,
+            lat_mean_s: seeds.iter().sum::<f64>() / seeds.len() as f64,
+            lat_p99_s: 0.0,
+            lb_dev: 0.0,
+            high_kv: 0.0,
+            rejected: 0,
+            wait_mean_s: 0.0,
+            prefill_mean_s: 0.0,
+            decode_mean_s: 0.0,
+            upload_mean_s: 0.0,
+            episode_wall_s: 0.0,
+            seed_lat_mean_s: seeds.to_vec(),
+        }
+    }
+
+    /// Differences (−0.01, −0.02, −0.03): mean −0.02, s = 0.01,
+    /// half-width t(2) · 0.01/√3 = 4.303 · 0.005774 = 0.02484.
+    #[test]
+    fn paired_difference_is_hand_computed() {
+        let aggs = [
+            agg("least-loaded", &[1.0, 2.0, 3.0]),
+            agg("lyreo", &[0.99, 1.98, 2.97]),
+            agg("random", &[1.0, 2.0]),
+        ];
+        let p = paired_vs_least_loaded(&aggs);
+        assert_eq!(p.len(), 1, "random has other seeds: not paired");
+        assert_eq!(p[0].policy, "lyreo");
+        assert!((p[0].diff_mean_s + 0.02).abs() < 1e-12);
+        let half = 4.303 * 0.01 / 3f64.sqrt();
+        assert!((p[0].diff_ci_hi_s - (-0.02 + half)).abs() < 1e-9);
+        assert!((p[0].diff_ci_lo_s - (-0.02 - half)).abs() < 1e-9);
+        assert!((p[0].diff_rel + 0.01).abs() < 1e-12);
+        assert!(paired_table(&p).contains("n.s."));
+    }
 }

@@ -50,8 +50,21 @@
 //!   with weight 1: the held-out greedy latency rose steadily (each request
 //!   is rewarded for its own latency, not for the wait it imposes on
 //!   others), so the default is 0.
+//! - *Per-(slot, server) credit* (optional, [`TrainConfig::server_credit`],
+//!   off by default): eq. 30's reward splits exactly by server
+//!   ([`reward_terms`]); each decision also gets that weight times the
+//!   standardized discounted return (γλ) of its server's share from its
+//!   slot on, centred within the slot ([`server_advantages`]): the latency
+//!   of everyone on that server, so the wait a decision imposes on others
+//!   is credited to it. Measured in the README's LYREO section.
 //! - *Data.* 4 096 sampled decisions of the 32 000 per episode, 4 epochs
 //!   (Table I: 10; the cost per episode stays ≈ the same).
+//! - *Files.* Each seed's run writes `<policy>-seed<N>.safetensors`,
+//!   `-seed<N>-curves.csv` and `-seed<N>.json` as soon as it ends, so seeds
+//!   can run in separate processes into one folder; [`aggregate`] (also
+//!   `--aggregate`) combines whatever seeds are there into the across-seed
+//!   curves (mean, Student-t 95 % interval, min/max per episode), the plots
+//!   and `<policy>.safetensors` (the seed with the best held-out check).
 //! - *Model selection.* Every [`TrainConfig::eval_every`] episodes (and
 //!   after the warm start) the greedy policy runs on held-out scenario seeds
 //!   and the best weights so far are kept; those are saved, not the last.
@@ -70,7 +83,7 @@ use edgemu_policies::lyreo::{LearnedModel, LearnedPolicy, PolicySpec, Rollout, V
 use edgemu_policies::nn::loss::log_softmax;
 use edgemu_policies::nn::{clip_grad_norm, Adam, MlpGrads};
 use edgemu_policies::rl::{gae, ReturnPredictor, ReturnPredictorConfig};
-use edgemu_serving::{run_episode, run_episode_with, EpisodeOutcome, Scenario};
+use edgemu_serving::{run_episode, run_episode_with, EpisodeOutcome, LyapunovQueues, Scenario};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -103,9 +116,21 @@ pub struct TrainLyreoArgs {
     /// paper's slot credit only).
     #[arg(long, default_value_t = 0.0)]
     pub request_credit: f32,
+    /// Weight of the per-(slot, server) advantage next to the slot's (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub server_credit: f32,
     /// PPO learning rate (after the warm start).
     #[arg(long, default_value_t = 1e-4)]
     pub lr: f32,
+    /// Truncation H of the return predictor's windows (LYREO family).
+    #[arg(long, default_value_t = 20)]
+    pub horizon: usize,
+    /// Sampled decisions per episode fed to the PPO update.
+    #[arg(long, default_value_t = 4096)]
+    pub decisions: usize,
+    /// PPO epochs over them per episode.
+    #[arg(long, default_value_t = 4)]
+    pub epochs: usize,
     /// Behaviour-cloning epochs of the warm start (0: no warm start, only
     /// the normalization is fitted).
     #[arg(long, default_value_t = 8)]
@@ -113,6 +138,12 @@ pub struct TrainLyreoArgs {
     /// Output folder (weights, curves.csv, convergence.csv).
     #[arg(long, default_value = "results/train-lyreo")]
     pub out: PathBuf,
+    /// Train nothing: aggregate the per-seed files already in `--out`
+    /// (`<policy>-seed<N>-curves.csv`, `-seed<N>.json`, `-seed<N>.safetensors`,
+    /// written by runs of any seeds) into the across-seed curves, plots and
+    /// the best seed's `<policy>.safetensors`.
+    #[arg(long)]
+    pub aggregate: bool,
     /// A tiny run (2 episodes of 50 slots, 12 users, one seed) to check the pipeline.
     #[arg(long)]
     pub quick: bool,
@@ -138,6 +169,8 @@ pub struct TrainConfig {
     pub entropy_coef: f32,
     /// Weight of the per-request advantage next to the slot's.
     pub request_credit: f32,
+    /// Weight of the per-(slot, server) advantage next to the slot's.
+    pub server_credit: f32,
     pub horizon: usize,
     /// Passes over the episode's windows per episode (return predictor).
     pub predictor_epochs: usize,
@@ -173,6 +206,7 @@ impl TrainConfig {
             lambda: 0.95,
             entropy_coef: 0.01,
             request_credit: 0.0,
+            server_credit: 0.0,
             horizon: 20,
             predictor_epochs: 4,
             predictor_minibatch: 8,
@@ -230,8 +264,11 @@ pub struct SeedRun {
     /// Held-out greedy mean latency of `model`, and the episode after
     /// which it was taken (`None`: right after the warm start).
     pub best_eval: (f64, Option<usize>),
+    /// Held-out greedy mean latency right after the warm start.
+    pub warm_eval: f64,
     /// Least-Loaded on the same held-out seeds.
     pub ll_eval: f64,
+    pub phases: PhaseTimes,
 }
 
 struct Trainer {
@@ -244,6 +281,23 @@ struct Trainer {
     /// Multiplies the learning reward so returns are O(1).
     reward_scale: f32,
     best: Option<(f64, Option<usize>, LearnedModel)>,
+    /// Wall seconds per phase of this seed's run (where the time goes).
+    phases: PhaseTimes,
+}
+
+/// Wall seconds of a seed's run by phase.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PhaseTimes {
+    /// Warm start: the Least-Loaded episode, behaviour cloning, critic fit.
+    pub warm_start_s: f64,
+    /// Sampling episodes on the harness (the actor's forward passes).
+    pub rollout_s: f64,
+    /// Rewards, return-predictor fitting and redistribution, GAE, credits.
+    pub credit_s: f64,
+    /// PPO epochs (actor and critic).
+    pub update_s: f64,
+    /// Greedy episodes on the held-out seeds.
+    pub eval_s: f64,
 }
 
 /// Per-slot reward of eq. 30 (divided by U) for `variant`, latency of
@@ -260,65 +314,125 @@ pub fn learning_rewards(cfg: &TrainConfig, sc: &Scenario, o: &EpisodeOutcome) ->
 }
 
 fn rewards(cfg: &TrainConfig, sc: &Scenario, o: &EpisodeOutcome, lump_drain: bool) -> Vec<f32> {
+    let s_n = sc.servers;
+    reward_terms(cfg, sc, o, lump_drain)
+        .chunks(s_n.max(1))
+        .map(|row| row.iter().sum::<f64>() as f32)
+        .collect()
+}
+
+/// Eq. 30's reward split by server, `[T, S]` row-major (f64): server `s`'s
+/// part of slot `t` is `−(ν Σ_{i on s completed in t} D_i + Z_s Y_s + ϱ Υ_s)
+/// / U` (the variant's load-balancing term; `Υ_s`: `s` over 90 % KV in the
+/// slot plus its rejected requests of the slot). Each slot's row sums to
+/// the slot's reward.
+pub fn reward_terms(
+    cfg: &TrainConfig,
+    sc: &Scenario,
+    o: &EpisodeOutcome,
+    lump_drain: bool,
+) -> Vec<f64> {
     let t_len = sc.slots as usize;
     let s_n = sc.servers;
     let slot_s = sc.slot_ns as f64 / 1e9;
-    let mut lat = vec![0.0f64; t_len];
-    let mut upsilon = vec![0.0f64; t_len];
+    let mut lat = vec![0.0f64; t_len * s_n];
+    let mut upsilon = vec![0.0f64; t_len * s_n];
     for r in &o.requests {
+        let s = r.server.min(s_n.saturating_sub(1));
         if r.rejected {
-            upsilon[(r.slot as usize).min(t_len - 1)] += 1.0;
+            upsilon[(r.slot as usize).min(t_len - 1) * s_n + s] += 1.0;
             continue;
         }
         let e2e = r.e2e_ns as f64 / 1e9;
         let done = r.slot as usize + (e2e / slot_s) as usize;
         if done < t_len {
-            lat[done] += e2e;
+            lat[done * s_n + s] += e2e;
         } else if lump_drain {
-            lat[t_len - 1] += e2e;
+            lat[(t_len - 1) * s_n + s] += e2e;
         }
     }
-    let mut lb = vec![0.0f64; t_len];
-    let mut count_z = vec![0.0f64; s_n];
+    let mut lb = vec![0.0f64; t_len * s_n];
+    let mut count_q = LyapunovQueues::new(s_n, sc.epsilon);
     for t in 0..t_len {
         let rows = &o.server_slots[t * s_n..(t + 1) * s_n];
-        for row in rows {
+        for (s, row) in rows.iter().enumerate() {
             if row.report.high_kv {
-                upsilon[t] += 1.0;
+                upsilon[t * s_n + s] += 1.0;
             }
         }
-        lb[t] = match cfg.variant {
-            Variant::LyreoNolb => 0.0,
-            Variant::Ppo => cfg.ppo_penalty * rows.iter().map(|r| r.y).sum::<f64>(),
+        let out = &mut lb[t * s_n..(t + 1) * s_n];
+        match cfg.variant {
+            Variant::LyreoNolb => {}
+            Variant::Ppo => {
+                for (l, r) in out.iter_mut().zip(rows) {
+                    *l = cfg.ppo_penalty * r.y;
+                }
+            }
             Variant::LyreoCount => {
                 let w: Vec<f64> = rows
                     .iter()
                     .map(|r| count_workload(r.report.backlog))
                     .collect();
-                let mean = w.iter().sum::<f64>() / s_n as f64;
-                let mut acc = 0.0;
-                for (z, x) in count_z.iter_mut().zip(&w) {
-                    let y = (x - mean) * (x - mean);
-                    acc += *z * y;
-                    *z = (*z + y - sc.epsilon).max(0.0);
+                let z_before = count_q.z().to_vec();
+                let y = count_q.update(&w);
+                for ((l, z), y) in out.iter_mut().zip(&z_before).zip(&y) {
+                    *l = z * y;
                 }
-                acc
             }
             _ => {
-                let prev = if t == 0 {
-                    None
-                } else {
-                    Some(&o.server_slots[(t - 1) * s_n..t * s_n])
-                };
-                rows.iter()
-                    .enumerate()
-                    .map(|(s, r)| prev.map(|p| p[s].z).unwrap_or(0.0) * r.y)
-                    .sum()
+                for (s, (l, r)) in out.iter_mut().zip(rows).enumerate() {
+                    let z_prev = if t == 0 {
+                        0.0
+                    } else {
+                        o.server_slots[(t - 1) * s_n + s].z
+                    };
+                    *l = z_prev * r.y;
+                }
             }
-        };
+        }
     }
-    (0..t_len)
-        .map(|t| ((-sc.nu * lat[t] - lb[t] - cfg.rho * upsilon[t]) / sc.users as f64) as f32)
+    (0..t_len * s_n)
+        .map(|k| (-sc.nu * lat[k] - lb[k] - cfg.rho * upsilon[k]) / sc.users as f64)
+        .collect()
+}
+
+/// Per-(slot, server) credit of every decision: `G_{t,s} = Σ_k (γλ)^k
+/// r_{t+k,s}` is server `s`'s discounted share of the reward from slot `t`
+/// on (what the requests on `s` cost, the decision's own and the wait it
+/// imposes on the others there); a decision of slot `t` sent to `a` gets
+/// `G_{t,a}` minus the mean of `G_{t,a_j}` over its slot's decisions (only
+/// which server, not which slot, is credited).
+fn server_advantages(ro: &Rollout, terms: &[f64], s_n: usize, discount: f64) -> Vec<f32> {
+    let t_len = terms.len() / s_n.max(1);
+    let mut g = vec![0.0f64; terms.len()];
+    for t in (0..t_len).rev() {
+        for s in 0..s_n {
+            let next = if t + 1 < t_len {
+                g[(t + 1) * s_n + s]
+            } else {
+                0.0
+            };
+            g[t * s_n + s] = terms[t * s_n + s] + discount * next;
+        }
+    }
+    let credit = |d: &Decision| -> Option<f64> {
+        let t = d.slot as usize;
+        (t < t_len && d.action < s_n).then(|| g[t * s_n + d.action])
+    };
+    let mut slot_sum: HashMap<u64, (f64, usize)> = HashMap::new();
+    for d in &ro.decisions {
+        if let Some(x) = credit(d) {
+            let e = slot_sum.entry(d.slot).or_insert((0.0, 0));
+            e.0 += x;
+            e.1 += 1;
+        }
+    }
+    ro.decisions
+        .iter()
+        .map(|d| match (credit(d), slot_sum.get(&d.slot)) {
+            (Some(x), Some(&(sum, n))) => (x - sum / n as f64) as f32,
+            _ => 0.0,
+        })
         .collect()
 }
 
@@ -478,6 +592,7 @@ impl Trainer {
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7a1),
             reward_scale: 1.0,
             best: None,
+            phases: PhaseTimes::default(),
             cfg: cfg.clone(),
         }
     }
@@ -593,7 +708,9 @@ impl Trainer {
 
     /// Evaluates the greedy policy on the held-out seeds and keeps the best.
     fn consider(&mut self, after: Option<usize>) -> Result<f64> {
+        let t0 = Instant::now();
         let lat = evaluate(&self.cfg, &self.model)?;
+        self.phases.eval_s += t0.elapsed().as_secs_f64();
         if self.best.as_ref().is_none_or(|b| lat < b.0) {
             self.best = Some((lat, after, self.model.clone()));
         }
@@ -601,6 +718,7 @@ impl Trainer {
     }
 
     fn episode(&mut self, seed: u64, e: usize) -> Result<CurvePoint> {
+        let t0 = Instant::now();
         let sc = self.cfg.scenario(seed, e);
         let spec = PolicySpec::parse("least-loaded").context("batching spec")?;
         let rollout = Arc::new(Mutex::new(Rollout::default()));
@@ -611,6 +729,8 @@ impl Trainer {
         );
         let o = run_episode_with(&sc, &spec, Box::new(policy)).context("training episode")?;
         let ro = std::mem::take(&mut *rollout.lock().unwrap_or_else(|p| p.into_inner()));
+        let t1 = Instant::now();
+        self.phases.rollout_s += (t1 - t0).as_secs_f64();
         let rewards = slot_rewards(&self.cfg, &sc, &o);
         let learn: Vec<f32> = learning_rewards(&self.cfg, &sc, &o)
             .iter()
@@ -632,8 +752,22 @@ impl Trainer {
         };
         let last = *values.last().unwrap_or(&0.0);
         let (adv, ret) = truncated_gae(&learn_r, &values, last, self.cfg.gamma, self.cfg.lambda);
-        let req_adv = request_advantages(&ro, &o);
-        self.update(&ro, &inputs, &adv, &ret, &req_adv);
+        let mut credits = Vec::new();
+        if self.cfg.request_credit > 0.0 {
+            credits.push((self.cfg.request_credit, request_advantages(&ro, &o)));
+        }
+        if self.cfg.server_credit > 0.0 {
+            let terms = reward_terms(&self.cfg, &sc, &o, false);
+            let discount = f64::from(self.cfg.gamma * self.cfg.lambda);
+            credits.push((
+                self.cfg.server_credit,
+                server_advantages(&ro, &terms, sc.servers, discount),
+            ));
+        }
+        let t2 = Instant::now();
+        self.phases.credit_s += (t2 - t1).as_secs_f64();
+        self.update(&ro, &inputs, &adv, &ret, &credits);
+        self.phases.update_s += t2.elapsed().as_secs_f64();
         let due = self.cfg.eval_every > 0 && (e + 1).is_multiple_of(self.cfg.eval_every);
         let eval_lat_s = if due || e + 1 == self.cfg.episodes {
             Some(self.consider(Some(e))?)
@@ -706,7 +840,7 @@ impl Trainer {
         critic_inputs: &[[f32; CRITIC_INPUT]],
         slot_adv: &[f32],
         slot_ret: &[f32],
-        req_adv: &[f32],
+        credits: &[(f32, Vec<f32>)],
     ) {
         let cfg = &self.cfg;
         let mut idx: Vec<usize> = (0..ro.decisions.len()).collect();
@@ -717,11 +851,11 @@ impl Trainer {
             .map(|&i| slot_adv[ro.decisions[i].slot as usize])
             .collect();
         standardize(&mut adv);
-        if cfg.request_credit > 0.0 {
-            let mut ra: Vec<f32> = idx.iter().map(|&i| req_adv[i]).collect();
+        for (w, per_decision) in credits {
+            let mut ra: Vec<f32> = idx.iter().map(|&i| per_decision[i]).collect();
             standardize(&mut ra);
             for (a, r) in adv.iter_mut().zip(&ra) {
-                *a += cfg.request_credit * r;
+                *a += w * r;
             }
         }
         let mut ga = MlpGrads::zero_like(&self.model.actor);
@@ -795,91 +929,186 @@ impl Trainer {
 
 /// Trains one variant over every seed; `tick` is called after each episode.
 pub fn train(cfg: &TrainConfig, mut tick: impl FnMut(&CurvePoint)) -> Result<Vec<SeedRun>> {
+    check(cfg)?;
+    let ll_eval = evaluate_ll(cfg)?;
+    cfg.seeds
+        .iter()
+        .map(|&seed| train_seed(cfg, seed, ll_eval, &mut tick))
+        .collect()
+}
+
+fn check(cfg: &TrainConfig) -> Result<()> {
     if cfg.episodes == 0 || cfg.seeds.is_empty() || cfg.slots == 0 || cfg.users == 0 {
         bail!("episodes, seeds, slots and users must be > 0");
     }
     if cfg.eval_seeds.is_empty() {
         bail!("at least one evaluation seed is needed");
     }
-    let ll_eval = evaluate_ll(cfg)?;
-    let mut runs = Vec::new();
-    for &seed in &cfg.seeds {
-        let mut tr = Trainer::new(cfg, seed);
-        tr.warm_start(seed)
-            .with_context(|| format!("seed {seed}, warm start"))?;
-        tr.consider(None)
-            .with_context(|| format!("seed {seed}, evaluating the warm start"))?;
-        let mut curve = Vec::new();
-        for e in 0..cfg.episodes {
-            let p = tr
-                .episode(seed, e)
-                .with_context(|| format!("seed {seed}, episode {e}"))?;
-            tick(&p);
-            curve.push(p);
-        }
-        let (lat, after, model) = tr.best.take().context("no evaluation ran")?;
-        runs.push(SeedRun {
-            seed,
-            model,
-            curve,
-            best_eval: (lat, after),
-            ll_eval,
-        });
-    }
-    Ok(runs)
+    Ok(())
 }
 
-fn curves_csv(runs: &[SeedRun]) -> (String, String) {
-    let mut a =
-        String::from("seed,episode,lat_mean_s,z_mean,lb_dev,high_kv,reward,eval_greedy_lat_s\n");
-    for r in runs {
-        for p in &r.curve {
-            let eval = p.eval_lat_s.map(|x| x.to_string()).unwrap_or_default();
-            a.push_str(&format!(
-                "{},{},{},{},{},{},{},{}\n",
-                p.seed, p.episode, p.lat_mean_s, p.z_mean, p.lb_dev, p.high_kv, p.reward, eval
-            ));
-        }
+/// One seed's run: warm start, its evaluation, `cfg.episodes` PPO episodes.
+fn train_seed(
+    cfg: &TrainConfig,
+    seed: u64,
+    ll_eval: f64,
+    tick: &mut impl FnMut(&CurvePoint),
+) -> Result<SeedRun> {
+    let mut tr = Trainer::new(cfg, seed);
+    let t0 = Instant::now();
+    tr.warm_start(seed)
+        .with_context(|| format!("seed {seed}, warm start"))?;
+    tr.phases.warm_start_s = t0.elapsed().as_secs_f64();
+    let warm_eval = tr
+        .consider(None)
+        .with_context(|| format!("seed {seed}, evaluating the warm start"))?;
+    let mut curve = Vec::new();
+    for e in 0..cfg.episodes {
+        let p = tr
+            .episode(seed, e)
+            .with_context(|| format!("seed {seed}, episode {e}"))?;
+        tick(&p);
+        curve.push(p);
     }
-    let mut b = String::from("episode,lat_mean_s,lat_min_s,lat_max_s,z_mean,z_min,z_max\n");
-    let eps = runs.iter().map(|r| r.curve.len()).min().unwrap_or(0);
-    for e in 0..eps {
-        let lat: Vec<f64> = runs.iter().map(|r| r.curve[e].lat_mean_s).collect();
-        let z: Vec<f64> = runs.iter().map(|r| r.curve[e].z_mean).collect();
-        let st = |v: &[f64]| {
-            (
-                v.iter().sum::<f64>() / v.len() as f64,
-                v.iter().copied().fold(f64::INFINITY, f64::min),
-                v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            )
+    let (lat, after, model) = tr.best.take().context("no evaluation ran")?;
+    Ok(SeedRun {
+        seed,
+        model,
+        curve,
+        best_eval: (lat, after),
+        warm_eval,
+        ll_eval,
+        phases: tr.phases,
+    })
+}
+
+const CURVES_HEADER: &str =
+    "seed,episode,lat_mean_s,z_mean,lb_dev,high_kv,reward,eval_greedy_lat_s\n";
+
+fn curve_rows(curve: &[CurvePoint], out: &mut String) {
+    for p in curve {
+        let eval = p.eval_lat_s.map(|x| x.to_string()).unwrap_or_default();
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{}\n",
+            p.seed, p.episode, p.lat_mean_s, p.z_mean, p.lb_dev, p.high_kv, p.reward, eval
+        ));
+    }
+}
+
+/// Reads what [`curve_rows`] wrote (after [`CURVES_HEADER`]).
+fn parse_curve(text: &str, file: &Path) -> Result<Vec<CurvePoint>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        let at = || format!("{} line {}", file.display(), n + 1);
+        if f.len() != 8 {
+            bail!("{}: {} fields, expected 8", at(), f.len());
+        }
+        let num = |k: usize| -> Result<f64> {
+            f[k].parse::<f64>()
+                .with_context(|| format!("{}: field {} `{}`", at(), k + 1, f[k]))
         };
-        let (lm, ll, lh) = st(&lat);
-        let (zm, zl, zh) = st(&z);
-        b.push_str(&format!("{e},{lm},{ll},{lh},{zm},{zl},{zh}\n"));
+        out.push(CurvePoint {
+            seed: f[0].parse().with_context(|| format!("{}: seed", at()))?,
+            episode: f[1].parse().with_context(|| format!("{}: episode", at()))?,
+            lat_mean_s: num(2)?,
+            z_mean: num(3)?,
+            lb_dev: num(4)?,
+            high_kv: num(5)?,
+            reward: num(6)?,
+            eval_lat_s: if f[7].is_empty() { None } else { Some(num(7)?) },
+        });
+    }
+    Ok(out)
+}
+
+/// What a seed's run leaves next to its weights and curve
+/// (`<policy>-seed<N>.json`), for the across-seed aggregation.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SeedSummary {
+    pub seed: u64,
+    /// Held-out greedy mean latency of the kept weights.
+    pub best_eval_s: f64,
+    /// The PPO episode after which they were taken (`None`: the warm start).
+    pub taken_after: Option<usize>,
+    /// Held-out greedy mean latency right after the warm start.
+    pub warm_eval_s: f64,
+    /// Least-Loaded on the same held-out seeds.
+    pub ll_eval_s: f64,
+    pub eval_seeds: Vec<u64>,
+    pub wall_s: f64,
+    /// Where `wall_s` went.
+    #[serde(default)]
+    pub phases: PhaseTimes,
+    pub command: String,
+}
+
+/// The across-seed statistics of one value per episode: mean, Student-t
+/// 95 % interval, min and max over the seeds that reached the episode.
+fn across(v: &[f64]) -> (f64, f64, f64, f64, f64) {
+    let (m, lo, hi) = crate::plots::stats::mean_ci95(v).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (m, lo, hi, min, max)
+}
+
+/// Every seed's points (`<policy>-curves.csv`) and the across-seed curves
+/// (`<policy>-convergence.csv`: per episode the number of seeds, then for
+/// the sampling policy's mean latency and mean virtual-queue length the
+/// mean, 95 % interval and min/max over seeds, and the mean held-out greedy
+/// latency where every seed evaluated).
+fn curves_csv(curves: &[Vec<CurvePoint>]) -> (String, String) {
+    let mut a = String::from(CURVES_HEADER);
+    for c in curves {
+        curve_rows(c, &mut a);
+    }
+    let mut b = String::from(
+        "episode,seeds,lat_mean_s,lat_ci_lo_s,lat_ci_hi_s,lat_min_s,lat_max_s,\
+         z_mean,z_ci_lo,z_ci_hi,z_min,z_max,eval_greedy_lat_mean_s\n",
+    );
+    let eps = curves.iter().map(Vec::len).max().unwrap_or(0);
+    for e in 0..eps {
+        let at: Vec<&CurvePoint> = curves.iter().filter_map(|c| c.get(e)).collect();
+        let lat: Vec<f64> = at.iter().map(|p| p.lat_mean_s).collect();
+        let z: Vec<f64> = at.iter().map(|p| p.z_mean).collect();
+        let (lm, llo, lhi, lmin, lmax) = across(&lat);
+        let (zm, zlo, zhi, zmin, zmax) = across(&z);
+        let evals: Vec<f64> = at.iter().filter_map(|p| p.eval_lat_s).collect();
+        let eval = if evals.len() == at.len() {
+            (evals.iter().sum::<f64>() / evals.len() as f64).to_string()
+        } else {
+            String::new()
+        };
+        b.push_str(&format!(
+            "{e},{},{lm},{llo},{lhi},{lmin},{lmax},{zm},{zlo},{zhi},{zmin},{zmax},{eval}\n",
+            at.len()
+        ));
     }
     (a, b)
 }
 
 /// Fig. 2 as images: mean latency and mean virtual-queue length per episode,
-/// the mean over seeds as the line and the min–max over seeds as the band.
-fn convergence_plots(out: &Path, variant: Variant, runs: &[SeedRun]) -> Result<Vec<PathBuf>> {
+/// the mean over seeds as the line and its Student-t 95 % interval as the band.
+fn convergence_plots(
+    out: &Path,
+    variant: Variant,
+    curves: &[Vec<CurvePoint>],
+) -> Result<Vec<PathBuf>> {
     use crate::plots::{lines_with_ci, CiPoint, CiSeries, Formats, Labels};
-    let eps = runs.iter().map(|r| r.curve.len()).min().unwrap_or(0);
+    let eps = curves.iter().map(Vec::len).max().unwrap_or(0);
     let series = |f: fn(&CurvePoint) -> f64| CiSeries {
         label: format!(
-            "{} (mean; band: min–max over {} seeds)",
+            "{} (mean; band: 95 % CI over {} seeds)",
             variant.name(),
-            runs.len()
+            curves.len()
         ),
         points: (0..eps)
-            .map(|e| {
-                let v: Vec<f64> = runs.iter().map(|r| f(&r.curve[e])).collect();
-                CiPoint {
-                    x: e as f64,
-                    mean: v.iter().sum::<f64>() / v.len() as f64,
-                    lo: v.iter().copied().fold(f64::INFINITY, f64::min),
-                    hi: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                }
+            .filter_map(|e| {
+                let v: Vec<f64> = curves.iter().filter_map(|c| c.get(e)).map(f).collect();
+                CiPoint::from_samples(e as f64, &v)
             })
             .collect(),
     };
@@ -908,14 +1137,8 @@ fn convergence_plots(out: &Path, variant: Variant, runs: &[SeedRun]) -> Result<V
     Ok(files)
 }
 
-/// The seed whose kept weights had the lowest held-out greedy latency.
-fn best(runs: &[SeedRun]) -> Option<&SeedRun> {
-    runs.iter()
-        .min_by(|a, b| a.best_eval.0.total_cmp(&b.best_eval.0))
-}
-
-fn taken_after(r: &SeedRun) -> String {
-    match r.best_eval.1 {
+fn taken_after(after: Option<usize>) -> String {
+    match after {
         Some(e) => format!("after PPO episode {e}"),
         None => "after the warm start".into(),
     }
@@ -925,6 +1148,168 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// `<policy>-seed<N>`: the stem of one seed's files.
+fn seed_stem(variant: Variant, seed: u64) -> String {
+    format!("{}-seed{seed}", variant.name())
+}
+
+/// Writes one seed's weights, curve and summary into `out`.
+fn write_seed(
+    out: &Path,
+    cfg: &TrainConfig,
+    r: &SeedRun,
+    wall_s: f64,
+    command: &str,
+) -> Result<()> {
+    let stem = seed_stem(cfg.variant, r.seed);
+    let notes = format!(
+        "{command}; seed {}; held-out greedy {:.4} s {} (warm start {:.4} s, Least-Loaded {:.4} s, seeds {:?})",
+        r.seed,
+        r.best_eval.0,
+        taken_after(r.best_eval.1),
+        r.warm_eval,
+        r.ll_eval,
+        cfg.eval_seeds
+    );
+    r.model
+        .save(&out.join(format!("{stem}.safetensors")), &notes)
+        .context("saving weights")?;
+    let mut c = String::from(CURVES_HEADER);
+    curve_rows(&r.curve, &mut c);
+    write(&out.join(format!("{stem}-curves.csv")), &c)?;
+    let summary = SeedSummary {
+        seed: r.seed,
+        best_eval_s: r.best_eval.0,
+        taken_after: r.best_eval.1,
+        warm_eval_s: r.warm_eval,
+        ll_eval_s: r.ll_eval,
+        eval_seeds: cfg.eval_seeds.clone(),
+        wall_s,
+        phases: r.phases.clone(),
+        command: command.to_string(),
+    };
+    write(
+        &out.join(format!("{stem}.json")),
+        &serde_json::to_string_pretty(&summary)?,
+    )
+}
+
+/// Every seed of `variant` found in `out` (by its `.json`), in seed order,
+/// with its curve.
+fn read_seeds(out: &Path, variant: Variant) -> Result<Vec<(SeedSummary, Vec<CurvePoint>)>> {
+    let prefix = format!("{}-seed", variant.name());
+    let mut found = Vec::new();
+    let dir = std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))?;
+    for entry in dir {
+        let name = entry
+            .with_context(|| format!("reading {}", out.display()))?
+            .file_name();
+        let name = name.to_string_lossy();
+        let Some(seed) = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let path = out.join(name.as_ref());
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let summary: SeedSummary =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let cpath = out.join(format!("{}-curves.csv", seed_stem(variant, seed)));
+        let ctext = std::fs::read_to_string(&cpath)
+            .with_context(|| format!("reading {}", cpath.display()))?;
+        found.push((summary, parse_curve(&ctext, &cpath)?));
+    }
+    found.sort_by_key(|(s, _)| s.seed);
+    Ok(found)
+}
+
+/// The across-seed curves, plots and the best seed's weights as
+/// `<policy>.safetensors` (the seed whose kept weights had the lowest
+/// held-out greedy latency), from the per-seed files in `out`.
+pub fn aggregate(out: &Path, variant: Variant) -> Result<()> {
+    let seeds = read_seeds(out, variant)?;
+    if seeds.is_empty() {
+        bail!(
+            "no {}-seed<N>.json in {}: nothing to aggregate",
+            variant.name(),
+            out.display()
+        );
+    }
+    let curves: Vec<Vec<CurvePoint>> = seeds.iter().map(|(_, c)| c.clone()).collect();
+    let (all, conv) = curves_csv(&curves);
+    write(&out.join(format!("{}-curves.csv", variant.name())), &all)?;
+    write(
+        &out.join(format!("{}-convergence.csv", variant.name())),
+        &conv,
+    )?;
+    for (s, _) in &seeds {
+        let p = &s.phases;
+        println!(
+            "{} seed {}: held-out greedy {:.4} s {} (warm start {:.4} s) vs Least-Loaded {:.4} s; \
+             {:.0} s (warm start {:.0}, rollouts {:.0}, credit {:.0}, PPO updates {:.0}, checks {:.0})",
+            variant.name(),
+            s.seed,
+            s.best_eval_s,
+            taken_after(s.taken_after),
+            s.warm_eval_s,
+            s.ll_eval_s,
+            s.wall_s,
+            p.warm_start_s,
+            p.rollout_s,
+            p.credit_s,
+            p.update_s,
+            p.eval_s
+        );
+    }
+    let warm: Vec<f64> = seeds.iter().map(|(s, _)| s.warm_eval_s).collect();
+    let kept: Vec<f64> = seeds.iter().map(|(s, _)| s.best_eval_s).collect();
+    let last: Vec<f64> = curves
+        .iter()
+        .filter_map(|c| c.iter().rev().find_map(|p| p.eval_lat_s))
+        .collect();
+    let show = |v: &[f64]| match crate::plots::stats::mean_ci95(v) {
+        Some((m, lo, hi)) => format!("{m:.4} s [{lo:.4}, {hi:.4}]"),
+        None => "–".into(),
+    };
+    println!(
+        "{}: held-out greedy over {} seeds (mean [95 % CI]): warm start {}, last check {}, kept {}; Least-Loaded {:.4} s",
+        variant.name(),
+        seeds.len(),
+        show(&warm),
+        show(&last),
+        show(&kept),
+        seeds[0].0.ll_eval_s
+    );
+    let best = seeds
+        .iter()
+        .min_by(|a, b| a.0.best_eval_s.total_cmp(&b.0.best_eval_s))
+        .map(|(s, _)| s.seed)
+        .context("no seed")?;
+    let from = out.join(format!("{}.safetensors", seed_stem(variant, best)));
+    let to = out.join(format!("{}.safetensors", variant.name()));
+    std::fs::copy(&from, &to)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    println!(
+        "{}: best seed {best} -> {}; curves in {}",
+        variant.name(),
+        to.display(),
+        out.display()
+    );
+    // After the weights: a plot that cannot be drawn loses nothing already written.
+    match convergence_plots(out, variant, &curves) {
+        Ok(files) => println!(
+            "convergence plots: {} files in {}",
+            files.len(),
+            out.display()
+        ),
+        Err(e) => eprintln!("warning: convergence plots not drawn: {e:#}"),
+    }
+    Ok(())
+}
+
 pub fn run(a: &TrainLyreoArgs) -> Result<()> {
     let variant = Variant::parse(&a.policy.to_ascii_lowercase()).with_context(|| {
         format!(
@@ -932,6 +1317,9 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
             a.policy
         )
     })?;
+    if a.aggregate {
+        return aggregate(&a.out, variant);
+    }
     let mut cfg = TrainConfig::new(variant);
     cfg.episodes = a.episodes;
     cfg.seeds = a.seeds.clone();
@@ -940,7 +1328,11 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
     cfg.eval_every = a.eval_every;
     cfg.eval_seeds = a.eval_seeds.clone();
     cfg.request_credit = a.request_credit;
+    cfg.server_credit = a.server_credit;
     cfg.lr = a.lr;
+    cfg.horizon = a.horizon;
+    cfg.decisions_per_update = a.decisions;
+    cfg.epochs = a.epochs;
     cfg.bc_epochs = a.bc_epochs;
     if a.quick {
         cfg.episodes = 2;
@@ -949,6 +1341,7 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
         cfg.users = 12;
         cfg.eval_seeds.truncate(1);
     }
+    check(&cfg)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let total = (cfg.episodes * cfg.seeds.len()) as u64;
     let pb = indicatif::ProgressBar::new(total);
@@ -959,92 +1352,38 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     pb.set_prefix(format!("train {}", variant.name()));
-    let start = Instant::now();
-    let runs = train(&cfg, |p| {
-        pb.set_message(format!(
-            "seed {} ep {}: lat {:.3} s, Z {:.4}",
-            p.seed, p.episode, p.lat_mean_s, p.z_mean
-        ));
-        pb.inc(1);
-    })?;
+    let command = format!(
+        "edgemu train lyreo --policy {} --episodes {} --slots {} --users {} --eval-every {} \
+         --lr {} --horizon {} --decisions {} --epochs {} --request-credit {} --server-credit {}",
+        variant.name(),
+        cfg.episodes,
+        cfg.slots,
+        cfg.users,
+        cfg.eval_every,
+        cfg.lr,
+        cfg.horizon,
+        cfg.decisions_per_update,
+        cfg.epochs,
+        cfg.request_credit,
+        cfg.server_credit
+    );
+    let ll_eval = evaluate_ll(&cfg)?;
+    // Seed by seed, each written as soon as it is done: another process can
+    // train other seeds into the same folder, and `--aggregate` (or the end
+    // of this run) combines whatever is there.
+    for &seed in &cfg.seeds {
+        let start = Instant::now();
+        let r = train_seed(&cfg, seed, ll_eval, &mut |p: &CurvePoint| {
+            pb.set_message(format!(
+                "seed {} ep {}: lat {:.3} s, Z {:.4}",
+                p.seed, p.episode, p.lat_mean_s, p.z_mean
+            ));
+            pb.inc(1);
+        })?;
+        write_seed(&a.out, &cfg, &r, start.elapsed().as_secs_f64(), &command)?;
+    }
     pb.finish();
-    let (curves, conv) = curves_csv(&runs);
-    write(
-        &a.out.join(format!("{}-curves.csv", variant.name())),
-        &curves,
-    )?;
-    write(
-        &a.out.join(format!("{}-convergence.csv", variant.name())),
-        &conv,
-    )?;
-    for r in &runs {
-        let notes = format!(
-            "edgemu train lyreo --policy {} --episodes {} --slots {} --users {}; seed {}; \
-             held-out greedy {:.4} s {} (Least-Loaded {:.4} s, seeds {:?})",
-            variant.name(),
-            cfg.episodes,
-            cfg.slots,
-            cfg.users,
-            r.seed,
-            r.best_eval.0,
-            taken_after(r),
-            r.ll_eval,
-            cfg.eval_seeds
-        );
-        r.model
-            .save(
-                &a.out
-                    .join(format!("{}-seed{}.safetensors", variant.name(), r.seed)),
-                &notes,
-            )
-            .context("saving weights")?;
-    }
-    if let Some(b) = best(&runs) {
-        let path = a.out.join(format!("{}.safetensors", variant.name()));
-        let notes = format!(
-            "edgemu train lyreo --policy {} --episodes {} --slots {} --users {} --seeds {:?}; \
-             best seed {}: held-out greedy {:.4} s {} (Least-Loaded {:.4} s, seeds {:?})",
-            variant.name(),
-            cfg.episodes,
-            cfg.slots,
-            cfg.users,
-            cfg.seeds,
-            b.seed,
-            b.best_eval.0,
-            taken_after(b),
-            b.ll_eval,
-            cfg.eval_seeds
-        );
-        b.model.save(&path, &notes).context("saving weights")?;
-        for r in &runs {
-            println!(
-                "{} seed {}: held-out greedy {:.4} s {} vs Least-Loaded {:.4} s",
-                variant.name(),
-                r.seed,
-                r.best_eval.0,
-                taken_after(r),
-                r.ll_eval
-            );
-        }
-        println!(
-            "{}: best seed {} -> {} ({:.0} s); curves in {}",
-            variant.name(),
-            b.seed,
-            path.display(),
-            start.elapsed().as_secs_f64(),
-            a.out.display()
-        );
-    }
-    // After the weights: a plot that cannot be drawn loses nothing already written.
-    match convergence_plots(&a.out, variant, &runs) {
-        Ok(files) => println!(
-            "convergence plots: {} files in {}",
-            files.len(),
-            a.out.display()
-        ),
-        Err(e) => eprintln!("warning: convergence plots not drawn: {e:#}"),
-    }
-    Ok(())
+    aggregate(&a.out, variant)
 }
 
 #[cfg(test)]
@@ -1066,8 +1405,9 @@ mod tests {
         c.bc_decisions = 32;
         c.eval_every = 1;
         c.eval_seeds = vec![5];
-        // Exercise the optional per-request credit too.
+        // Exercise the optional per-request and per-server credits too.
         c.request_credit = 1.0;
+        c.server_credit = 1.0;
         c
     }
 
@@ -1095,18 +1435,79 @@ mod tests {
         out
     }
 
+    /// Two seeds trained by separate calls into one folder, then
+    /// aggregated: the across-seed CSV has both seeds' points and the
+    /// 95 % interval, the plots are drawn and the best seed's weights load.
     #[test]
-    fn convergence_plots_are_drawn_from_the_curves() {
-        let mut cfg = tiny(Variant::LyPpo);
-        cfg.seeds = vec![3, 4];
-        let runs = train(&cfg, |_| {}).unwrap();
+    fn per_seed_files_aggregate_into_curves_plots_and_best_weights() {
         let dir = std::env::temp_dir().join(format!("edgemu-conv-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let files = convergence_plots(&dir, Variant::LyPpo, &runs).unwrap();
-        assert_eq!(files.len(), 4, "latency and Z, PNG and SVG: {files:?}");
+        let mut evals = Vec::new();
+        for seed in [3, 4] {
+            let mut cfg = tiny(Variant::LyPpo);
+            cfg.seeds = vec![seed];
+            let runs = train(&cfg, |_| {}).unwrap();
+            evals.push((runs[0].best_eval.0, seed));
+            write_seed(&dir, &cfg, &runs[0], 1.0, "test").unwrap();
+        }
+        aggregate(&dir, Variant::LyPpo).unwrap();
+        let seeds = read_seeds(&dir, Variant::LyPpo).unwrap();
+        assert_eq!(seeds.len(), 2);
+        assert_eq!(seeds[0].1.len(), 2, "two episodes read back");
+        let conv = std::fs::read_to_string(dir.join("ly-ppo-convergence.csv")).unwrap();
+        let row: Vec<f64> = conv
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(row[1], 2.0, "two seeds at episode 0");
+        let lat = [seeds[0].1[0].lat_mean_s, seeds[1].1[0].lat_mean_s];
+        assert!((row[2] - (lat[0] + lat[1]) / 2.0).abs() < 1e-12);
+        assert!(row[3] <= row[5] && row[5] <= row[2] && row[2] <= row[6] && row[6] <= row[4]);
+        for f in ["latency", "z"] {
+            for ext in ["png", "svg"] {
+                assert!(dir.join(format!("ly-ppo-convergence-{f}.{ext}")).exists());
+            }
+        }
         let svg = std::fs::read_to_string(dir.join("ly-ppo-convergence-latency.svg")).unwrap();
         assert!(svg.contains("mean latency (s)") && svg.contains("2 seeds"));
+        let best = evals.iter().min_by(|a, b| a.0.total_cmp(&b.0)).unwrap().1;
+        assert_eq!(
+            std::fs::read(dir.join("ly-ppo.safetensors")).unwrap(),
+            std::fs::read(dir.join(format!("ly-ppo-seed{best}.safetensors"))).unwrap()
+        );
+        LearnedModel::load(&dir.join("ly-ppo.safetensors"), Variant::LyPpo).unwrap();
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// The per-server reward terms sum to the slot rewards, and the
+    /// per-(slot, server) credit has zero mean within every slot.
+    #[test]
+    fn server_terms_sum_to_the_slot_reward_and_credit_is_centred_per_slot() {
+        let cfg = tiny(Variant::Lyreo);
+        let sc = cfg.scenario(1, 0);
+        let model = LearnedModel::new(Variant::Lyreo, 1);
+        let rec = Arc::new(Mutex::new(Rollout::default()));
+        let policy = LearnedPolicy::sampling(Arc::new(model), 9, rec.clone());
+        let spec = PolicySpec::parse("least-loaded").unwrap();
+        let o = run_episode_with(&sc, &spec, Box::new(policy)).unwrap();
+        let terms = reward_terms(&cfg, &sc, &o, true);
+        let slot = slot_rewards(&cfg, &sc, &o);
+        for (t, r) in slot.iter().enumerate() {
+            let sum: f64 = terms[t * sc.servers..(t + 1) * sc.servers].iter().sum();
+            assert!((sum - f64::from(*r)).abs() < 1e-5, "slot {t}: {sum} vs {r}");
+        }
+        let ro = rec.lock().unwrap().clone();
+        let adv = server_advantages(&ro, &terms, sc.servers, 0.9);
+        assert_eq!(adv.len(), ro.decisions.len());
+        let mut per_slot: HashMap<u64, f32> = HashMap::new();
+        for (d, a) in ro.decisions.iter().zip(&adv) {
+            *per_slot.entry(d.slot).or_default() += a;
+        }
+        assert!(per_slot.values().all(|s| s.abs() < 1e-4), "{per_slot:?}");
+        assert!(adv.iter().any(|a| *a != 0.0));
     }
 
     #[test]

@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::{LeastLoaded, SchedulingPolicy, SlotObservation, PAIR_FEATURES};
+use super::{LeastLoaded, LyapunovQueues, SchedulingPolicy, SlotObservation, PAIR_FEATURES};
 use crate::nn::loss::{log_softmax, sample_categorical};
 use crate::nn::{Activation, Expected, Mlp, MlpScratch, PolicyError, WeightsFile};
 
@@ -444,8 +444,8 @@ pub struct LearnedPolicy {
     logits: Vec<f32>,
     logp: Vec<f32>,
     inputs: Vec<f32>,
-    count_z: Vec<f64>,
-    epsilon: f64,
+    /// LYREO-Count's count-based virtual queues.
+    count_q: Option<LyapunovQueues>,
 }
 
 impl LearnedPolicy {
@@ -459,8 +459,7 @@ impl LearnedPolicy {
             logits: Vec::new(),
             logp: Vec::new(),
             inputs: Vec::new(),
-            count_z: Vec::new(),
-            epsilon: 0.0,
+            count_q: None,
         }
     }
 
@@ -486,27 +485,30 @@ impl LearnedPolicy {
         p
     }
 
+    /// LYREO-Count's own queues: the reports describe the previous slot,
+    /// so from slot 1 on its count-based deviations are applied (and
+    /// returned).
     fn update_count_queues(&mut self, obs: &SlotObservation) -> Option<Vec<f64>> {
         let n = obs.servers.len();
-        if self.count_z.len() != n {
-            self.count_z = vec![0.0; n];
+        let q = self
+            .count_q
+            .get_or_insert_with(|| LyapunovQueues::new(n, obs.epsilon));
+        if q.z().len() != n || q.epsilon() != obs.epsilon {
+            *q = LyapunovQueues::new(n, obs.epsilon);
         }
-        self.epsilon = obs.epsilon;
         if obs.slot == 0 {
             return None;
         }
-        // The reports describe the previous slot: apply its deviations.
         let w: Vec<f64> = obs
             .servers
             .iter()
             .map(|s| count_workload(s.backlog))
             .collect();
-        let mean = w.iter().sum::<f64>() / n.max(1) as f64;
-        let y: Vec<f64> = w.iter().map(|x| (x - mean) * (x - mean)).collect();
-        for (z, y) in self.count_z.iter_mut().zip(&y) {
-            *z = (*z + y - self.epsilon).max(0.0);
-        }
-        Some(y)
+        Some(q.update(&w))
+    }
+
+    fn count_z(&self) -> &[f64] {
+        self.count_q.as_ref().map(|q| q.z()).unwrap_or(&[])
     }
 }
 
@@ -523,7 +525,7 @@ impl SchedulingPolicy for LearnedPolicy {
         } else {
             None
         };
-        let view = variant_view(variant, obs, &self.count_z);
+        let view = variant_view(variant, obs, self.count_z());
         let ns = view.servers.len();
         if ns == 0 {
             out.resize(view.requests.len(), 0);
@@ -605,7 +607,7 @@ impl SchedulingPolicy for LearnedPolicy {
             rec.action_summaries.push(summary);
             if variant.counts() {
                 rec.count_y.push(count_y.unwrap_or_else(|| vec![0.0; ns]));
-                rec.count_z.push(self.count_z.clone());
+                rec.count_z.push(self.count_z().to_vec());
             }
         }
     }

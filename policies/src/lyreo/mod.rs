@@ -22,6 +22,7 @@
 mod heuristics;
 pub mod learned;
 mod observation;
+mod queues;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use std::sync::Arc;
 pub use heuristics::{LeastLoaded, RandomPolicy};
 pub use learned::{LearnedModel, LearnedPolicy, Rollout, Variant};
 pub use observation::{RequestObs, ServerObs, SlotObservation, PAIR_FEATURES};
+pub use queues::LyapunovQueues;
 
 /// A request-scheduling policy: one server per request of the slot.
 pub trait SchedulingPolicy {
