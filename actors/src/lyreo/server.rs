@@ -254,9 +254,21 @@ impl<B: Backend + 'static> ServerActor<B> {
             return;
         }
         // A slot far ahead of this server's clock would never be released
-        // (only past slots are): refuse it rather than hold it for ever.
-        if slot > self.slot.saturating_add(2) {
+        // (only past slots are): refuse it, with an answer, rather than hold
+        // it for ever. "This server's clock" is the slot the run time is in,
+        // not only `self.slot`: that counts slot-end timers, which lag while
+        // the arbiter is busy (e.g. loading the real model at the start), and
+        // a lagging count used to drop a current slot's requests unanswered.
+        let current = self.slot.max(self.clock.now_ns() / self.s.slot_ns.max(1));
+        if slot > current.saturating_add(2) {
             self.ignored += 1;
+            for r in requests {
+                self.fail(
+                    r.user,
+                    r.id,
+                    "assigned to a slot ahead of the server's clock",
+                );
+            }
             return;
         }
         let b = self.batches.entry(slot).or_default();
