@@ -75,23 +75,16 @@ pub struct HandoffScenario {
     pub session: u32,
 }
 
-/// Defaults of the harness: K = 1 024, the paper's "full-window" streaming
-/// FEC on its link: a repair combines the oldest K packets of the sender's
-/// window, which starts at the last *reported* decoded prefix, and on the
-/// paper's channel that window reaches 734–888 packets (a hole costs at least
-/// an RTT ≈ 180 packets to repair, two if its repair is lost). With K = 256
-/// (the earlier default) the first repair of a deficit burst that filled the
-/// head hole let the prefix jump past start + 256, and the rest of the burst,
-/// sent before the next report, covered only decoded packets: ≈ 920 of
-/// ≈ 2 370 received repairs per handoff were redundant and the deficit
-/// heuristic reached 85.4 % utility at ρ = 0.8 against an oracle's 87.4 %;
-/// with K = 1 024, 142 redundant and 87.0 % (32 paired seeds; README, the
-/// `redundant_repairs` example). With K = 64 the whole budget went on such
-/// repairs. The cost is encode work per repair (≤ K packets combined).
+/// Defaults of the harness: K = 256, above the bandwidth-delay product of the
+/// paper's link (≈ 180 frames per RTT), so one repair combines every packet
+/// the receiver can still be missing when it reports a deficit — with a
+/// smaller K, repairs sent on a reported deficit combine only the oldest K
+/// packets and are redundant for losses further on until the ACK slides the
+/// window (we measured K = 64 spending the whole budget on such repairs);
 /// B_rep = 25 % of N (three times
 /// the mean loss: never binding for the rule-based schemes on the paper's
 /// channel, so it is a limit, not a tuning knob), feedback every 4 frames.
-pub const DEFAULT_K: u16 = 1024;
+pub const DEFAULT_K: u16 = 256;
 pub const DEFAULT_BUDGET_FRACTION: f64 = 0.25;
 pub const DEFAULT_FEEDBACK_EVERY: u32 = 4;
 

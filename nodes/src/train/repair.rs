@@ -82,7 +82,7 @@ pub struct TrainRepairArgs {
     #[arg(long)]
     pub keep_best: bool,
     /// Coding window limit K of the training episodes and of the evaluation
-    /// handoffs (default: the harness's, 1 024).
+    /// handoffs (default: the harness's, 256).
     #[arg(long)]
     pub k: Option<u16>,
     /// Start from these weights (fine-tune); with `--episodes 0` the file is
