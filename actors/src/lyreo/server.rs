@@ -254,13 +254,12 @@ impl<B: Backend + 'static> ServerActor<B> {
             return;
         }
         // A slot far ahead of this server's clock would never be released
-        // (only past slots are): refuse it, with an answer, rather than hold
-        // it for ever. "This server's clock" is the slot the run time is in,
-        // not only `self.slot`: that counts slot-end timers, which lag while
-        // the arbiter is busy (e.g. loading the real model at the start), and
-        // a lagging count used to drop a current slot's requests unanswered.
-        let current = self.slot.max(self.clock.now_ns() / self.s.slot_ns.max(1));
-        if slot > current.saturating_add(2) {
+        // (only past slots are): refuse it rather than hold it for ever, and
+        // answer, so that the user records a failure with its reason instead
+        // of an unanswered request. (`self.slot` counts slot-end timers, which
+        // lag while this actor's thread is busy, e.g. loading the real model
+        // at the start; a request of a current slot can land here then.)
+        if slot > self.slot.saturating_add(2) {
             self.ignored += 1;
             for r in requests {
                 self.fail(
@@ -516,7 +515,15 @@ impl<B: Backend + 'static> ServerActor<B> {
 impl<B: Backend + 'static> Actor for ServerActor<B> {
     type Context = Context<Self>;
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let first = self.s.slot_ns;
+        // A server that starts late — in real time the real model loads on
+        // this actor's own thread first, ≈ 3 s — begins at the slot the run
+        // is in. Counting its slot ends up from 0 would put it slots behind
+        // the scheduler, and the assignments queued meanwhile would look
+        // "ahead of the server's clock" and be refused. The slots it missed
+        // have no row, as for a dead server. (In virtual time and for the
+        // modeled servers it starts at run time 0: slot 0.)
+        self.slot = self.slot.max(self.clock.now_ns() / self.s.slot_ns.max(1));
+        let first = (self.slot + 1).saturating_mul(self.s.slot_ns);
         ctx.run_later(self.clock.until(first), |act, ctx| act.end_slot(ctx));
     }
 }
