@@ -135,6 +135,11 @@ pub struct TrainLyreoArgs {
     /// the normalization is fitted).
     #[arg(long, default_value_t = 8)]
     pub bc_epochs: usize,
+    /// Share of each GPU's M_s that is the KV budget during training and its
+    /// held-out checks (1.0 = the literal 10/20/24 GB, where Z stays 0; 0.01
+    /// is where the Lyapunov term is live, see the README's LYREO section).
+    #[arg(long, default_value_t = 1.0)]
+    pub kv_budget_share: f64,
     /// Output folder (weights, curves.csv, convergence.csv).
     #[arg(long, default_value = "results/train-lyreo")]
     pub out: PathBuf,
@@ -187,6 +192,8 @@ pub struct TrainConfig {
     pub eval_every: usize,
     /// Held-out scenario seeds of the greedy evaluation.
     pub eval_seeds: Vec<u64>,
+    /// Share of each M_s that is the KV budget (`Scenario::kv_budget_share`).
+    pub kv_budget_share: f64,
 }
 
 impl TrainConfig {
@@ -217,6 +224,7 @@ impl TrainConfig {
             bc_lr: 1e-3,
             eval_every: 5,
             eval_seeds: vec![7001, 7002],
+            kv_budget_share: 1.0,
         }
     }
 
@@ -224,6 +232,7 @@ impl TrainConfig {
         let mut s = Scenario::paper_default(seed.wrapping_mul(1000).wrapping_add(episode as u64));
         s.slots = self.slots;
         s.users = self.users;
+        s.kv_budget_share = self.kv_budget_share;
         s
     }
 
@@ -236,6 +245,7 @@ impl TrainConfig {
         let mut s = Scenario::paper_default(seed);
         s.slots = self.slots;
         s.users = self.users;
+        s.kv_budget_share = self.kv_budget_share;
         s
     }
 }
@@ -944,6 +954,9 @@ fn check(cfg: &TrainConfig) -> Result<()> {
     if cfg.eval_seeds.is_empty() {
         bail!("at least one evaluation seed is needed");
     }
+    if !(cfg.kv_budget_share > 0.0 && cfg.kv_budget_share <= 1.0) {
+        bail!("--kv-budget-share must be in (0, 1], not {}", cfg.kv_budget_share);
+    }
     Ok(())
 }
 
@@ -1334,6 +1347,7 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
     cfg.decisions_per_update = a.decisions;
     cfg.epochs = a.epochs;
     cfg.bc_epochs = a.bc_epochs;
+    cfg.kv_budget_share = a.kv_budget_share;
     if a.quick {
         cfg.episodes = 2;
         cfg.seeds.truncate(1);
@@ -1354,7 +1368,7 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
     pb.set_prefix(format!("train {}", variant.name()));
     let command = format!(
         "edgemu train lyreo --policy {} --episodes {} --slots {} --users {} --eval-every {} \
-         --lr {} --horizon {} --decisions {} --epochs {} --request-credit {} --server-credit {}",
+         --lr {} --horizon {} --decisions {} --epochs {} --request-credit {} --server-credit {} --kv-budget-share {}",
         variant.name(),
         cfg.episodes,
         cfg.slots,
@@ -1365,7 +1379,8 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
         cfg.decisions_per_update,
         cfg.epochs,
         cfg.request_credit,
-        cfg.server_credit
+        cfg.server_credit,
+        cfg.kv_budget_share
     );
     let ll_eval = evaluate_ll(&cfg)?;
     // Seed by seed, each written as soon as it is done: another process can
