@@ -78,6 +78,9 @@ pub struct ServerActor<B: Backend + 'static> {
     /// When each request's upload began (assignment at the user), by id.
     upload_start: HashMap<u64, u64>,
     slot: u64,
+    /// Generation of the pending slot-end timer: a catch-up re-arms it, and
+    /// a timer of an older generation then does nothing.
+    slot_timer: u64,
     assigned_in_slot: usize,
     lost_in_slot: usize,
     /// Woken for this core event time already.
@@ -120,6 +123,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             users: HashMap::new(),
             upload_start: HashMap::new(),
             slot: 0,
+            slot_timer: 0,
             assigned_in_slot: 0,
             lost_in_slot: 0,
             armed: None,
@@ -253,12 +257,18 @@ impl<B: Backend + 'static> ServerActor<B> {
             }
             return;
         }
-        // A slot far ahead of this server's clock would never be released
-        // (only past slots are): refuse it rather than hold it for ever, and
-        // answer, so that the user records a failure with its reason instead
-        // of an unanswered request. (`self.slot` counts slot-end timers, which
-        // lag while this actor's thread is busy, e.g. loading the real model
-        // at the start; a request of a current slot can land here then.)
+        // `self.slot` counts closed slots; its timers fire late while this
+        // actor's thread is busy (a real backend's forward passes run
+        // inline), and the scheduler's assignment for the current slot can
+        // come first. Close the slots that have ended by run time before
+        // judging the assignment.
+        if slot > self.slot.saturating_add(2) {
+            self.catch_up_slots(ctx);
+        }
+        // A slot still far ahead of this server's clock would never be
+        // released (only past slots are): refuse it rather than hold it for
+        // ever, and answer, so that the user records a failure with its
+        // reason instead of an unanswered request.
         if slot > self.slot.saturating_add(2) {
             self.ignored += 1;
             for r in requests {
@@ -422,15 +432,42 @@ impl<B: Backend + 'static> ServerActor<B> {
         }
     }
 
-    fn end_slot(&mut self, ctx: &mut Context<Self>) {
+    /// Arms the timer for the end of slot `self.slot`.
+    fn arm_slot_timer(&mut self, ctx: &mut Context<Self>) {
+        self.slot_timer = self.slot_timer.wrapping_add(1);
+        let generation = self.slot_timer;
+        let end = (self.slot + 1).saturating_mul(self.s.slot_ns);
+        ctx.run_later(self.clock.until(end), move |act, ctx| {
+            if act.slot_timer == generation {
+                act.close_slot(ctx);
+                act.catch_up_slots(ctx);
+                act.arm_slot_timer(ctx);
+            }
+        });
+    }
+
+    /// Closes every slot that has ended by run time (a late timer's
+    /// backlog), then re-arms the timer; a no-op when the clock is current.
+    fn catch_up_slots(&mut self, ctx: &mut Context<Self>) {
+        let ended = self.clock.now_ns() / self.s.slot_ns.max(1);
+        if self.slot >= ended {
+            return;
+        }
+        while self.slot < ended {
+            self.close_slot(ctx);
+        }
+        self.arm_slot_timer(ctx);
+    }
+
+    /// Ends slot `self.slot`: releases what is overdue, reports to the
+    /// scheduler, writes the slot's row, and moves the clock on by one.
+    fn close_slot(&mut self, ctx: &mut Context<Self>) {
         if !self.liveness.is_alive() {
             // Dead: no report, no row; the slot clock goes on.
             if let Some(core) = self.core.as_mut() {
                 core.end_slot(self.slot, self.s.slot_ns);
             }
             self.slot += 1;
-            let next = (self.slot + 1).saturating_mul(self.s.slot_ns);
-            ctx.run_later(self.clock.until(next), |act, ctx| act.end_slot(ctx));
             return;
         }
         self.pump(ctx);
@@ -507,8 +544,6 @@ impl<B: Backend + 'static> ServerActor<B> {
         self.assigned_in_slot = 0;
         self.lost_in_slot = 0;
         self.slot += 1;
-        let next = (self.slot + 1).saturating_mul(self.s.slot_ns);
-        ctx.run_later(self.clock.until(next), |act, ctx| act.end_slot(ctx));
     }
 }
 
@@ -523,8 +558,7 @@ impl<B: Backend + 'static> Actor for ServerActor<B> {
         // have no row, as for a dead server. (In virtual time and for the
         // modeled servers it starts at run time 0: slot 0.)
         self.slot = self.slot.max(self.clock.now_ns() / self.s.slot_ns.max(1));
-        let first = (self.slot + 1).saturating_mul(self.s.slot_ns);
-        ctx.run_later(self.clock.until(first), |act, ctx| act.end_slot(ctx));
+        self.arm_slot_timer(ctx);
     }
 }
 
