@@ -278,7 +278,9 @@ impl HandoffReceiver {
             .zip(self.utilities.iter())
             .filter(|(&c, _)| c == frags)
             .map(|(_, &u)| u)
-            .sum();
+            // From +0.0: `Sum` for floats starts at −0.0, which printed an
+            // empty handoff's utility as "-0.0".
+            .fold(0.0, |a, u| a + u);
         got / self.total_utility
     }
 
@@ -351,6 +353,14 @@ mod tests {
         let len = layout.fragment_range(fragment).len();
         let payload: Vec<u8> = (0..len).map(|i| (i as u8) ^ (block as u8 + 1)).collect();
         enc.send_source(block, fragment, &payload).unwrap().bytes
+    }
+
+    #[test]
+    fn nothing_received_is_positive_zero() {
+        let (_, rx, _) = setup();
+        let u = rx.recovered_utility();
+        assert!(u == 0.0 && u.is_sign_positive(), "{u:?}");
+        assert_eq!(format!("{u}"), "0");
     }
 
     #[test]
