@@ -22,6 +22,7 @@
 //! policy = "deficit-heuristic"  # the repair slot's first policy (default: the scheme's)
 //! rebuild = "zero-fill"      # or "mask"
 //! decode_tokens = 8
+//! coding_window = 256        # K: most source packets one repair combines
 //! ```
 //!
 //! Only what a file can get wrong is checked here; the scheme is checked
@@ -55,7 +56,13 @@ pub(crate) const KEYS: &[&str] = &[
     "policy",
     "rebuild",
     "decode_tokens",
+    "coding_window",
 ];
+
+/// The coding window K when `coding_window` is not given: the handoff
+/// harness's default (`edgemu_handoff::harness::DEFAULT_K`; this crate does
+/// not depend on it, a test in `edgemu-actors` checks they agree).
+pub const DEFAULT_CODING_WINDOW: u16 = 256;
 
 /// Schemes the agent actors drive (every FEC scheme of `edgemu-handoff`).
 /// TCP and QUIC run only in the co-simulation harness: their cores are
@@ -133,6 +140,12 @@ pub struct HandoffTask {
     pub scheme: String,
     pub rebuild: RebuildMode,
     pub decode_tokens: u32,
+    /// K of the streaming RLC (paper §IV-A): the most source packets one
+    /// repair combines. Wider windows repair more holes per repair on a
+    /// mildly lossy channel but need as many innovative repairs as there are
+    /// holes in the window before anything decodes, which stalls on a very
+    /// lossy one (see the README's PriorityFEC section).
+    pub coding_window: u16,
 }
 
 /// A `kind = "agent"` actor.
@@ -242,6 +255,7 @@ pub(crate) fn agent(
         "scheme",
         "rebuild",
         "decode_tokens",
+        "coding_window",
     ];
     let has_task = obj.contains_key("hand_to");
     if !has_task {
@@ -338,6 +352,13 @@ pub(crate) fn agent(
         _ => RebuildMode::ZeroFill,
     };
     let decode_tokens = ranged(obj, "decode_tokens", 1..=512, 8, errs) as u32;
+    let coding_window = ranged(
+        obj,
+        "coding_window",
+        1..=4096,
+        u64::from(DEFAULT_CODING_WINDOW),
+        errs,
+    ) as u16;
     let handoff = match (has_task, hand_to, via) {
         (true, Some(to), Some(via)) => Some(HandoffTask {
             to: ActorId(to as u32),
@@ -353,6 +374,7 @@ pub(crate) fn agent(
             scheme,
             rebuild,
             decode_tokens,
+            coding_window,
         }),
         _ => None,
     };

@@ -280,7 +280,7 @@ impl Cluster {
                         (None, c) => format!("{}", c.unwrap_or(1)),
                     };
                     d.push_str(&format!(
-                        "; hands {} {}-token {} context(s) (seed {}) to {} via {}: {} handoff(s) from {}, {deadline}, scheme {}, {} rebuild, {} decoded tokens",
+                        "; hands {} {}-token {} context(s) (seed {}) to {} via {}: {} handoff(s) from {}, {deadline}, scheme {}, {} rebuild, {} decoded tokens, coding window {}",
                         t.context_count,
                         t.context_tokens,
                         t.contexts.name(),
@@ -291,7 +291,8 @@ impl Cluster {
                         fmt_duration(t.start_ns),
                         t.scheme,
                         t.rebuild.name(),
-                        t.decode_tokens
+                        t.decode_tokens,
+                        t.coding_window
                     ));
                 }
                 d

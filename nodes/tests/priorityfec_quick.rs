@@ -22,6 +22,7 @@ fn args(tiny: bool, run: &str) -> PriorityFecArgs {
         loss_trace: None,
         mode: "zero-fill".into(),
         seed: 1,
+        k: edgemu_handoff::harness::DEFAULT_K,
         context_seed: 0,
         model: None,
         tiny,
@@ -195,6 +196,11 @@ fn resumed_run_equals_straight_run() {
     bad.decode_len = 9;
     let e = format!("{:#}", report(&bad).expect_err("another decode length"));
     assert!(e.contains("decode_len"), "{e}");
+    let mut bad = straight.clone();
+    bad.resume = Some(dir.clone());
+    bad.k = 64;
+    let e = format!("{:#}", report(&bad).expect_err("another coding window"));
+    assert!(e.contains("grid.k: stored 256, now 64"), "{e}");
     let mut again = straight.clone();
     again.resume = Some(dir.clone());
     report(&again).expect("resumed run");

@@ -12,7 +12,7 @@ use edgemu_codec::wire::{Envelope, Msg};
 use edgemu_config::{HandoffDeadline, HandoffTask, RebuildMode};
 use edgemu_gpu::kv_cache::ContextKvCache;
 use edgemu_gpu::MissingRows;
-use edgemu_handoff::harness::{DEFAULT_BUDGET_FRACTION, DEFAULT_FEEDBACK_EVERY, DEFAULT_K};
+use edgemu_handoff::harness::{DEFAULT_BUDGET_FRACTION, DEFAULT_FEEDBACK_EVERY};
 use edgemu_handoff::{HandoffReceiver, HandoffScenario, ReceiverConfig, SchemeSpec};
 use edgemu_links::{LinkParams, RateSpec};
 use edgemu_policies::slot::{PolicySlot, RepairPolicies, RepairSpec};
@@ -35,6 +35,9 @@ pub const VIRTUAL_LOOKAHEAD_NS: u64 = 2_000_000;
 /// The most tokens a peer's offer may ask this host to decode (cluster.toml's
 /// `decode_tokens` range).
 pub const MAX_DECODE_TOKENS: u32 = 512;
+/// The widest coding window a peer's offer may ask for (cluster.toml's
+/// `coding_window` range): a receiver's decoding work grows with it.
+pub const MAX_CODING_WINDOW: u16 = 4096;
 /// After D, how long a receiver in virtual time waits before closing the
 /// handoff, so that every frame that arrived by D (delivered at the next
 /// millisecond wake-up) is in. Frames after D are late whatever happens.
@@ -249,7 +252,7 @@ impl AgentActor {
             reverse: plan.reverse.clone(),
             rate_bps: rate_bps.max(1),
             rho: 1.0,
-            k: DEFAULT_K,
+            k: plan.task.coding_window,
             budget_fraction: DEFAULT_BUDGET_FRACTION,
             feedback_every: DEFAULT_FEEDBACK_EVERY,
             session: k,
@@ -427,12 +430,14 @@ impl AgentActor {
         // (the same limits cluster.toml puts on a task) before anything runs.
         if offer.tokens.len() > offer.layout.n_tokens as usize
             || offer.decode_tokens > MAX_DECODE_TOKENS
+            || offer.k == 0
+            || offer.k > MAX_CODING_WINDOW
         {
             self.event(
                 "handoff.error",
                 serde_json::json!({"handoff": offer.handoff, "from": self.name_of(from),
-                    "error": format!("offer refused: {} context tokens for a {}-token layout, {} decode tokens (at most {MAX_DECODE_TOKENS})",
-                        offer.tokens.len(), offer.layout.n_tokens, offer.decode_tokens)}),
+                    "error": format!("offer refused: {} context tokens for a {}-token layout, {} decode tokens (at most {MAX_DECODE_TOKENS}), coding window {} (1 to {MAX_CODING_WINDOW})",
+                        offer.tokens.len(), offer.layout.n_tokens, offer.decode_tokens, offer.k)}),
             );
             return;
         }
@@ -761,5 +766,17 @@ impl SelfRestart for AgentActor {
     }
     fn restart_by_itself(&mut self, _: &mut Context<Self>) {
         self.event("agent.restart", serde_json::json!({"by": "kill for"}));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cluster_toml_default_window_is_the_harness_default() {
+        assert_eq!(
+            edgemu_config::agent::DEFAULT_CODING_WINDOW,
+            edgemu_handoff::harness::DEFAULT_K
+        );
+        const _: () = assert!(edgemu_handoff::harness::DEFAULT_K <= super::MAX_CODING_WINDOW);
     }
 }

@@ -262,26 +262,43 @@ fn append_synced(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// `key: stored X, now Y` for every top-level key that differs (`format` aside).
 fn differences(stored: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
-    let empty = serde_json::Map::new();
-    let (a, b) = (
-        stored.as_object().unwrap_or(&empty),
-        now.as_object().unwrap_or(&empty),
-    );
+    let mut out = Vec::new();
+    diff_into("", stored, now, &mut out);
+    out
+}
+
+/// Differences of two settings objects, named by dotted path (`grid.k`) so
+/// that a nested setting is named rather than its whole object printed.
+fn diff_into(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        if a != b {
+            out.push(format!("{path}: stored {a}, now {b}"));
+        }
+        return;
+    };
     let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
     keys.sort();
     keys.dedup();
-    keys.into_iter()
-        .filter(|k| k.as_str() != "format")
-        .filter_map(|k| {
-            let (x, y) = (a.get(k), b.get(k));
-            (x != y).then(|| {
+    for k in keys {
+        if path.is_empty() && k.as_str() == "format" {
+            continue;
+        }
+        let name = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        match (a.get(k), b.get(k)) {
+            (Some(x), Some(y)) => diff_into(&name, x, y, out),
+            (x, y) if x != y => {
                 let show = |v: Option<&serde_json::Value>| {
                     v.map_or("(absent)".to_string(), |v| v.to_string())
                 };
-                format!("{k}: stored {}, now {}", show(x), show(y))
-            })
-        })
-        .collect()
+                out.push(format!("{name}: stored {}, now {}", show(x), show(y)));
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Splits `handoffs.csv` text into rows of named fields (header order).

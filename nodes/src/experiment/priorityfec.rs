@@ -126,6 +126,11 @@ pub struct PriorityFecArgs {
     /// Seed of the loss realizations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Coding window K of every FEC scheme: the most source packets one
+    /// repair combines (paper §IV-A), 1 to 4096. The README's PriorityFEC
+    /// section compares 256 and 1 024.
+    #[arg(long, default_value_t = edgemu_handoff::harness::DEFAULT_K)]
+    pub k: u16,
     /// Seed of the profiling/evaluation context split (the profile's).
     #[arg(long, default_value_t = 0)]
     pub context_seed: u64,
@@ -169,6 +174,9 @@ struct Grid {
     schemes: Vec<String>,
     mode: String,
     seed: u64,
+    /// Coding window K (absent from runs written before it was a setting:
+    /// those ran with 256).
+    k: u16,
 }
 
 fn grid(a: &PriorityFecArgs) -> Result<Grid> {
@@ -195,7 +203,11 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
         }),
         mode: a.mode.clone(),
         seed: a.seed,
+        k: a.k,
     };
+    if !(1..=4096).contains(&g.k) {
+        bail!("--k must be from 1 to 4096, not {}", g.k);
+    }
     if g.contexts == 0 || g.realizations == 0 || g.rho.is_empty() || g.schemes.is_empty() {
         bail!("the grid is empty: {g:?}");
     }
@@ -289,6 +301,7 @@ struct TransportGrid<'a> {
     payload: Arc<[u8]>,
     loss: LossSpec,
     weights: &'a Path,
+    k: u16,
 }
 
 impl TransportGrid<'_> {
@@ -300,6 +313,7 @@ impl TransportGrid<'_> {
             rho,
         );
         s.forward.loss = self.loss.clone();
+        s.k = self.k;
         s
     }
 
@@ -855,6 +869,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         payload: synthetic_payload(&layout, 0),
         loss,
         weights: &a.weights,
+        k: g.k,
     };
     let mut skipped = Vec::new();
     let mut schemes = Vec::new();

@@ -955,7 +955,10 @@ fn check(cfg: &TrainConfig) -> Result<()> {
         bail!("at least one evaluation seed is needed");
     }
     if !(cfg.kv_budget_share > 0.0 && cfg.kv_budget_share <= 1.0) {
-        bail!("--kv-budget-share must be in (0, 1], not {}", cfg.kv_budget_share);
+        bail!(
+            "--kv-budget-share must be in (0, 1], not {}",
+            cfg.kv_budget_share
+        );
     }
     Ok(())
 }
