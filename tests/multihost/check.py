@@ -18,6 +18,8 @@ import json
 import os
 import sys
 
+from checklib import check, failures, rows
+
 MS = 1_000_000
 S = 1_000_000_000
 
@@ -33,16 +35,6 @@ RATE_TOL = 0.05
 # See the wan checks.
 SENT_MARGIN_NS = 50 * MS
 LEAD_MARGIN_NS = 5 * MS
-
-failures = []
-
-
-def check(ok, what):
-    print(("  ok    " if ok else "  FAIL  ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
-
 
 def section(title):
     print(title)
@@ -71,14 +63,14 @@ def events(results, host):
 
 def probes(results, host, flow):
     """Packet records of `flow` at `host` (a killed host may leave a torn last line)."""
-    rows = []
+    out = []
     path = os.path.join(results, host, "probes.csv")
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             try:
                 if r["kind"] != "packet" or r["flow"] != flow:
                     continue
-                rows.append({
+                out.append({
                     "seq": int(r["seq"]),
                     "size": int(r["size"]),
                     "sent": int(r["sent_ns"]),
@@ -87,7 +79,7 @@ def probes(results, host, flow):
                 })
             except (KeyError, TypeError, ValueError):
                 pass
-    return rows
+    return out
 
 
 def link_of(e):
@@ -102,14 +94,12 @@ def link_of(e):
 
 def rtts(results, host, flow):
     path = os.path.join(results, host, "probes.csv")
-    with open(path, newline="") as f:
-        return [r for r in csv.DictReader(f) if r.get("kind") == "rtt" and r.get("flow") == flow]
+    return [r for r in rows(path) if r.get("kind") == "rtt" and r.get("flow") == flow]
 
 
 def links(results, host, name, direction):
     path = os.path.join(results, host, "links.csv")
-    with open(path, newline="") as f:
-        return [r for r in csv.DictReader(f) if r["link"] == name and r["dir"] == direction]
+    return [r for r in rows(path) if r["link"] == name and r["dir"] == direction]
 
 
 def rate_bps(rows, lo, hi):
