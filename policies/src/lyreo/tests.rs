@@ -159,6 +159,25 @@ fn paper_like_obs(servers: usize, requests: usize) -> SlotObservation {
     obs(s, r)
 }
 
+/// The weights trained at `--kv-budget-share 0.005` (README, LYREO section)
+/// are a complete second set: every variant, each loading as its own kind.
+#[test]
+fn the_kv_budget_weights_are_a_complete_valid_set() {
+    let dir = crate::nn::shipped_weights_dir().join("kv-budget-0.005");
+    if std::env::var_os("EDGEMU_WEIGHTS_DIR").is_some() {
+        return; // another folder was asked for
+    }
+    for v in Variant::ALL {
+        let path = dir.join(format!("{}.safetensors", v.name()));
+        let spec = PolicySpec::parse(&format!("{}={}", v.name(), path.display()))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let o = paper_like_obs(8, 40);
+        let mut out = Vec::new();
+        spec.build(1).assign(&o, &mut out);
+        assert!(out.len() == 40 && out.iter().all(|&s| s < 8), "{}", v.name());
+    }
+}
+
 #[test]
 fn every_shipped_learned_policy_loads_and_assigns_valid_servers() {
     let shipped: Vec<Variant> = Variant::ALL
