@@ -174,7 +174,11 @@ fn the_kv_budget_weights_are_a_complete_valid_set() {
         let o = paper_like_obs(8, 40);
         let mut out = Vec::new();
         spec.build(1).assign(&o, &mut out);
-        assert!(out.len() == 40 && out.iter().all(|&s| s < 8), "{}", v.name());
+        assert!(
+            out.len() == 40 && out.iter().all(|&s| s < 8),
+            "{}",
+            v.name()
+        );
     }
 }
 
