@@ -74,6 +74,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::experiment::pfec_run::{csv_records, sha256_file, tokens_sha256, ContextDone, RunDir};
+use crate::plots::stats::cluster_means;
 use crate::results::{git_revision, render, run_id, write_file};
 
 /// The shipped SmolLM2 KV-utility profile.
@@ -467,7 +468,11 @@ fn mean_ci(xs: &[f64]) -> (f64, f64) {
 struct Cell {
     rho: f64,
     scheme: String,
+    /// Handoffs in the cell, and the contexts and realizations they span: the utility
+    /// interval is over `realizations` means, the F1 and top-1 ones over `contexts` means.
     n: usize,
+    contexts: usize,
+    realizations: usize,
     utility: f64,
     utility_ci: f64,
     f1: f64,
@@ -491,14 +496,29 @@ fn summarize(rows: &[HandoffRow], rhos: &[f64], schemes: &[String]) -> Vec<Cell>
                 continue;
             }
             let col = |f: fn(&HandoffRow) -> f64| sel.iter().map(|r| f(r)).collect::<Vec<_>>();
-            let (u, uc) = mean_ci(&col(|r| r.utility));
-            let (f, fc) = mean_ci(&col(|r| r.f1));
-            let (t, tc) = mean_ci(&col(|r| r.top1));
+            // Intervals over independent units (see `cluster_means`): utility over the
+            // realizations, task quality over the contexts.
+            let by_realization = |f: fn(&HandoffRow) -> f64| {
+                cluster_means(sel.iter().map(|r| (r.realization, f(r))))
+            };
+            let by_context =
+                |f: fn(&HandoffRow) -> f64| cluster_means(sel.iter().map(|r| (r.context, f(r))));
+            let (u, uc) = mean_ci(&by_realization(|r| r.utility));
+            let (f, fc) = mean_ci(&by_context(|r| r.f1));
+            let (t, tc) = mean_ci(&by_context(|r| r.top1));
             let avg = |f: fn(&HandoffRow) -> f64| mean_ci(&col(f)).0;
+            let count = |f: fn(&HandoffRow) -> u64| {
+                let mut v: Vec<u64> = sel.iter().map(|r| f(r)).collect();
+                v.sort_unstable();
+                v.dedup();
+                v.len()
+            };
             out.push(Cell {
                 rho,
                 scheme: s.clone(),
                 n: sel.len(),
+                contexts: count(|r| r.context as u64),
+                realizations: count(|r| r.realization),
                 utility: u,
                 utility_ci: uc,
                 f1: f,
@@ -528,7 +548,7 @@ fn table(cells: &[Cell]) -> String {
                 format!("{:.0}", c.source_packets),
                 format!("{:.0}", c.repair_packets),
                 format!("{:.0}", c.innovative_repairs),
-                c.n.to_string(),
+                format!("{} ({}×{})", c.n, c.contexts, c.realizations),
             ]
         })
         .collect();
@@ -542,7 +562,7 @@ fn table(cells: &[Cell]) -> String {
             "src pkts",
             "rep pkts",
             "innov",
-            "n",
+            "n (ctx×real)",
         ],
         &rows,
     )

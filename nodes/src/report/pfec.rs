@@ -1,9 +1,13 @@
 //! PriorityFEC experiment runs (`edgemu experiment priorityfec`): `handoffs.csv` with one row
 //! per context × realization × ρ × scheme (columns context, realization, rho, scheme,
-//! utility, f1, top1). Means with Student-t 95 % CIs over contexts × realizations.
+//! utility, f1, top1). Means with Student-t 95 % CIs over independent units
+//! (`plots::stats::cluster_means`): recovered utility over the realizations' means (it does
+//! not depend on the context), F1 and top-1 over the contexts' means. A CSV without the
+//! context or realization column counts each row as its own unit.
 
 use super::csv::Table;
 use super::Report;
+use crate::plots::stats::cluster_means;
 use crate::plots::{self, BarSeries, CiPoint, CiSeries, Labels};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -34,22 +38,36 @@ pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
         t.col("f1")?,
         t.col("top1")?,
     );
-    // scheme -> rho -> (utility, f1, top1) samples
+    let (cctx, creal) = (t.col("context").ok(), t.col("realization").ok());
+    // scheme -> rho -> (utility, f1, top1) samples: utility as one mean per realization,
+    // F1 and top-1 as one mean per context.
     type Cell = (Vec<f64>, Vec<f64>, Vec<f64>);
-    let mut cells: BTreeMap<String, BTreeMap<i64, Cell>> = BTreeMap::new();
-    for r in &t.rows {
+    type Unit = (String, u64);
+    /// One handoff: its realization, its context, and (utility, f1, top1).
+    type Row = (Unit, Unit, [f64; 3]);
+    let mut raw: BTreeMap<(String, i64), Vec<Row>> = BTreeMap::new();
+    for (i, r) in t.rows.iter().enumerate() {
         let rho = Table::f64(r, crho);
         if !rho.is_finite() {
             continue;
         }
-        let c = cells
-            .entry(r[cs].clone())
+        let unit = |c: Option<usize>| c.map_or((String::new(), i as u64), |c| (r[c].clone(), 0));
+        raw.entry((r[cs].clone(), rho_key(rho))).or_default().push((
+            unit(creal),
+            unit(cctx),
+            [Table::f64(r, cu), Table::f64(r, cf), Table::f64(r, ct)],
+        ));
+    }
+    let mut cells: BTreeMap<String, BTreeMap<i64, Cell>> = BTreeMap::new();
+    let mut handoffs: BTreeMap<(String, i64), usize> = BTreeMap::new();
+    for ((scheme, rho), rows) in raw {
+        let by_real = |k: usize| cluster_means(rows.iter().map(|(re, _, v)| (re.clone(), v[k])));
+        let by_ctx = |k: usize| cluster_means(rows.iter().map(|(_, cx, v)| (cx.clone(), v[k])));
+        handoffs.insert((scheme.clone(), rho), rows.len());
+        cells
+            .entry(scheme)
             .or_default()
-            .entry(rho_key(rho))
-            .or_default();
-        c.0.push(Table::f64(r, cu));
-        c.1.push(Table::f64(r, cf));
-        c.2.push(Table::f64(r, ct));
+            .insert(rho, (by_real(0), by_ctx(1), by_ctx(2)));
     }
     let series = |pick: fn(&Cell) -> &Vec<f64>| -> Vec<CiSeries> {
         cells
@@ -142,14 +160,25 @@ pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
             let f = |v: &Vec<f64>| CiPoint::from_samples(0.0, v);
             let fmt = |p: Option<CiPoint>| p.map_or(String::new(), |p| format!("{:.4}", p.mean));
             let u = f(&c.0);
+            let half = |p: Option<CiPoint>| {
+                p.map_or(String::new(), |p| format!("{:.4}", (p.hi - p.lo) / 2.0))
+            };
             rows.push(vec![
                 s.clone(),
                 format!("{}", *k as f64 / 1e6),
+                handoffs
+                    .get(&(s.clone(), *k))
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string(),
                 c.0.len().to_string(),
+                c.1.len().to_string(),
                 fmt(u),
-                u.map_or(String::new(), |p| format!("{:.4}", (p.hi - p.lo) / 2.0)),
+                half(u),
                 fmt(f(&c.1)),
+                half(f(&c.1)),
                 fmt(f(&c.2)),
+                half(f(&c.2)),
             ]);
         }
     }
@@ -160,10 +189,14 @@ pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
             "scheme",
             "rho",
             "n",
+            "realizations",
+            "contexts",
             "utility",
             "utility_ci95",
             "f1",
+            "f1_ci95",
             "top1",
+            "top1_ci95",
         ],
         &rows,
     )

@@ -71,7 +71,8 @@ fn pfec_run_from_hand_made_csv() {
         md.contains("![recovered utility vs rho](pfec-utility.svg)"),
         "{md}"
     );
-    assert!(md.contains("| priority-only | 0.8 | 3 |"), "{md}");
+    // 3 handoffs: 1 realization (the utility interval's unit), 3 contexts (F1, top-1).
+    assert!(md.contains("| priority-only | 0.8 | 3 | 1 | 3 |"), "{md}");
 }
 
 fn lyreo_run(d: &Path, truncate: bool) {
