@@ -1182,14 +1182,19 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     ));
     let this: Vec<&ContextDone> = todo.iter().filter_map(|ci| finished.get(ci)).collect();
     let n_this = this.len().max(1) as f64;
+    // `fold` from +0.0: a float `sum` of nothing is −0.0 (a resume with nothing left).
+    let per_context = |f: fn(&ContextDone) -> f64| this.iter().fold(0.0, |a, d| a + f(d)) / n_this;
+    let all = |f: fn(&ContextDone) -> f64| finished.values().fold(0.0, |a, d| a + f(d));
     report.push_str(&format!(
-        "contexts: {} of {} finished ({} this session, {} from before); this session per context: wall {:.1} s, CPU {:.1} s\n",
+        "contexts: {} of {} finished ({} this session, {} from before); this session per context: wall {:.1} s, CPU {:.1} s; all contexts: wall {:.1} s, CPU {:.1} s\n",
         finished.len(),
         w.contexts.len(),
         this.len(),
         done.len(),
-        this.iter().map(|d| d.wall_s).sum::<f64>() / n_this,
-        this.iter().map(|d| d.cpu_s).sum::<f64>() / n_this,
+        per_context(|d| d.wall_s),
+        per_context(|d| d.cpu_s),
+        all(|d| d.wall_s),
+        all(|d| d.cpu_s),
     ));
     write_file(&dir.join("summary.txt"), report.as_bytes())?;
     if !a.json {
