@@ -216,3 +216,53 @@ fn host_folders_are_found_by_any_host_file_and_a_report_folder_is_not_one() {
         ["h1", "h2"]
     );
 }
+
+/// The shipped full PriorityFEC grid (`docs/runs/pfec-full`, the README's tables): the
+/// report's cells, computed from `handoffs.csv` by this view, agree with the experiment's
+/// own `summary.csv` — means and intervals over the same units — so the README's figures can
+/// be redrawn from the shipped rows.
+#[test]
+fn the_shipped_pfec_grid_reports_its_summary() {
+    let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/runs/pfec-full");
+    let out = temp("pfec-shipped");
+    let (_, _, skipped) = build(std::slice::from_ref(&run), &out, svg_only()).unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let cells = super::csv::Table::read(&out.join("pfec-cells.csv")).unwrap();
+    let summary = super::csv::Table::read(&run.join("summary.csv")).unwrap();
+    assert_eq!(summary.rows.len(), 40, "10 schemes × 4 ρ");
+    assert_eq!(cells.rows.len(), summary.rows.len());
+    let key = |t: &super::csv::Table, r: &[String]| {
+        let rho = super::csv::Table::f64(r, t.col("rho").unwrap());
+        (
+            r[t.col("scheme").unwrap()].clone(),
+            (rho * 1e6).round() as i64,
+        )
+    };
+    for s in &summary.rows {
+        let c = cells
+            .rows
+            .iter()
+            .find(|c| key(&cells, c) == key(&summary, s))
+            .unwrap_or_else(|| panic!("no report cell for {:?}", key(&summary, s)));
+        for (sc, cc) in [
+            ("n", "n"),
+            ("realizations", "realizations"),
+            ("contexts", "contexts"),
+            ("utility", "utility"),
+            ("utility_ci", "utility_ci95"),
+            ("f1", "f1"),
+            ("f1_ci", "f1_ci95"),
+            ("top1", "top1"),
+            ("top1_ci", "top1_ci95"),
+        ] {
+            let a = super::csv::Table::f64(s, summary.col(sc).unwrap());
+            let b = super::csv::Table::f64(c, cells.col(cc).unwrap());
+            // The report prints 4 decimals.
+            assert!(
+                (a - b).abs() <= 5.1e-5,
+                "{:?} {sc}: summary {a}, report {b}",
+                key(&summary, s)
+            );
+        }
+    }
+}
