@@ -140,6 +140,11 @@ pub struct TrainLyreoArgs {
     /// is where the Lyapunov term is live, see the README's LYREO section).
     #[arg(long, default_value_t = 1.0)]
     pub kv_budget_share: f64,
+    /// ν, the weight of latency against the load-balancing term Z_s·Y_s in the reward
+    /// (the experiment's `--nu`). Weights trained at one ν are the policy for that ν: a ν
+    /// sweep trains one set per value.
+    #[arg(long, default_value_t = 0.5)]
+    pub nu: f64,
     /// Output folder (weights, curves.csv, convergence.csv).
     #[arg(long, default_value = "results/train-lyreo")]
     pub out: PathBuf,
@@ -194,6 +199,8 @@ pub struct TrainConfig {
     pub eval_seeds: Vec<u64>,
     /// Share of each M_s that is the KV budget (`Scenario::kv_budget_share`).
     pub kv_budget_share: f64,
+    /// Latency weight of the reward (`Scenario::nu`).
+    pub nu: f64,
 }
 
 impl TrainConfig {
@@ -225,6 +232,7 @@ impl TrainConfig {
             eval_every: 5,
             eval_seeds: vec![7001, 7002],
             kv_budget_share: 1.0,
+            nu: 0.5,
         }
     }
 
@@ -233,6 +241,7 @@ impl TrainConfig {
         s.slots = self.slots;
         s.users = self.users;
         s.kv_budget_share = self.kv_budget_share;
+        s.nu = self.nu;
         s
     }
 
@@ -246,6 +255,7 @@ impl TrainConfig {
         s.slots = self.slots;
         s.users = self.users;
         s.kv_budget_share = self.kv_budget_share;
+        s.nu = self.nu;
         s
     }
 }
@@ -960,6 +970,9 @@ fn check(cfg: &TrainConfig) -> Result<()> {
             cfg.kv_budget_share
         );
     }
+    if !(cfg.nu.is_finite() && cfg.nu > 0.0) {
+        bail!("--nu must be a positive number, not {}", cfg.nu);
+    }
     Ok(())
 }
 
@@ -1351,6 +1364,7 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
     cfg.epochs = a.epochs;
     cfg.bc_epochs = a.bc_epochs;
     cfg.kv_budget_share = a.kv_budget_share;
+    cfg.nu = a.nu;
     if a.quick {
         cfg.episodes = 2;
         cfg.seeds.truncate(1);
@@ -1371,7 +1385,7 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
     pb.set_prefix(format!("train {}", variant.name()));
     let command = format!(
         "edgemu train lyreo --policy {} --episodes {} --slots {} --users {} --eval-every {} \
-         --lr {} --horizon {} --decisions {} --epochs {} --request-credit {} --server-credit {} --kv-budget-share {}",
+         --lr {} --horizon {} --decisions {} --epochs {} --request-credit {} --server-credit {} --kv-budget-share {} --nu {}",
         variant.name(),
         cfg.episodes,
         cfg.slots,
@@ -1383,7 +1397,8 @@ pub fn run(a: &TrainLyreoArgs) -> Result<()> {
         cfg.epochs,
         cfg.request_credit,
         cfg.server_credit,
-        cfg.kv_budget_share
+        cfg.kv_budget_share,
+        cfg.nu
     );
     let ll_eval = evaluate_ll(&cfg)?;
     // Seed by seed, each written as soon as it is done: another process can
@@ -1538,6 +1553,22 @@ mod tests {
                 tensor_bytes(&LearnedModel::new(v, 3)),
                 "training changed the weights"
             );
+        }
+    }
+
+    #[test]
+    fn nu_and_budget_reach_every_scenario_and_bad_values_are_refused() {
+        let mut c = tiny(Variant::Lyreo);
+        c.nu = 2.0;
+        c.kv_budget_share = 0.005;
+        for s in [c.scenario(3, 1), c.warm_scenario(3), c.eval_scenario(5)] {
+            assert_eq!((s.nu, s.kv_budget_share), (2.0, 0.005));
+        }
+        assert!(check(&c).is_ok());
+        for bad in [0.0, -1.0, f64::NAN] {
+            c.nu = bad;
+            let e = check(&c).unwrap_err().to_string();
+            assert!(e.contains("--nu"), "{e}");
         }
     }
 
