@@ -74,7 +74,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::experiment::pfec_run::{csv_records, sha256_file, tokens_sha256, ContextDone, RunDir};
-use crate::plots::stats::cluster_means;
+use crate::report::pfec::CellSamples;
 use crate::results::{git_revision, render, run_id, write_file};
 
 /// The shipped SmolLM2 KV-utility profile.
@@ -468,8 +468,8 @@ fn mean_ci(xs: &[f64]) -> (f64, f64) {
 struct Cell {
     rho: f64,
     scheme: String,
-    /// Handoffs in the cell, and the contexts and realizations they span: the utility
-    /// interval is over `realizations` means, the F1 and top-1 ones over `contexts` means.
+    /// Handoffs in the cell, and the units its intervals are over (`CellSamples`): the
+    /// realizations' utility means and the contexts' F1 / top-1 means (finite ones).
     n: usize,
     contexts: usize,
     realizations: usize,
@@ -496,29 +496,22 @@ fn summarize(rows: &[HandoffRow], rhos: &[f64], schemes: &[String]) -> Vec<Cell>
                 continue;
             }
             let col = |f: fn(&HandoffRow) -> f64| sel.iter().map(|r| f(r)).collect::<Vec<_>>();
-            // Intervals over independent units (see `cluster_means`): utility over the
-            // realizations, task quality over the contexts.
-            let by_realization = |f: fn(&HandoffRow) -> f64| {
-                cluster_means(sel.iter().map(|r| (r.realization, f(r))))
-            };
-            let by_context =
-                |f: fn(&HandoffRow) -> f64| cluster_means(sel.iter().map(|r| (r.context, f(r))));
-            let (u, uc) = mean_ci(&by_realization(|r| r.utility));
-            let (f, fc) = mean_ci(&by_context(|r| r.f1));
-            let (t, tc) = mean_ci(&by_context(|r| r.top1));
+            // The same samples as `edgemu report` (one implementation of the units).
+            let units: Vec<(u64, usize, [f64; 3])> = sel
+                .iter()
+                .map(|r| (r.realization, r.context, [r.utility, r.f1, r.top1]))
+                .collect();
+            let samples = CellSamples::of(&units);
+            let (u, uc) = mean_ci(&samples.utility);
+            let (f, fc) = mean_ci(&samples.f1);
+            let (t, tc) = mean_ci(&samples.top1);
             let avg = |f: fn(&HandoffRow) -> f64| mean_ci(&col(f)).0;
-            let count = |f: fn(&HandoffRow) -> u64| {
-                let mut v: Vec<u64> = sel.iter().map(|r| f(r)).collect();
-                v.sort_unstable();
-                v.dedup();
-                v.len()
-            };
             out.push(Cell {
                 rho,
                 scheme: s.clone(),
-                n: sel.len(),
-                contexts: count(|r| r.context as u64),
-                realizations: count(|r| r.realization),
+                n: samples.n,
+                contexts: samples.f1.len(),
+                realizations: samples.utility.len(),
                 utility: u,
                 utility_ci: uc,
                 f1: f,

@@ -20,7 +20,7 @@ pub(crate) mod csv;
 pub(crate) mod events;
 pub(crate) mod links;
 mod lyreo;
-mod pfec;
+pub(crate) mod pfec;
 
 use crate::plots::{Formats, PlotError};
 use crate::results::{render_csv, render_markdown};

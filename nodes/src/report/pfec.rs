@@ -22,8 +22,35 @@ const ABLATION: [&str; 4] = [
 ];
 
 /// ρ as a map key (ρ values are written with few decimals).
-fn rho_key(r: f64) -> i64 {
+pub(super) fn rho_key(r: f64) -> i64 {
     (r * 1e6).round() as i64
+}
+
+/// The samples one (scheme, ρ) cell's means and 95 % intervals are taken over, for the
+/// experiment's summary and this report alike: recovered utility as one mean per
+/// realization (it depends on the channel draw, not on the context), F1 and top-1 as one
+/// mean per context (`plots::stats::cluster_means`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CellSamples {
+    /// Handoffs in the cell.
+    pub n: usize,
+    pub utility: Vec<f64>,
+    pub f1: Vec<f64>,
+    pub top1: Vec<f64>,
+}
+
+impl CellSamples {
+    /// From the cell's handoffs as (realization, context, [utility, f1, top1]).
+    pub(crate) fn of<R: Ord + Clone, C: Ord + Clone>(rows: &[(R, C, [f64; 3])]) -> Self {
+        let by_real = |k: usize| cluster_means(rows.iter().map(|(r, _, v)| (r.clone(), v[k])));
+        let by_ctx = |k: usize| cluster_means(rows.iter().map(|(_, c, v)| (c.clone(), v[k])));
+        Self {
+            n: rows.len(),
+            utility: by_real(0),
+            f1: by_ctx(1),
+            top1: by_ctx(2),
+        }
+    }
 }
 
 pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
@@ -39,35 +66,29 @@ pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
         t.col("top1")?,
     );
     let (cctx, creal) = (t.col("context").ok(), t.col("realization").ok());
-    // scheme -> rho -> (utility, f1, top1) samples: utility as one mean per realization,
-    // F1 and top-1 as one mean per context.
-    type Cell = (Vec<f64>, Vec<f64>, Vec<f64>);
-    type Unit = (String, u64);
-    /// One handoff: its realization, its context, and (utility, f1, top1).
-    type Row = (Unit, Unit, [f64; 3]);
+    // (scheme, ρ) -> handoffs as (realization, context, [utility, f1, top1]); a missing
+    // unit column makes each row its own unit (its row number).
+    type Row = (String, String, [f64; 3]);
     let mut raw: BTreeMap<(String, i64), Vec<Row>> = BTreeMap::new();
     for (i, r) in t.rows.iter().enumerate() {
         let rho = Table::f64(r, crho);
         if !rho.is_finite() {
             continue;
         }
-        let unit = |c: Option<usize>| c.map_or((String::new(), i as u64), |c| (r[c].clone(), 0));
+        let unit = |c: Option<usize>| c.map_or_else(|| format!("row {i}"), |c| r[c].clone());
         raw.entry((r[cs].clone(), rho_key(rho))).or_default().push((
             unit(creal),
             unit(cctx),
             [Table::f64(r, cu), Table::f64(r, cf), Table::f64(r, ct)],
         ));
     }
+    type Cell = CellSamples;
     let mut cells: BTreeMap<String, BTreeMap<i64, Cell>> = BTreeMap::new();
-    let mut handoffs: BTreeMap<(String, i64), usize> = BTreeMap::new();
     for ((scheme, rho), rows) in raw {
-        let by_real = |k: usize| cluster_means(rows.iter().map(|(re, _, v)| (re.clone(), v[k])));
-        let by_ctx = |k: usize| cluster_means(rows.iter().map(|(_, cx, v)| (cx.clone(), v[k])));
-        handoffs.insert((scheme.clone(), rho), rows.len());
         cells
             .entry(scheme)
             .or_default()
-            .insert(rho, (by_real(0), by_ctx(1), by_ctx(2)));
+            .insert(rho, CellSamples::of(&rows));
     }
     let series = |pick: fn(&Cell) -> &Vec<f64>| -> Vec<CiSeries> {
         cells
@@ -88,18 +109,24 @@ pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
         "ρ = (D − T_ow) / T_ser",
         "recovered utility",
     );
-    let r = plots::lines_with_ci(&report.out, &name, report.formats, &l, &series(|c| &c.0));
+    let r = plots::lines_with_ci(
+        &report.out,
+        &name,
+        report.formats,
+        &l,
+        &series(|c| &c.utility),
+    );
     report.chart(&name, "recovered utility vs rho", r);
     report.heading(3, "Task quality vs ρ");
     for (metric, pick, title) in [
         (
             "f1",
-            (|c: &Cell| &c.1) as fn(&Cell) -> &Vec<f64>,
+            (|c: &Cell| &c.f1) as fn(&Cell) -> &Vec<f64>,
             "Token F1 vs full-KV decoding",
         ),
         (
             "top1",
-            |c: &Cell| &c.2,
+            |c: &Cell| &c.top1,
             "Top-1 agreement vs full-KV decoding",
         ),
     ] {
@@ -140,9 +167,9 @@ pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
                 .collect(),
         };
         let bars = [
-            bar("utility", |c| &c.0),
-            bar("F1", |c| &c.1),
-            bar("top-1", |c| &c.2),
+            bar("utility", |c| &c.utility),
+            bar("F1", |c| &c.f1),
+            bar("top-1", |c| &c.top1),
         ];
         report.heading(3, &format!("Ablation at ρ = {}", at as f64 / 1e6));
         let name = format!("{pre}pfec-ablation");
@@ -159,26 +186,22 @@ pub fn report(report: &mut Report, dir: &Path, pre: &str) -> Result<()> {
         for (k, c) in by {
             let f = |v: &Vec<f64>| CiPoint::from_samples(0.0, v);
             let fmt = |p: Option<CiPoint>| p.map_or(String::new(), |p| format!("{:.4}", p.mean));
-            let u = f(&c.0);
+            let u = f(&c.utility);
             let half = |p: Option<CiPoint>| {
                 p.map_or(String::new(), |p| format!("{:.4}", (p.hi - p.lo) / 2.0))
             };
             rows.push(vec![
                 s.clone(),
                 format!("{}", *k as f64 / 1e6),
-                handoffs
-                    .get(&(s.clone(), *k))
-                    .copied()
-                    .unwrap_or(0)
-                    .to_string(),
-                c.0.len().to_string(),
-                c.1.len().to_string(),
+                c.n.to_string(),
+                c.utility.len().to_string(),
+                c.f1.len().to_string(),
                 fmt(u),
                 half(u),
-                fmt(f(&c.1)),
-                half(f(&c.1)),
-                fmt(f(&c.2)),
-                half(f(&c.2)),
+                fmt(f(&c.f1)),
+                half(f(&c.f1)),
+                fmt(f(&c.top1)),
+                half(f(&c.top1)),
             ]);
         }
     }

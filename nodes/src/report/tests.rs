@@ -233,10 +233,7 @@ fn the_shipped_pfec_grid_reports_its_summary() {
     assert_eq!(cells.rows.len(), summary.rows.len());
     let key = |t: &super::csv::Table, r: &[String]| {
         let rho = super::csv::Table::f64(r, t.col("rho").unwrap());
-        (
-            r[t.col("scheme").unwrap()].clone(),
-            (rho * 1e6).round() as i64,
-        )
+        (r[t.col("scheme").unwrap()].clone(), pfec::rho_key(rho))
     };
     for s in &summary.rows {
         let c = cells
