@@ -43,7 +43,7 @@ use serde::Serialize;
 use crate::backend::RealBackend;
 use crate::engine::{BatchEngine, EngineConfig, Request};
 use crate::error::{CandleContext, GpuError, Result};
-use crate::kv_transfer::{import, KvBlock, MissingRows, PresenceMask};
+use crate::kv_transfer::{assemble, BlockBytes, KvBlock, MissingRows, PresenceMask};
 use crate::model::config::{KvDtype, LlamaConfig};
 use crate::model::kv::SeqKv;
 use crate::model::llama::{Llama, Phase, SeqInput};
@@ -90,19 +90,6 @@ impl PartialBlock {
             present: vec![],
         }
     }
-
-    /// Per byte of `k‖v`: whether it arrived.
-    fn arrived(&self) -> Vec<bool> {
-        let total = self.k.len() + self.v.len();
-        let mut got = vec![false; total];
-        for r in &self.present {
-            let (s, e) = (r.start.min(total), r.end.min(total));
-            if s < e {
-                got[s..e].iter_mut().for_each(|b| *b = true);
-            }
-        }
-        got
-    }
 }
 
 /// Rebuilds a cache of `n_tokens` tokens from partial BF16 blocks (module docs).
@@ -116,7 +103,7 @@ pub fn rebuild(
     let (nh, hd) = (config.n_kv_heads, config.head_dim);
     let esz = KvDtype::Bf16.size();
     let mut presence = PresenceMask::all(config.n_layers, nh, n_tokens);
-    let mut full = Vec::with_capacity(blocks.len());
+    let mut arrived = Vec::with_capacity(blocks.len());
     for (bi, b) in blocks.iter().enumerate() {
         let expected = nh * b.len * hd * esz;
         if b.k.len() != expected || b.v.len() != expected {
@@ -139,47 +126,49 @@ pub fn rebuild(
                 2 * expected
             )));
         }
-        let got = b.arrived();
-        let mut k = b.k.clone();
-        let mut v = b.v.clone();
-        match mode {
-            MissingRows::ZeroFill => {
-                for (half, bytes) in [(0, &mut k), (expected, &mut v)] {
-                    for (e, el) in bytes.chunks_exact_mut(esz).enumerate() {
-                        let at = half + e * esz;
-                        if !got[at..at + esz].iter().all(|&g| g) {
-                            el.iter_mut().for_each(|x| *x = 0);
-                        }
-                    }
-                }
-            }
-            MissingRows::Mask => {
-                let row = hd * esz;
-                for h in 0..nh {
-                    for t in 0..b.len {
-                        let off = (h * b.len + t) * row;
-                        let whole = got[off..off + row].iter().all(|&g| g)
-                            && got[expected + off..expected + off + row].iter().all(|&g| g);
-                        if !whole {
-                            // Out-of-range rows are rejected by `import` below.
-                            presence.set(b.layer, h, b.start + t, false);
-                        }
+        let got = merged(&b.present);
+        if mode == MissingRows::Mask {
+            let row = hd * esz;
+            let whole = |at: usize| got.iter().any(|r| r.start <= at && at + row <= r.end);
+            for h in 0..nh {
+                for t in 0..b.len {
+                    let off = (h * b.len + t) * row;
+                    if !(whole(off) && whole(expected + off)) {
+                        // Out-of-range rows are rejected by `assemble` below.
+                        presence.set(b.layer, h, b.start + t, false);
                     }
                 }
             }
         }
-        full.push(KvBlock {
-            layer: b.layer,
-            start: b.start,
-            len: b.len,
-            n_kv_heads: nh,
-            head_dim: hd,
-            dtype: KvDtype::Bf16,
-            k,
-            v,
-        });
+        arrived.push(got);
     }
-    import(config, device, n_tokens, &full, Some(&presence), mode)
+    let views = blocks.iter().zip(&arrived).map(|(b, got)| BlockBytes {
+        layer: b.layer,
+        start: b.start,
+        len: b.len,
+        n_kv_heads: nh,
+        head_dim: hd,
+        dtype: KvDtype::Bf16,
+        k: &b.k,
+        v: &b.v,
+        // A masked row is zeroed whole by `assemble`; a kept one arrived whole.
+        arrived: (mode == MissingRows::ZeroFill).then_some(got.as_slice()),
+    });
+    assemble(config, device, n_tokens, views, Some(&presence), mode)
+}
+
+/// `ranges` sorted and merged: no two overlap or touch, none empty.
+fn merged(ranges: &[Range<usize>]) -> Vec<Range<usize>> {
+    let mut sorted: Vec<Range<usize>> = ranges.iter().filter(|r| r.start < r.end).cloned().collect();
+    sorted.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<usize>> = Vec::with_capacity(sorted.len());
+    for r in sorted {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 /// Token-level F1 of `candidate` against `reference`, as bags of token ids

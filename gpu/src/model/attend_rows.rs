@@ -87,12 +87,27 @@ impl SeqKv {
         let kh = &kd[h * cap * hd..][..nmax * hd];
         let vh = &vd[h * cap * hd..][..nmax * hd];
         let bh = bd.map(|b| &b[h * cap..][..nmax]);
+        // Rows below `frozen` are read from the BF16 copy (module docs of `kv`).
+        let (kb, vb, frozen) = match &self.bf16 {
+            Some(p) if layer < p.k.len() => {
+                let f = p.valid.min(nmax);
+                let at = h * p.tokens * hd;
+                (
+                    Some(&p.k[layer][at..][..f * hd]),
+                    Some(&p.v[layer][at..][..f * hd]),
+                    f,
+                )
+            }
+            _ => (None, None, 0),
+        };
+        let mut tile = Vec::with_capacity(TILE * hd);
         // Score rows, one per (row, query head), `nmax` apart.
         scores.clear();
         scores.resize(t * rep * nmax, 0.0);
         let qrow = |i: usize, r: usize| &q[i * hs + (h * rep + r) * hd..][..hd];
         for p0 in (0..nmax).step_by(TILE) {
             let p1 = (p0 + TILE).min(nmax);
+            let kt = rows(kh, kb, frozen, p0, p1, hd, &mut tile);
             for i in 0..t {
                 let pe = p1.min(n0 + i);
                 if pe <= p0 {
@@ -100,9 +115,9 @@ impl SeqKv {
                 }
                 for r in 0..rep {
                     let s = &mut scores[(i * rep + r) * nmax..][p0..pe];
-                    // SAFETY: AVX2 and FMA were detected; head dim 64, `kh`
-                    // holds `pe` rows of 64.
-                    unsafe { scores64_avx2(qrow(i, r), &kh[p0 * hd..pe * hd], s) };
+                    // SAFETY: AVX2 and FMA were detected; head dim 64, `kt`
+                    // holds rows `p0..p1` ⊇ `p0..pe` of 64.
+                    unsafe { scores64_avx2(qrow(i, r), &kt[..(pe - p0) * hd], s) };
                     if let Some(b) = bh {
                         for (x, bb) in s.iter_mut().zip(&b[p0..pe]) {
                             *x += bb;
@@ -129,6 +144,7 @@ impl SeqKv {
         out.fill(0.0);
         for p0 in (0..nmax).step_by(TILE) {
             let p1 = (p0 + TILE).min(nmax);
+            let vt = rows(vh, vb, frozen, p0, p1, hd, &mut tile);
             for i in 0..t {
                 let pe = p1.min(n0 + i);
                 if pe <= p0 {
@@ -137,8 +153,8 @@ impl SeqKv {
                 for r in 0..rep {
                     let w = &scores[(i * rep + r) * nmax..][p0..pe];
                     let o = &mut out[(i * rep + r) * hd..][..hd];
-                    // SAFETY: as above; `o` is 64 long, `vh` holds `pe` rows.
-                    unsafe { weighted_sum64_acc_avx2(o, w, &vh[p0 * hd..pe * hd]) };
+                    // SAFETY: as above; `o` is 64 long, `vt` holds rows `p0..pe`.
+                    unsafe { weighted_sum64_acc_avx2(o, w, &vt[..(pe - p0) * hd]) };
                 }
             }
         }
@@ -148,6 +164,35 @@ impl SeqKv {
             }
         }
         Ok(())
+    }
+}
+
+/// Rows `p0..p1` of one head's keys or values (`hd` wide): straight from the
+/// F32 storage `f`, or — for the rows below `frozen` — converted from the
+/// BF16 copy `b` into `buf` (exact: those F32 values are BF16 numbers), so a
+/// tile is read from memory at two bytes an element and used from L1.
+fn rows<'a>(
+    f: &'a [f32],
+    b: Option<&[u16]>,
+    frozen: usize,
+    p0: usize,
+    p1: usize,
+    hd: usize,
+    buf: &'a mut Vec<f32>,
+) -> &'a [f32] {
+    match b {
+        Some(b) if p0 < frozen => {
+            let m = p1.min(frozen);
+            buf.clear();
+            buf.extend(
+                b[p0 * hd..m * hd]
+                    .iter()
+                    .map(|&x| f32::from_bits(u32::from(x) << 16)),
+            );
+            buf.extend_from_slice(&f[m * hd..p1 * hd]);
+            buf
+        }
+        _ => &f[p0 * hd..p1 * hd],
     }
 }
 
@@ -336,6 +381,108 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A cache imported from BF16 blocks keeps a BF16 copy, attention over it
+    /// is bit for bit attention over the F32 storage alone, and an append
+    /// below the copy's end (after a truncate) shortens it.
+    #[test]
+    fn bf16_copy_gives_the_same_bits() {
+        use crate::kv_transfer::{import, KvBlock, MissingRows, PresenceMask};
+        use crate::model::config::KvDtype;
+        let c = cfg(2);
+        let (nkv, rep, hd, len, t) = (3, 3, 64, 150, 7);
+        let hs = nkv * rep * hd;
+        let mut x = 0x9e37_79b9u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32 - 0.5) * 4.0
+        };
+        let mut bytes = |n: usize| -> Vec<u8> {
+            (0..n)
+                .flat_map(|_| half::bf16::from_f32(next()).to_le_bytes())
+                .collect()
+        };
+        let blocks: Vec<KvBlock> = (0..2)
+            .flat_map(|layer| [(0usize, 100usize), (100, 50)].map(|(start, n)| (layer, start, n)))
+            .map(|(layer, start, n)| KvBlock {
+                layer,
+                start,
+                len: n,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                dtype: KvDtype::Bf16,
+                k: bytes(nkv * n * hd),
+                v: bytes(nkv * n * hd),
+            })
+            .collect();
+        let mut presence = PresenceMask::all(2, nkv, len);
+        presence.set(1, 2, 77, false);
+        for mode in [MissingRows::ZeroFill, MissingRows::Mask] {
+            let mut kv = import(&c, &Device::Cpu, len, &blocks, Some(&presence), mode).unwrap();
+            assert_eq!(kv.bf16.as_ref().map(|p| p.valid), Some(len));
+            // Append `t` rows so that the last query sees them (and the copy's end).
+            let k: Vec<f32> = (0..nkv * t * hd).map(|_| next()).collect();
+            let v: Vec<f32> = (0..nkv * t * hd).map(|_| next()).collect();
+            let kt = Tensor::from_vec(k, (nkv, t, hd), &Device::Cpu).unwrap();
+            let vt = Tensor::from_vec(v, (nkv, t, hd), &Device::Cpu).unwrap();
+            let q: Vec<f32> = (0..t * hs).map(|_| next()).collect();
+            let compare = |kv: &SeqKv, n0: usize| {
+                let mut plain = kv.clone();
+                plain.bf16 = None;
+                let mut s = Vec::new();
+                for layer in 0..2 {
+                    for h in 0..nkv {
+                        let mut a = vec![f32::NAN; t * rep * hd];
+                        let mut b = vec![f32::NAN; t * rep * hd];
+                        kv.attend_rows_head(layer, n0, t, &q, h, rep, &mut s, &mut a)
+                            .unwrap();
+                        plain
+                            .attend_rows_head(layer, n0, t, &q, h, rep, &mut s, &mut b)
+                            .unwrap();
+                        assert!(
+                            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{mode:?}, layer {layer}, head {h}"
+                        );
+                    }
+                }
+            };
+            for layer in 0..2 {
+                kv.append(layer, &kt, &vt).unwrap();
+            }
+            compare(&kv, len + 1);
+            // Cut back into the copied tokens and write there: the copy ends
+            // where the new rows start.
+            kv.truncate(len - 20);
+            for layer in 0..2 {
+                kv.append(layer, &kt, &vt).unwrap();
+            }
+            assert_eq!(kv.bf16.as_ref().map(|p| p.valid), Some(len - 20));
+            compare(&kv, len - 20 + 1);
+        }
+        // F32 blocks are not BF16 numbers: no copy.
+        let f32_blocks: Vec<KvBlock> = blocks
+            .iter()
+            .map(|b| {
+                let widen = |x: &[u8]| -> Vec<u8> {
+                    x.chunks_exact(2)
+                        .flat_map(|c| {
+                            (half::bf16::from_le_bytes([c[0], c[1]]).to_f32() + 1e-3).to_le_bytes()
+                        })
+                        .collect()
+                };
+                KvBlock {
+                    dtype: KvDtype::F32,
+                    k: widen(&b.k),
+                    v: widen(&b.v),
+                    ..b.clone()
+                }
+            })
+            .collect();
+        let kv = import(&c, &Device::Cpu, len, &f32_blocks, None, MissingRows::Mask).unwrap();
+        assert!(kv.bf16.is_none());
     }
 
     #[test]

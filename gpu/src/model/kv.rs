@@ -10,6 +10,14 @@
 //! A cache built from an imported, incomplete handoff may carry a per-layer
 //! additive attention bias of shape `(n_kv_heads, 1, capacity)`: 0 for a present
 //! (head, token) row, −∞ for a missing one. Rows appended later are present.
+//!
+//! A cache imported from BF16 blocks also keeps a [`Bf16Prefix`]: the same
+//! imported values, two bytes each. They are exactly BF16 numbers, so the CPU
+//! attention kernels read the copy (converting a tile at a time into F32) and
+//! get the same bits at half the memory traffic — what a one-token decode step
+//! on a 1 536-token cache is bound by.
+
+use std::sync::Arc;
 
 use candle_core::{DType, Device, Layout, Storage, Tensor};
 
@@ -24,10 +32,62 @@ pub struct LayerKv {
     pub(crate) bias: Option<Tensor>,
 }
 
+/// BF16 copies of the first `valid` tokens of every layer's K and V, each
+/// `(n_kv_heads, tokens, head_dim)`, bit for bit the upper halves of the F32
+/// storage (module docs). Tokens are overwritten only by an append at a
+/// position below `valid`, which shortens it.
+#[derive(Debug, Clone)]
+pub(crate) struct Bf16Prefix {
+    pub(crate) tokens: usize,
+    pub(crate) valid: usize,
+    pub(crate) k: Vec<Arc<[u16]>>,
+    pub(crate) v: Vec<Arc<[u16]>>,
+}
+
+impl Bf16Prefix {
+    /// The copy of the first `tokens` tokens of F32 layers laid out
+    /// `(n_kv_heads, capacity, head_dim)`, or `None` if a value is not exactly
+    /// a BF16 number (then the copy would not be the same numbers).
+    pub(crate) fn of(
+        layers: &[(&[f32], &[f32])],
+        n_kv_heads: usize,
+        capacity: usize,
+        head_dim: usize,
+        tokens: usize,
+    ) -> Option<Self> {
+        let half = |x: &[f32]| -> Option<Arc<[u16]>> {
+            let mut out = Vec::with_capacity(n_kv_heads * tokens * head_dim);
+            let mut low = 0u32;
+            for h in 0..n_kv_heads {
+                let rows = &x[h * capacity * head_dim..][..tokens * head_dim];
+                out.extend(rows.iter().map(|v| {
+                    low |= v.to_bits() & 0xffff;
+                    (v.to_bits() >> 16) as u16
+                }));
+            }
+            (low == 0).then(|| out.into())
+        };
+        let mut k = Vec::with_capacity(layers.len());
+        let mut v = Vec::with_capacity(layers.len());
+        for (kl, vl) in layers {
+            k.push(half(kl)?);
+            v.push(half(vl)?);
+        }
+        Some(Bf16Prefix {
+            tokens,
+            valid: tokens,
+            k,
+            v,
+        })
+    }
+}
+
 /// The KV cache of one sequence.
 #[derive(Debug, Clone)]
 pub struct SeqKv {
     pub(crate) layers: Vec<LayerKv>,
+    /// See [`Bf16Prefix`]; CPU only.
+    pub(crate) bf16: Option<Bf16Prefix>,
     pub(crate) len: usize,
     pub(crate) capacity: usize,
     pub(crate) n_kv_heads: usize,
@@ -40,7 +100,7 @@ const MIN_CAPACITY: usize = 64;
 impl SeqKv {
     /// An empty cache with room for `capacity` tokens before it grows.
     pub fn new(config: &LlamaConfig, capacity: usize, device: &Device) -> Result<Self> {
-        let capacity = capacity.max(MIN_CAPACITY);
+        let capacity = Self::capacity_for(capacity);
         let shape = (config.n_kv_heads, capacity, config.head_dim);
         let mut layers = Vec::with_capacity(config.n_layers);
         for _ in 0..config.n_layers {
@@ -52,12 +112,39 @@ impl SeqKv {
         }
         Ok(SeqKv {
             layers,
+            bf16: None,
             len: 0,
             capacity,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
             device: device.clone(),
         })
+    }
+
+    /// The capacity [`SeqKv::new`] gives a cache asked for room for `tokens`.
+    pub(crate) fn capacity_for(tokens: usize) -> usize {
+        tokens.max(MIN_CAPACITY)
+    }
+
+    /// A cache of `len` valid tokens over layers already laid out
+    /// `(n_kv_heads, capacity, head_dim)` (see [`crate::kv_transfer::import`]).
+    pub(crate) fn from_layers(
+        config: &LlamaConfig,
+        layers: Vec<LayerKv>,
+        bf16: Option<Bf16Prefix>,
+        len: usize,
+        capacity: usize,
+        device: &Device,
+    ) -> Self {
+        SeqKv {
+            layers,
+            bf16,
+            len,
+            capacity,
+            n_kv_heads: config.n_kv_heads,
+            head_dim: config.head_dim,
+            device: device.clone(),
+        }
     }
 
     /// Number of cached tokens (= the position of the next token).
@@ -129,6 +216,9 @@ impl SeqKv {
     /// Writes `k`, `v` of shape `(n_kv_heads, t, head_dim)` for `layer` at the end
     /// (does not advance `len`; see [`SeqKv::advance`]).
     pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        if let Some(p) = &mut self.bf16 {
+            p.valid = p.valid.min(self.len);
+        }
         let l = &mut self.layers[layer];
         l.k.slice_set(k, 1, self.len).ctx("kv append k")?;
         l.v.slice_set(v, 1, self.len).ctx("kv append v")?;
