@@ -159,7 +159,8 @@ pub fn rebuild(
 
 /// `ranges` sorted and merged: no two overlap or touch, none empty.
 fn merged(ranges: &[Range<usize>]) -> Vec<Range<usize>> {
-    let mut sorted: Vec<Range<usize>> = ranges.iter().filter(|r| r.start < r.end).cloned().collect();
+    let mut sorted: Vec<Range<usize>> =
+        ranges.iter().filter(|r| r.start < r.end).cloned().collect();
     sorted.sort_by_key(|r| r.start);
     let mut out: Vec<Range<usize>> = Vec::with_capacity(sorted.len());
     for r in sorted {

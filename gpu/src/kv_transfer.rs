@@ -18,6 +18,7 @@
 //! Decoding continues from the imported cache at position `n_tokens`.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
@@ -220,6 +221,29 @@ fn element(c: &[u8], dtype: KvDtype) -> f32 {
     }
 }
 
+/// Little-endian BF16 `src` widened into `out` as [`element`] does (a NaN
+/// gets its quiet bit, as `half` sets it), and the widened values' upper
+/// halves into `copy`.
+#[inline]
+fn bf16_row(src: &[u8], out: &mut [f32], copy: Option<&mut [u16]>) {
+    let bits = |c: &[u8]| {
+        let x = u16::from_le_bytes([c[0], c[1]]);
+        if x & 0x7fff > 0x7f80 {
+            x | 0x0040
+        } else {
+            x
+        }
+    };
+    for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+        *o = f32::from_bits(u32::from(bits(c)) << 16);
+    }
+    if let Some(copy) = copy {
+        for (m, c) in copy.iter_mut().zip(src.chunks_exact(2)) {
+            *m = bits(c);
+        }
+    }
+}
+
 /// Rebuilds a cache of `n_tokens` tokens from `blocks` (see the module doc).
 pub fn import(
     config: &LlamaConfig,
@@ -257,8 +281,14 @@ pub(crate) fn assemble<'a>(
     let mut k = vec![vec![0f32; nh * cap * hd]; nl];
     let mut v = vec![vec![0f32; nh * cap * hd]; nl];
     let mut covered = vec![false; nl * nh * n_tokens];
-    // Every block BF16: the cache keeps a BF16 copy (zero-filled rows are BF16 too).
-    let mut all_bf16 = true;
+    // While every block is BF16, the same values also go into a BF16 copy
+    // (see `SeqKv`; zero-filled elements are BF16 numbers too).
+    let copy = || {
+        device
+            .is_cpu()
+            .then(|| vec![vec![0u16; nh * n_tokens * hd]; nl])
+    };
+    let (mut mk, mut mv) = (copy(), copy());
     for (bi, b) in blocks.enumerate() {
         if b.layer >= nl || b.n_kv_heads != nh || b.head_dim != hd {
             return Err(GpuError::KvTransfer(format!(
@@ -273,7 +303,9 @@ pub(crate) fn assemble<'a>(
                 b.start + b.len
             )));
         }
-        all_bf16 &= b.dtype == KvDtype::Bf16;
+        if b.dtype != KvDtype::Bf16 {
+            (mk, mv) = (None, None);
+        }
         let esz = b.dtype.size();
         let expected = nh * b.len * hd * esz;
         if b.k.len() != expected || b.v.len() != expected {
@@ -284,28 +316,60 @@ pub(crate) fn assemble<'a>(
             )));
         }
         // Byte offsets over `k‖v` only grow (K, then V, each in order), so one
-        // cursor walks the arrived ranges.
+        // cursor walks the arrived ranges: `kept(a, e)` is whether bytes
+        // `a..e` all arrived.
         let mut cursor = 0usize;
-        let mut kept = |at: usize| -> bool {
+        let mut kept = |a: usize, e: usize| -> bool {
             let Some(ranges) = b.arrived else {
                 return true;
             };
-            while cursor < ranges.len() && ranges[cursor].end <= at {
+            while cursor < ranges.len() && ranges[cursor].end <= a {
                 cursor += 1;
             }
             ranges
                 .get(cursor)
-                .is_some_and(|r| r.start <= at && at + esz <= r.end)
+                .is_some_and(|r| r.start <= a && e <= r.end)
         };
-        for (half, src, dst) in [(0, b.k, &mut k[b.layer]), (expected, b.v, &mut v[b.layer])] {
+        let sides = [
+            (
+                0,
+                b.k,
+                &mut k[b.layer],
+                mk.as_mut().map(|m| &mut m[b.layer]),
+            ),
+            (
+                expected,
+                b.v,
+                &mut v[b.layer],
+                mv.as_mut().map(|m| &mut m[b.layer]),
+            ),
+        ];
+        for (half, src, dst, mut mirror) in sides {
             for h in 0..nh {
                 for t in 0..b.len {
                     let s = (h * b.len + t) * hd;
                     let d = (h * cap + b.start + t) * hd;
-                    for (i, out) in dst[d..d + hd].iter_mut().enumerate() {
-                        let at = (s + i) * esz;
-                        if kept(half + at) {
-                            *out = element(&src[at..at + esz], b.dtype);
+                    let m = (h * n_tokens + b.start + t) * hd;
+                    let (a, e) = (s * esz, (s + hd) * esz);
+                    let out = &mut dst[d..d + hd];
+                    if b.dtype == KvDtype::Bf16 && kept(half + a, half + e) {
+                        // The common case, a whole BF16 row: one tight loop.
+                        let copy = mirror.as_mut().map(|mr| &mut mr[m..m + hd]);
+                        bf16_row(&src[a..e], out, copy);
+                        continue;
+                    }
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let at = a + i * esz;
+                        *o = if kept(half + at, half + at + esz) {
+                            element(&src[at..at + esz], b.dtype)
+                        } else {
+                            0.0
+                        };
+                    }
+                    if let Some(mr) = mirror.as_mut() {
+                        // Exact: a BF16 value widened to F32 has 16 zero low bits.
+                        for (c, o) in mr[m..m + hd].iter_mut().zip(out.iter()) {
+                            *c = (o.to_bits() >> 16) as u16;
                         }
                     }
                 }
@@ -329,6 +393,10 @@ pub(crate) fn assemble<'a>(
                     let r = (h * cap + t) * hd;
                     kl[r..r + hd].iter_mut().for_each(|x| *x = 0.0);
                     vl[r..r + hd].iter_mut().for_each(|x| *x = 0.0);
+                    let m = (h * n_tokens + t) * hd;
+                    for mirror in [&mut mk, &mut mv].into_iter().flatten() {
+                        mirror[l][m..m + hd].iter_mut().for_each(|x| *x = 0);
+                    }
                     bias[h * cap + t] = f32::NEG_INFINITY;
                 }
             }
@@ -340,11 +408,14 @@ pub(crate) fn assemble<'a>(
         };
         layers.push(bias);
     }
-    let bf16 = if all_bf16 && device.is_cpu() {
-        let views: Vec<(&[f32], &[f32])> = k.iter().zip(&v).map(|(a, b)| (&a[..], &b[..])).collect();
-        Bf16Prefix::of(&views, nh, cap, hd, n_tokens)
-    } else {
-        None
+    let bf16 = match (mk, mv) {
+        (Some(k), Some(v)) => Some(Bf16Prefix {
+            tokens: n_tokens,
+            valid: n_tokens,
+            k: k.into_iter().map(Arc::new).collect(),
+            v: v.into_iter().map(Arc::new).collect(),
+        }),
+        _ => None,
     };
     let mut out = Vec::with_capacity(nl);
     for ((kl, vl), bias) in k.into_iter().zip(v).zip(layers) {
@@ -490,6 +561,22 @@ mod tests {
         let partial: Vec<KvBlock> = blocks.iter().filter(|b| b.layer != 1).cloned().collect();
         let mut p = import(&c, &Device::Cpu, 24, &partial, None, MissingRows::Mask).unwrap();
         assert!(diff(&lf, &logits(&m, &mut p, t)) > 1e-4);
+    }
+
+    /// The whole-row fast path widens every one of the 65 536 BF16 patterns
+    /// (NaNs included) exactly as `element` does, and its copy holds the
+    /// widened values' upper halves.
+    #[test]
+    fn bf16_rows_widen_every_pattern_as_element_does() {
+        let src: Vec<u8> = (0..=u16::MAX).flat_map(|x| x.to_le_bytes()).collect();
+        let mut out = vec![0f32; 1 << 16];
+        let mut copy = vec![0u16; 1 << 16];
+        bf16_row(&src, &mut out, Some(&mut copy));
+        for (i, c) in src.chunks_exact(2).enumerate() {
+            let want = element(c, KvDtype::Bf16).to_bits();
+            assert_eq!(out[i].to_bits(), want, "pattern {i:#06x}");
+            assert_eq!(u32::from(copy[i]) << 16, want, "copy of {i:#06x}");
+        }
     }
 
     #[test]

@@ -40,46 +40,8 @@ pub struct LayerKv {
 pub(crate) struct Bf16Prefix {
     pub(crate) tokens: usize,
     pub(crate) valid: usize,
-    pub(crate) k: Vec<Arc<[u16]>>,
-    pub(crate) v: Vec<Arc<[u16]>>,
-}
-
-impl Bf16Prefix {
-    /// The copy of the first `tokens` tokens of F32 layers laid out
-    /// `(n_kv_heads, capacity, head_dim)`, or `None` if a value is not exactly
-    /// a BF16 number (then the copy would not be the same numbers).
-    pub(crate) fn of(
-        layers: &[(&[f32], &[f32])],
-        n_kv_heads: usize,
-        capacity: usize,
-        head_dim: usize,
-        tokens: usize,
-    ) -> Option<Self> {
-        let half = |x: &[f32]| -> Option<Arc<[u16]>> {
-            let mut out = Vec::with_capacity(n_kv_heads * tokens * head_dim);
-            let mut low = 0u32;
-            for h in 0..n_kv_heads {
-                let rows = &x[h * capacity * head_dim..][..tokens * head_dim];
-                out.extend(rows.iter().map(|v| {
-                    low |= v.to_bits() & 0xffff;
-                    (v.to_bits() >> 16) as u16
-                }));
-            }
-            (low == 0).then(|| out.into())
-        };
-        let mut k = Vec::with_capacity(layers.len());
-        let mut v = Vec::with_capacity(layers.len());
-        for (kl, vl) in layers {
-            k.push(half(kl)?);
-            v.push(half(vl)?);
-        }
-        Some(Bf16Prefix {
-            tokens,
-            valid: tokens,
-            k,
-            v,
-        })
-    }
+    pub(crate) k: Vec<Arc<Vec<u16>>>,
+    pub(crate) v: Vec<Arc<Vec<u16>>>,
 }
 
 /// The KV cache of one sequence.
