@@ -319,6 +319,16 @@ mod tests {
         c
     }
 
+    /// Seeded values uniform in [-2, 2) (xorshift32).
+    fn uniform(mut x: u32) -> impl FnMut() -> f32 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32 - 0.5) * 4.0
+        }
+    }
+
     /// Every row of the tiled multi-row kernel is bit for bit `attend_row`,
     /// with and without a presence mask, across tile borders.
     #[test]
@@ -326,13 +336,7 @@ mod tests {
         let c = cfg(1);
         let (nkv, rep, hd) = (3, 3, 64);
         let hs = nkv * rep * hd;
-        let mut x = 0x1234_5678u32;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x as f32 / u32::MAX as f32 - 0.5) * 4.0
-        };
+        let mut next = uniform(0x1234_5678);
         for (len, t, masked) in [
             (1usize, 1usize, false),
             (70, 5, false),
@@ -393,13 +397,7 @@ mod tests {
         let c = cfg(2);
         let (nkv, rep, hd, len, t) = (3, 3, 64, 150, 7);
         let hs = nkv * rep * hd;
-        let mut x = 0x9e37_79b9u32;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x as f32 / u32::MAX as f32 - 0.5) * 4.0
-        };
+        let mut next = uniform(0x9e37_79b9);
         let mut bytes = |n: usize| -> Vec<u8> {
             (0..n)
                 .flat_map(|_| half::bf16::from_f32(next()).to_le_bytes())
