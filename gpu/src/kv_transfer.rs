@@ -278,15 +278,19 @@ pub(crate) fn assemble<'a>(
 ) -> Result<SeqKv> {
     let (nl, nh, hd) = (config.n_layers, config.n_kv_heads, config.head_dim);
     let cap = SeqKv::capacity_for(n_tokens + 64);
-    let mut k = vec![vec![0f32; nh * cap * hd]; nl];
-    let mut v = vec![vec![0f32; nh * cap * hd]; nl];
+    // One zeroed allocation per layer (`vec![v; n]` would copy the first one's
+    // zeros into every clone; fresh ones are zero pages until written).
+    let zeros = |n: usize| (0..nl).map(|_| vec![0f32; n]).collect::<Vec<_>>();
+    let (mut k, mut v) = (zeros(nh * cap * hd), zeros(nh * cap * hd));
     let mut covered = vec![false; nl * nh * n_tokens];
     // While every block is BF16, the same values also go into a BF16 copy
     // (see `SeqKv`; zero-filled elements are BF16 numbers too).
     let copy = || {
-        device
-            .is_cpu()
-            .then(|| vec![vec![0u16; nh * n_tokens * hd]; nl])
+        device.is_cpu().then(|| {
+            (0..nl)
+                .map(|_| vec![0u16; nh * n_tokens * hd])
+                .collect::<Vec<_>>()
+        })
     };
     let (mut mk, mut mv) = (copy(), copy());
     for (bi, b) in blocks.enumerate() {
