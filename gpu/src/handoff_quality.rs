@@ -43,7 +43,7 @@ use serde::Serialize;
 use crate::backend::RealBackend;
 use crate::engine::{BatchEngine, EngineConfig, Request};
 use crate::error::{CandleContext, GpuError, Result};
-use crate::kv_transfer::{assemble, BlockBytes, KvBlock, MissingRows, PresenceMask};
+use crate::kv_transfer::{assemble, BlockBytes, KvBlock, MissingRows};
 use crate::model::config::{KvDtype, LlamaConfig};
 use crate::model::kv::SeqKv;
 use crate::model::llama::{Llama, Phase, SeqInput};
@@ -102,20 +102,24 @@ pub fn rebuild(
 ) -> Result<SeqKv> {
     let (nh, hd) = (config.n_kv_heads, config.head_dim);
     let esz = KvDtype::Bf16.size();
-    let mut presence = PresenceMask::all(config.n_layers, nh, n_tokens);
     let mut arrived = Vec::with_capacity(blocks.len());
     for (bi, b) in blocks.iter().enumerate() {
-        let expected = nh * b.len * hd * esz;
+        let tokens = format!("{}..{}", b.start, b.start.saturating_add(b.len));
+        let expected = nh
+            .checked_mul(b.len)
+            .and_then(|x| x.checked_mul(hd * esz))
+            .ok_or_else(|| {
+                GpuError::KvTransfer(format!("partial block {bi}: {} tokens overflow", b.len))
+            })?;
         if b.k.len() != expected || b.v.len() != expected {
             return Err(GpuError::KvTransfer(format!(
-                "partial block {bi} (layer {}, tokens {}..{}): {} / {} bytes of K / V, expected {expected}",
+                "partial block {bi} (layer {}, tokens {tokens}): {} / {} bytes of K / V, expected {expected}",
                 b.layer,
-                b.start,
-                b.start + b.len,
                 b.k.len(),
                 b.v.len()
             )));
         }
+        // `expected` is the length of a buffer, so `2 * expected` cannot overflow.
         if let Some(r) = b
             .present
             .iter()
@@ -126,21 +130,7 @@ pub fn rebuild(
                 2 * expected
             )));
         }
-        let got = merged(&b.present);
-        if mode == MissingRows::Mask {
-            let row = hd * esz;
-            let whole = |at: usize| got.iter().any(|r| r.start <= at && at + row <= r.end);
-            for h in 0..nh {
-                for t in 0..b.len {
-                    let off = (h * b.len + t) * row;
-                    if !(whole(off) && whole(expected + off)) {
-                        // Out-of-range rows are rejected by `assemble` below.
-                        presence.set(b.layer, h, b.start + t, false);
-                    }
-                }
-            }
-        }
-        arrived.push(got);
+        arrived.push(merged(&b.present));
     }
     let views = blocks.iter().zip(&arrived).map(|(b, got)| BlockBytes {
         layer: b.layer,
@@ -151,10 +141,9 @@ pub fn rebuild(
         dtype: KvDtype::Bf16,
         k: &b.k,
         v: &b.v,
-        // A masked row is zeroed whole by `assemble`; a kept one arrived whole.
-        arrived: (mode == MissingRows::ZeroFill).then_some(got.as_slice()),
+        arrived: Some(got.as_slice()),
     });
-    assemble(config, device, n_tokens, views, Some(&presence), mode)
+    assemble(config, device, n_tokens, views, None, mode)
 }
 
 /// `ranges` sorted and merged: no two overlap or touch, none empty.

@@ -190,8 +190,10 @@ pub(crate) struct BlockBytes<'a> {
     pub k: &'a [u8],
     pub v: &'a [u8],
     /// For a partly arrived block, the byte ranges of `k‖v` that arrived,
-    /// sorted and merged (no two touch); an element is kept only if all of its
-    /// bytes lie in one of them, else it is 0. `None`: every byte arrived.
+    /// sorted and merged (no two touch). `ZeroFill` keeps an element only if
+    /// all of its bytes lie in one of them (else 0); `Mask` keeps a (head,
+    /// token) row only if all of its K and V bytes do (else the row is missing).
+    /// `None`: every byte arrived.
     pub arrived: Option<&'a [Range<usize>]>,
 }
 
@@ -218,29 +220,6 @@ fn element(c: &[u8], dtype: KvDtype) -> f32 {
         KvDtype::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
         KvDtype::Bf16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
         KvDtype::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
-    }
-}
-
-/// Little-endian BF16 `src` widened into `out` as [`element`] does (a NaN
-/// gets its quiet bit, as `half` sets it), and the widened values' upper
-/// halves into `copy`.
-#[inline]
-fn bf16_row(src: &[u8], out: &mut [f32], copy: Option<&mut [u16]>) {
-    let bits = |c: &[u8]| {
-        let x = u16::from_le_bytes([c[0], c[1]]);
-        if x & 0x7fff > 0x7f80 {
-            x | 0x0040
-        } else {
-            x
-        }
-    };
-    for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
-        *o = f32::from_bits(u32::from(bits(c)) << 16);
-    }
-    if let Some(copy) = copy {
-        for (m, c) in copy.iter_mut().zip(src.chunks_exact(2)) {
-            *m = bits(c);
-        }
     }
 }
 
@@ -282,7 +261,10 @@ pub(crate) fn assemble<'a>(
     // zeros into every clone; fresh ones are zero pages until written).
     let zeros = |n: usize| (0..nl).map(|_| vec![0f32; n]).collect::<Vec<_>>();
     let (mut k, mut v) = (zeros(nh * cap * hd), zeros(nh * cap * hd));
+    // Per (layer, head, token): a block covered it / a block covered it but
+    // not all of its K and V bytes arrived.
     let mut covered = vec![false; nl * nh * n_tokens];
+    let mut torn = vec![false; nl * nh * n_tokens];
     // While every block is BF16, the same values also go into a BF16 copy
     // (see `SeqKv`; zero-filled elements are BF16 numbers too).
     let copy = || {
@@ -300,11 +282,11 @@ pub(crate) fn assemble<'a>(
                 b.layer, b.n_kv_heads, b.head_dim
             )));
         }
-        if b.start + b.len > n_tokens {
+        if b.start.checked_add(b.len).is_none_or(|end| end > n_tokens) {
             return Err(GpuError::KvTransfer(format!(
                 "block {bi}: tokens {}..{} beyond {n_tokens}",
                 b.start,
-                b.start + b.len
+                b.start.saturating_add(b.len)
             )));
         }
         if b.dtype != KvDtype::Bf16 {
@@ -353,25 +335,27 @@ pub(crate) fn assemble<'a>(
                 for t in 0..b.len {
                     let s = (h * b.len + t) * hd;
                     let d = (h * cap + b.start + t) * hd;
-                    let m = (h * n_tokens + b.start + t) * hd;
                     let (a, e) = (s * esz, (s + hd) * esz);
                     let out = &mut dst[d..d + hd];
-                    if b.dtype == KvDtype::Bf16 && kept(half + a, half + e) {
-                        // The common case, a whole BF16 row: one tight loop.
-                        let copy = mirror.as_mut().map(|mr| &mut mr[m..m + hd]);
-                        bf16_row(&src[a..e], out, copy);
-                        continue;
-                    }
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let at = a + i * esz;
-                        *o = if kept(half + at, half + at + esz) {
-                            element(&src[at..at + esz], b.dtype)
-                        } else {
-                            0.0
-                        };
+                    if kept(half + a, half + e) {
+                        // The common case, a whole row: one tight loop.
+                        for (o, c) in out.iter_mut().zip(src[a..e].chunks_exact(esz)) {
+                            *o = element(c, b.dtype);
+                        }
+                    } else {
+                        torn[(b.layer * nh + h) * n_tokens + b.start + t] = true;
+                        for (i, o) in out.iter_mut().enumerate() {
+                            let at = a + i * esz;
+                            *o = if kept(half + at, half + at + esz) {
+                                element(&src[at..at + esz], b.dtype)
+                            } else {
+                                0.0
+                            };
+                        }
                     }
                     if let Some(mr) = mirror.as_mut() {
                         // Exact: a BF16 value widened to F32 has 16 zero low bits.
+                        let m = (h * n_tokens + b.start + t) * hd;
                         for (c, o) in mr[m..m + hd].iter_mut().zip(out.iter()) {
                             *c = (o.to_bits() >> 16) as u16;
                         }
@@ -390,7 +374,9 @@ pub(crate) fn assemble<'a>(
         let mut any_missing = false;
         for h in 0..nh {
             for t in 0..n_tokens {
-                let present = covered[(l * nh + h) * n_tokens + t]
+                let i = (l * nh + h) * n_tokens + t;
+                let present = covered[i]
+                    && !(mode == MissingRows::Mask && torn[i])
                     && presence.is_none_or(|p| p.is_present(l, h, t));
                 if !present {
                     any_missing = true;
@@ -567,19 +553,44 @@ mod tests {
         assert!(diff(&lf, &logits(&m, &mut p, t)) > 1e-4);
     }
 
-    /// The whole-row fast path widens every one of the 65 536 BF16 patterns
-    /// (NaNs included) exactly as `element` does, and its copy holds the
-    /// widened values' upper halves.
+    /// Import widens every one of the 65 536 BF16 patterns (NaNs included)
+    /// exactly as `element` does, and the BF16 copy holds the widened values'
+    /// upper halves.
     #[test]
     fn bf16_rows_widen_every_pattern_as_element_does() {
+        let mut c = LlamaConfig::tiny(100);
+        (c.n_layers, c.n_kv_heads, c.head_dim) = (1, 2, 64);
+        let (nh, hd, len) = (2, 64, 256);
         let src: Vec<u8> = (0..=u16::MAX).flat_map(|x| x.to_le_bytes()).collect();
-        let mut out = vec![0f32; 1 << 16];
-        let mut copy = vec![0u16; 1 << 16];
-        bf16_row(&src, &mut out, Some(&mut copy));
-        for (i, c) in src.chunks_exact(2).enumerate() {
-            let want = element(c, KvDtype::Bf16).to_bits();
-            assert_eq!(out[i].to_bits(), want, "pattern {i:#06x}");
-            assert_eq!(u32::from(copy[i]) << 16, want, "copy of {i:#06x}");
+        let (k, v) = src.split_at(src.len() / 2);
+        let block = KvBlock {
+            layer: 0,
+            start: 0,
+            len,
+            n_kv_heads: nh,
+            head_dim: hd,
+            dtype: KvDtype::Bf16,
+            k: k.to_vec(),
+            v: v.to_vec(),
+        };
+        let kv = import(&c, &Device::Cpu, len, &[block], None, MissingRows::ZeroFill).unwrap();
+        let copy = kv.bf16.as_ref().unwrap();
+        let cap = kv.capacity;
+        for (side, (bytes, t, m)) in [
+            (k, &kv.layers[0].k, &copy.k[0]),
+            (v, &kv.layers[0].v, &copy.v[0]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let stored: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+            for (i, c) in bytes.chunks_exact(2).enumerate() {
+                let (h, tok, d) = (i / (len * hd), i / hd % len, i % hd);
+                let want = element(c, KvDtype::Bf16).to_bits();
+                let got = stored[(h * cap + tok) * hd + d].to_bits();
+                assert_eq!(got, want, "side {side}, pattern {i:#06x}");
+                assert_eq!(u32::from(m[i]) << 16, want, "copy of {i:#06x}");
+            }
         }
     }
 

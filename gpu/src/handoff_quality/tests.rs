@@ -171,6 +171,15 @@ fn bad_partial_blocks_are_errors() {
     p.present = std::iter::once(0..p.k.len() * 3).collect();
     let e = rebuild(lm.model.config(), &Device::Cpu, N, &[p], MissingRows::Mask);
     assert!(matches!(e, Err(GpuError::KvTransfer(_))));
+    // A token count whose byte size overflows, or a start past the end: errors.
+    let mut p = PartialBlock::complete(&blocks[0]);
+    p.len = usize::MAX / 2;
+    let e = rebuild(lm.model.config(), &Device::Cpu, N, &[p], MissingRows::Mask);
+    assert!(matches!(e, Err(GpuError::KvTransfer(_))));
+    let mut p = PartialBlock::complete(&blocks[0]);
+    p.start = usize::MAX;
+    let e = rebuild(lm.model.config(), &Device::Cpu, N, &[p], MissingRows::ZeroFill);
+    assert!(matches!(e, Err(GpuError::KvTransfer(_))));
 }
 
 #[test]
