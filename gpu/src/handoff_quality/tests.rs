@@ -178,7 +178,13 @@ fn bad_partial_blocks_are_errors() {
     assert!(matches!(e, Err(GpuError::KvTransfer(_))));
     let mut p = PartialBlock::complete(&blocks[0]);
     p.start = usize::MAX;
-    let e = rebuild(lm.model.config(), &Device::Cpu, N, &[p], MissingRows::ZeroFill);
+    let e = rebuild(
+        lm.model.config(),
+        &Device::Cpu,
+        N,
+        &[p],
+        MissingRows::ZeroFill,
+    );
     assert!(matches!(e, Err(GpuError::KvTransfer(_))));
 }
 
