@@ -157,35 +157,21 @@ fn mask_drops_rows_with_any_missing_byte() {
 fn bad_partial_blocks_are_errors() {
     let lm = tiny();
     let blocks = hand_built(&lm.model);
-    let mut p = PartialBlock::complete(&blocks[0]);
-    p.k.pop();
-    let e = rebuild(
-        lm.model.config(),
-        &Device::Cpu,
-        N,
-        &[p],
-        MissingRows::ZeroFill,
+    // Each broken copy of block 0 is a KvTransfer error in `mode`.
+    let refused = |broken: &dyn Fn(&mut PartialBlock), mode: MissingRows| {
+        let mut p = PartialBlock::complete(&blocks[0]);
+        broken(&mut p);
+        let e = rebuild(lm.model.config(), &Device::Cpu, N, &[p], mode);
+        assert!(matches!(e, Err(GpuError::KvTransfer(_))));
+    };
+    refused(&|p| p.k.truncate(p.k.len() - 1), MissingRows::ZeroFill);
+    refused(
+        &|p| p.present = std::iter::once(0..p.k.len() * 3).collect(),
+        MissingRows::Mask,
     );
-    assert!(matches!(e, Err(GpuError::KvTransfer(_))));
-    let mut p = PartialBlock::complete(&blocks[0]);
-    p.present = std::iter::once(0..p.k.len() * 3).collect();
-    let e = rebuild(lm.model.config(), &Device::Cpu, N, &[p], MissingRows::Mask);
-    assert!(matches!(e, Err(GpuError::KvTransfer(_))));
     // A token count whose byte size overflows, or a start past the end: errors.
-    let mut p = PartialBlock::complete(&blocks[0]);
-    p.len = usize::MAX / 2;
-    let e = rebuild(lm.model.config(), &Device::Cpu, N, &[p], MissingRows::Mask);
-    assert!(matches!(e, Err(GpuError::KvTransfer(_))));
-    let mut p = PartialBlock::complete(&blocks[0]);
-    p.start = usize::MAX;
-    let e = rebuild(
-        lm.model.config(),
-        &Device::Cpu,
-        N,
-        &[p],
-        MissingRows::ZeroFill,
-    );
-    assert!(matches!(e, Err(GpuError::KvTransfer(_))));
+    refused(&|p| p.len = usize::MAX / 2, MissingRows::Mask);
+    refused(&|p| p.start = usize::MAX, MissingRows::ZeroFill);
 }
 
 #[test]
