@@ -19,9 +19,11 @@
 #   2. `edgemu bench decode --device cuda:0 --random-weights 42 --batches 1,4,16,32,64,128`
 #      (prefill 200/1536, decode under continuous batching, candle-transformers
 #      baseline, NVML reading)
-#   3. `edgemu profile --device cuda:0 --random-weights 42`
-#   4. scripts/hf_baseline.py --device cuda --batches 1,32 (LlamaForCausalLM, eager)
-#   5. NVML telemetry straight from nvidia-smi for comparison
+#   3. scripts/hf_baseline.py --device cuda --batches 1,32 (LlamaForCausalLM, eager)
+#   4. the other weight layouts (EDGEMU_CHECK_LAYOUTS, default "f16,f16 q8_0,q8_0")
+#      at batches 1,32,128: is `keep` (the CUDA default) the fastest?
+#   5. `edgemu profile --device cuda:0 --random-weights 42`
+#   6. NVML telemetry straight from nvidia-smi for comparison
 # Everything lands in $OUT (the device tool's folder; default ./h200-out) and a
 # summary is printed at the end.
 #
@@ -86,9 +88,10 @@ fi
 # (a CUDA toolkit, or PyTorch's nvidia-* wheels) unless the loader finds them.
 if [ "$DEV" != cpu ]; then
   libdirs=""
-  for lib in libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libcudart.so.13; do
+  for lib in libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libcudart.so.13; do
     if ! ldconfig -p 2>/dev/null | grep -q "$lib"; then
-      d=$( { ls -d /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib 2>/dev/null
+      d=$( { ls -d /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu \
+                  /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib 2>/dev/null
              python3 -c 'import site,sys; print("\n".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null; } |
            while read -r base; do find "$base" -maxdepth 5 -name "$lib" -print 2>/dev/null; done | head -n1)
       [ -n "$d" ] && libdirs="$libdirs:$(dirname "$d")"
@@ -137,10 +140,7 @@ print('speedup_16', round(r['speedup_16'],2), 'model_error', round(r['model_erro
 print('baselines', json.dumps(r.get('baselines'))); print('vs candle-transformers', r.get('vs_candle_transformers'))
 print('gpu', r.get('gpu'), r.get('gpu_unavailable') or '')" | tee "$OUT/bench-decode.txt"
 
-step "3. profile on $DEV"
-run_step "profile" 240 "$BIN" profile "$OUT/profile.json" --device "$DEV" --random-weights "$ARCH_BENCH" $PROFILE_FLAGS
-
-step "4. Hugging Face transformers baseline ($HF_DEV)"
+step "3. Hugging Face transformers baseline ($HF_DEV)"
 if python3 -c "import torch, transformers" 2>/dev/null; then
   run_out "hf baseline" 300 "$OUT/hf-baseline.json" python3 scripts/hf_baseline.py --device "$HF_DEV" $HF_FLAGS
 else
@@ -148,7 +148,22 @@ else
     record "hf baseline" "SKIPPED: torch/transformers not installed (arguments checked)"
 fi
 
-step "5. NVML telemetry from nvidia-smi (compare with the bench's reading)"
+step "4. other weight layouts on $DEV (keep is the CUDA default: is it the fastest?)"
+# Each PREFILL,DECODE layout of EDGEMU_CHECK_LAYOUTS (space-separated) once,
+# without baselines, at three batch sizes: which format the CUDA default should be.
+for lay in ${EDGEMU_CHECK_LAYOUTS:-f16,f16 q8_0,q8_0}; do
+  run_out "bench decode layout $lay" 120 "$OUT/bench-decode-$lay.json" "$BIN" bench decode --device "$DEV" \
+    --random-weights "$ARCH_BENCH" --layout "$lay" --batches "${EDGEMU_CHECK_LAYOUT_BATCHES:-1,32,128}" \
+    --no-baselines $BENCH_FLAGS --json
+  [ -s "$OUT/bench-decode-$lay.json" ] && python3 -c "
+import json; r=json.load(open('$OUT/bench-decode-$lay.json'))
+print('layout $lay: prefill tok/s', {k: round(v) for k, v in r['prefill_tok_s'].items()}, 'decode tok/s', {k: round(v) for k, v in r['decode_tok_s'].items()})" | tee -a "$OUT/layouts.txt"
+done
+
+step "5. profile on $DEV"
+run_step "profile" 240 "$BIN" profile "$OUT/profile.json" --device "$DEV" --random-weights "$ARCH_BENCH" $PROFILE_FLAGS
+
+step "6. NVML telemetry from nvidia-smi (compare with the bench's reading)"
 nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu,power.draw --format=csv 2>&1 | tee "$OUT/nvidia-smi-after.txt" || true
 
 step "summary ($(( $(date +%s) - t_start )) s)"
@@ -156,6 +171,7 @@ step "summary ($(( $(date +%s) - t_start )) s)"
   printf '%s\n' "${status[@]}"
   cat "$OUT/token-equality.txt" 2>/dev/null
   cat "$OUT/bench-decode.txt" 2>/dev/null
+  cat "$OUT/layouts.txt" 2>/dev/null
   [ -s "$OUT/hf-baseline.json" ] && echo "hf: $(cat "$OUT/hf-baseline.json")"
   [ -s "$OUT/profile.json" ] && python3 -c "
 import json; p=json.load(open('$OUT/profile.json'))
