@@ -19,10 +19,13 @@
 #   2. `edgemu bench decode --device cuda:0 --random-weights 42 --batches 1,4,16,32,64,128`
 #      (prefill 200/1536, decode under continuous batching, candle-transformers
 #      baseline, NVML reading)
+#   2b. (GPU only) the same decode with EDGEMU_CUDA_BATCHED_ATTENTION=0, the
+#      per-sequence attention path: the batched kernel's gain in the same run
 #   3. scripts/hf_baseline.py --device cuda --batches 1,32 (LlamaForCausalLM, eager)
 #   4. the other weight layouts (EDGEMU_CHECK_LAYOUTS, default "f16,f16 q8_0,q8_0")
 #      at batches 1,32,128: is `keep` (the CUDA default) the fastest?
-#   5. `edgemu profile --device cuda:0 --random-weights 42`
+#   5. `edgemu profile --device cuda:0 --random-weights 42` (5b: GPU only, again
+#      with the per-sequence attention path)
 #   6. NVML telemetry straight from nvidia-smi for comparison
 # Everything lands in $OUT (the device tool's folder; default ./h200-out) and a
 # summary is printed at the end.
@@ -140,6 +143,21 @@ print('speedup_16', round(r['speedup_16'],2), 'model_error', round(r['model_erro
 print('baselines', json.dumps(r.get('baselines'))); print('vs candle-transformers', r.get('vs_candle_transformers'))
 print('gpu', r.get('gpu'), r.get('gpu_unavailable') or '')" | tee "$OUT/bench-decode.txt"
 
+if [ "$DEV" != cpu ]; then
+  step "2b. the same decode with the per-sequence attention path (EDGEMU_CUDA_BATCHED_ATTENTION=0)"
+  # Before 2026-12-04 every sequence's decode attention was its own ~8 candle
+  # launches per layer; the batched kernel does a step's layer in one. Same run,
+  # same weights: the ratio of the two is the kernel's gain.
+  EDGEMU_CUDA_BATCHED_ATTENTION=0 run_out "bench decode per-sequence attention" 120 "$OUT/bench-decode-perseq.json" \
+    "$BIN" bench decode --device "$DEV" --random-weights "$ARCH_BENCH" --batches "$BATCHES" \
+    --no-baselines $BENCH_FLAGS --json
+  [ -s "$OUT/bench-decode-perseq.json" ] && python3 -c "
+import json; a=json.load(open('$OUT/bench-decode.json')); p=json.load(open('$OUT/bench-decode-perseq.json'))
+print('per-sequence attention: decode tok/s', {k: round(v) for k, v in p['decode_tok_s'].items()})
+print('batched kernel / per-sequence:', {k: round(a['decode_tok_s'][k] / v, 2) for k, v in p['decode_tok_s'].items() if k in a['decode_tok_s']})
+d=a['decode_tok_s']; print('batched kernel: batch-32 aggregate / batch-1:', round(d['32'] / d['1'], 2) if '32' in d and '1' in d else 'n/a')" | tee "$OUT/perseq.txt"
+fi
+
 step "3. Hugging Face transformers baseline ($HF_DEV)"
 if python3 -c "import torch, transformers" 2>/dev/null; then
   run_out "hf baseline" 300 "$OUT/hf-baseline.json" python3 scripts/hf_baseline.py --device "$HF_DEV" $HF_FLAGS
@@ -151,7 +169,7 @@ fi
 step "4. other weight layouts on $DEV (keep is the CUDA default: is it the fastest?)"
 # Each PREFILL,DECODE layout of EDGEMU_CHECK_LAYOUTS (space-separated) once,
 # without baselines, at three batch sizes: which format the CUDA default should be.
-for lay in ${EDGEMU_CHECK_LAYOUTS:-f16,f16 q8_0,q8_0}; do
+for lay in ${EDGEMU_CHECK_LAYOUTS-f16,f16 q8_0,q8_0}; do  # set it empty to skip
   run_out "bench decode layout $lay" 120 "$OUT/bench-decode-$lay.json" "$BIN" bench decode --device "$DEV" \
     --random-weights "$ARCH_BENCH" --layout "$lay" --batches "${EDGEMU_CHECK_LAYOUT_BATCHES:-1,32,128}" \
     --no-baselines $BENCH_FLAGS --json
@@ -163,6 +181,12 @@ done
 step "5. profile on $DEV"
 run_step "profile" 240 "$BIN" profile "$OUT/profile.json" --device "$DEV" --random-weights "$ARCH_BENCH" $PROFILE_FLAGS
 
+if [ "$DEV" != cpu ]; then
+  step "5b. profile with the per-sequence attention path (EDGEMU_CUDA_BATCHED_ATTENTION=0)"
+  EDGEMU_CUDA_BATCHED_ATTENTION=0 run_step "profile per-sequence attention" 240 "$BIN" profile "$OUT/profile-perseq.json" \
+    --device "$DEV" --random-weights "$ARCH_BENCH" $PROFILE_FLAGS
+fi
+
 step "6. NVML telemetry from nvidia-smi (compare with the bench's reading)"
 nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu,power.draw --format=csv 2>&1 | tee "$OUT/nvidia-smi-after.txt" || true
 
@@ -171,9 +195,18 @@ step "summary ($(( $(date +%s) - t_start )) s)"
   printf '%s\n' "${status[@]}"
   cat "$OUT/token-equality.txt" 2>/dev/null
   cat "$OUT/bench-decode.txt" 2>/dev/null
+  cat "$OUT/perseq.txt" 2>/dev/null
   cat "$OUT/layouts.txt" 2>/dev/null
   [ -s "$OUT/hf-baseline.json" ] && echo "hf: $(cat "$OUT/hf-baseline.json")"
-  [ -s "$OUT/profile.json" ] && python3 -c "
-import json; p=json.load(open('$OUT/profile.json'))
-print('profile:', p['source'], '| prefill', round(p['prefill_tok_s']), 'tok/s |', ', '.join(f\"b{c['batch']}: {c['points'][0]['step_s']*1e3:.2f}-{c['points'][-1]['step_s']*1e3:.2f} ms\" for c in p['decode']))"
+  for f in profile profile-perseq; do
+    [ -s "$OUT/$f.json" ] && python3 -c "
+import json; p=json.load(open('$OUT/$f.json'))
+print('$f:', p['source'], '| prefill', round(p['prefill_tok_s']), 'tok/s | step ms at the first-last context length:', ', '.join(f\"b{c['batch']}: {c['points'][0]['step_s']*1e3:.2f}-{c['points'][-1]['step_s']*1e3:.2f}\" for c in p['decode']))"
+  done
 } | tee "$OUT/summary.txt"
+# The device tool returns at most 8 files: with EDGEMU_CHECK_PACK=1 everything
+# but the summary and the log goes into one archive.
+if [ "${EDGEMU_CHECK_PACK:-0}" = 1 ]; then
+  (cd "$OUT" && tar czf h200-files.tgz --exclude h200-files.tgz --exclude summary.txt --exclude log.txt . \
+    && find . -maxdepth 1 -type f ! -name h200-files.tgz ! -name summary.txt ! -name log.txt -delete)
+fi

@@ -379,7 +379,10 @@ pub fn run_decode_bench_with_progress(
         let o = e.step(0)?;
         Ok(n as f64 / o.prefill_s().max(1e-9))
     };
-    prefill(32, 1, &mut engine)?; // warm-up
+    // Warm-up: a prefill and a decode step, so that one-off work (kernel
+    // loading, library handles) is not counted in the first figures.
+    engine.submit(Request::with_tokens(1, text_tokens(&tokenizer, 32), 2), 0)?;
+    engine.run_to_idle(0)?;
     let p200 = prefill(200, 2, &mut engine)?;
     tick();
     let p1536 = prefill(1536, 3, &mut engine)?;

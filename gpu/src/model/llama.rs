@@ -134,6 +134,12 @@ impl Llama {
             });
         }
         let (cos, sin) = rope_tables(&c, device)?;
+        // Compile and load the batched decode kernel now, not in the first
+        // decode step (NVRTC takes a noticeable fraction of a second).
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(d) = device {
+            crate::model::cuda_decode_attend::prepare(d);
+        }
         Ok(Llama {
             config: c,
             embed,
@@ -287,6 +293,8 @@ impl Llama {
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
             let attn = if matches!(dev, Device::Cpu) {
                 self.attend_cpu(li, batch, &masks, &q, &k, &v, rowwise)?
+            } else if let Some(a) = batched_decode_attention(li, batch, &q, &k, &v, c)? {
+                a
             } else {
                 let mut outs = Vec::with_capacity(batch.len());
                 let mut off = 0;
@@ -541,6 +549,37 @@ fn rope_tables(c: &LlamaConfig, device: &Device) -> Result<(Tensor, Tensor)> {
     let cos = Tensor::from_vec(cos, (c.max_seq_len, half), device).ctx("rope table")?;
     let sin = Tensor::from_vec(sin, (c.max_seq_len, half), device).ctx("rope table")?;
     Ok((cos, sin))
+}
+
+/// One kernel launch per layer for a decode step on CUDA
+/// ([`crate::model::cuda_decode_attend`]); `None` where it does not apply.
+#[cfg(feature = "cuda")]
+fn batched_decode_attention(
+    layer: usize,
+    batch: &mut [SeqInput<'_>],
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    c: &LlamaConfig,
+) -> Result<Option<Tensor>> {
+    use crate::model::cuda_decode_attend::{applies, decode_attend};
+    if !matches!(q.device(), Device::Cuda(_)) || !applies(batch, c.head_dim) {
+        return Ok(None);
+    }
+    decode_attend(layer, batch, q, k, v, c).map(Some)
+}
+
+/// Without the `cuda` feature there is no batched kernel.
+#[cfg(not(feature = "cuda"))]
+fn batched_decode_attention(
+    _layer: usize,
+    _batch: &mut [SeqInput<'_>],
+    _q: &Tensor,
+    _k: &Tensor,
+    _v: &Tensor,
+    _c: &LlamaConfig,
+) -> Result<Option<Tensor>> {
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 mod attend_rows;
 pub mod config;
 pub mod cpu_q8;
+#[cfg(feature = "cuda")]
+mod cuda_decode_attend;
 pub mod device;
 pub mod gguf;
 pub mod kv;
