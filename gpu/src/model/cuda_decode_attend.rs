@@ -20,12 +20,14 @@
 //! depend on other sequences, so results do not depend on the batch.
 //!
 //! The kernel is compiled once per process with NVRTC (the CUDA runtime
-//! compiler, which cudarc links for candle) and cached in candle's module
-//! store. It applies when the head dimension is a multiple of 4 whose float4
-//! columns divide the block, and the scores fit shared memory (≈ 11 000
-//! cached tokens); otherwise, or with
-//! `EDGEMU_CUDA_BATCHED_ATTENTION=0`, the per-sequence path runs.
+//! compiler, which cudarc links for candle) when a model is loaded on CUDA,
+//! and cached in candle's module store. It applies when the head dimension is
+//! a multiple of 4 whose float4 columns divide the block, and the scores fit
+//! shared memory (≈ 11 000 cached tokens); otherwise, with
+//! `EDGEMU_CUDA_BATCHED_ATTENTION=0`, or if compiling or loading failed (one
+//! warning), the per-sequence path runs.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
@@ -185,17 +187,23 @@ pub(crate) fn prepare(device: &CudaDevice) {
             .map(|_| ())
             .ctx("loading the decode-attention kernel")
     });
-    if let Err(e) = loaded {
-        tracing::warn!("batched CUDA decode attention is off, the per-sequence path runs: {e}");
+    match loaded {
+        Ok(()) => READY.store(true, Ordering::Relaxed),
+        Err(e) => {
+            tracing::warn!("batched CUDA decode attention is off, the per-sequence path runs: {e}")
+        }
     }
 }
+
+/// Set once [`prepare`] compiled and loaded the kernel.
+static READY: AtomicBool = AtomicBool::new(false);
 
 /// Whether [`decode_attend`] can run this step: every sequence has one new
 /// row, the head dimension splits into float4 columns that divide the block,
 /// and the scores fit shared memory.
 pub(crate) fn applies(batch: &[SeqInput<'_>], head_dim: usize) -> bool {
     enabled()
-        && ptx().is_ok()
+        && READY.load(Ordering::Relaxed)
         && head_dim > 0
         && head_dim.is_multiple_of(4)
         && head_dim / 4 <= THREADS as usize
