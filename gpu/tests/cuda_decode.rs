@@ -108,6 +108,15 @@ fn cuda_decode_steps_match_the_cpu() {
     };
     let cpu_rows = run(&model(&Device::Cpu));
     let gpu_rows = run(&model(&cuda));
+    let off = matches!(
+        std::env::var("EDGEMU_CUDA_BATCHED_ATTENTION").as_deref(),
+        Ok("0") | Ok("false") | Ok("off")
+    );
+    assert_eq!(
+        edgemu_gpu::model::batched_attention_active(),
+        !off,
+        "the batched decode-attention kernel should be in use unless switched off"
+    );
     assert_eq!(cpu_rows.len(), gpu_rows.len());
     for (i, (a, b)) in cpu_rows.iter().zip(&gpu_rows).enumerate() {
         let scale = a.iter().fold(1e-3f32, |m, v| m.max(v.abs()));

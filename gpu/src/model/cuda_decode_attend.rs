@@ -198,12 +198,17 @@ pub(crate) fn prepare(device: &CudaDevice) {
 /// Set once [`prepare`] compiled and loaded the kernel.
 static READY: AtomicBool = AtomicBool::new(false);
 
+/// Whether decode steps on CUDA use the batched kernel (switched on, compiled
+/// and loaded when a model was loaded on CUDA).
+pub fn batched_attention_active() -> bool {
+    enabled() && READY.load(Ordering::Relaxed)
+}
+
 /// Whether [`decode_attend`] can run this step: every sequence has one new
 /// row, the head dimension splits into float4 columns that divide the block,
 /// and the scores fit shared memory.
 pub(crate) fn applies(batch: &[SeqInput<'_>], head_dim: usize) -> bool {
-    enabled()
-        && READY.load(Ordering::Relaxed)
+    batched_attention_active()
         && head_dim > 0
         && head_dim.is_multiple_of(4)
         && head_dim / 4 <= THREADS as usize

@@ -7,6 +7,8 @@ pub mod config;
 pub mod cpu_q8;
 #[cfg(feature = "cuda")]
 mod cuda_decode_attend;
+#[cfg(feature = "cuda")]
+pub use cuda_decode_attend::batched_attention_active;
 pub mod device;
 pub mod gguf;
 pub mod kv;
