@@ -71,6 +71,15 @@ pub struct ProfileSettings {
     pub position_bins: usize,
     /// Query window `w` (the last `w` tokens of each context).
     pub window: usize,
+    /// How an ablated cell is removed: its K and V zeroed (the default, and
+    /// what the handoff's zero-fill rebuild does) or its rows masked out of
+    /// attention (what the mask rebuild does). Files without it are zero-fill.
+    #[serde(default = "zero_fill")]
+    pub rebuild: MissingRows,
+}
+
+fn zero_fill() -> MissingRows {
+    MissingRows::ZeroFill
 }
 
 impl Default for ProfileSettings {
@@ -79,6 +88,7 @@ impl Default for ProfileSettings {
             layer_groups: 6,
             position_bins: 8,
             window: 64,
+            rebuild: MissingRows::ZeroFill,
         }
     }
 }
@@ -123,11 +133,12 @@ pub fn position_bin(b: usize, bins: usize, n: usize) -> std::ops::Range<usize> {
 }
 
 /// A deep copy of `kv` (its first `n` tokens) with the rows `zero(layer, token)`
-/// set to zero.
+/// removed as `mode` says (zeroed, or masked out of attention).
 fn zeroed_copy(
     kv: &SeqKv,
     config: &LlamaConfig,
     device: &Device,
+    mode: MissingRows,
     zero: impl Fn(usize, usize) -> bool,
 ) -> Result<SeqKv> {
     let n = kv.len();
@@ -142,14 +153,7 @@ fn zeroed_copy(
             }
         }
     }
-    import(
-        config,
-        device,
-        n,
-        &blocks,
-        Some(&presence),
-        MissingRows::ZeroFill,
-    )
+    import(config, device, n, &blocks, Some(&presence), mode)
 }
 
 fn softmax(row: &[f32]) -> Vec<f64> {
@@ -195,18 +199,32 @@ pub fn context_distances(
         Phase::Prefill,
     )?;
     // Variant 0 is the full cache; then layer groups; then position bins.
-    let mut kvs = vec![zeroed_copy(&base, &c, model.device(), |_, _| false)?];
+    let mut kvs = vec![zeroed_copy(
+        &base,
+        &c,
+        model.device(),
+        settings.rebuild,
+        |_, _| false,
+    )?];
     for g in 0..settings.layer_groups {
         let r = layer_group(g, settings.layer_groups, c.n_layers);
-        kvs.push(zeroed_copy(&base, &c, model.device(), |l, _| {
-            r.contains(&l)
-        })?);
+        kvs.push(zeroed_copy(
+            &base,
+            &c,
+            model.device(),
+            settings.rebuild,
+            |l, _| r.contains(&l),
+        )?);
     }
     for b in 0..settings.position_bins {
         let r = position_bin(b, settings.position_bins, prefix);
-        kvs.push(zeroed_copy(&base, &c, model.device(), |_, t| {
-            r.contains(&t)
-        })?);
+        kvs.push(zeroed_copy(
+            &base,
+            &c,
+            model.device(),
+            settings.rebuild,
+            |_, t| r.contains(&t),
+        )?);
     }
     drop(base);
     let mut dist = vec![0f64; kvs.len()];
@@ -393,6 +411,7 @@ mod tests {
             layer_groups: 2,
             position_bins: 4,
             window: 8,
+            rebuild: MissingRows::ZeroFill,
         };
         let p = profile(&m, "tiny", &[ctx(1), ctx(2)], &s, |_| {}).unwrap();
         assert!((p.layer_utility.iter().sum::<f64>() - 1.0).abs() < 1e-9);
@@ -429,14 +448,48 @@ mod tests {
         // The full-cache variant equals itself: distances come only from zeroing.
         let m = tiny();
         let c = ctx(5);
-        let s = ProfileSettings {
-            layer_groups: 1,
-            position_bins: 1,
-            window: 4,
+        for rebuild in [MissingRows::ZeroFill, MissingRows::Mask] {
+            let s = ProfileSettings {
+                layer_groups: 1,
+                position_bins: 1,
+                window: 4,
+                rebuild,
+            };
+            let (l, p) = context_distances(&m, &c, &s).unwrap();
+            // One group = all layers, one bin = all tokens: both remove the whole prefix.
+            assert!((l[0] - p[0]).abs() < 1e-9, "{rebuild:?}: {l:?} {p:?}");
+            assert!(l[0] > 0.0, "{rebuild:?}: removing the prefix moved nothing");
+        }
+    }
+
+    #[test]
+    fn masking_and_zeroing_a_cell_are_different_ablations() {
+        let m = tiny();
+        let c = ctx(3);
+        let mut s = ProfileSettings {
+            layer_groups: 2,
+            position_bins: 2,
+            window: 6,
+            rebuild: MissingRows::ZeroFill,
         };
-        let (l, p) = context_distances(&m, &c, &s).unwrap();
-        // One group = all layers, one bin = all tokens: both zero the whole prefix.
-        assert!((l[0] - p[0]).abs() < 1e-9, "{l:?} {p:?}");
+        let zero = context_distances(&m, &c, &s).unwrap();
+        s.rebuild = MissingRows::Mask;
+        let mask = context_distances(&m, &c, &s).unwrap();
+        assert!(mask.0.iter().chain(&mask.1).all(|&d| d > 0.0), "{mask:?}");
+        let differs = |a: &[f64], b: &[f64]| a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-9);
+        assert!(
+            differs(&zero.0, &mask.0) && differs(&zero.1, &mask.1),
+            "{zero:?} {mask:?}"
+        );
+    }
+
+    #[test]
+    fn profiles_without_a_rebuild_setting_are_zero_fill() {
+        let s: ProfileSettings =
+            serde_json::from_str(r#"{"layer_groups": 6, "position_bins": 8, "window": 64}"#)
+                .unwrap();
+        assert_eq!(s.rebuild, MissingRows::ZeroFill);
+        assert_eq!(s, ProfileSettings::default());
     }
 
     #[test]

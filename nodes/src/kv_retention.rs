@@ -19,7 +19,7 @@ use edgemu_gpu::handoff_quality::{rebuild, PartialBlock};
 use edgemu_gpu::kv_transfer::export;
 use edgemu_gpu::kv_utility::{layer_group, position_bin, KvUtilityProfile};
 use edgemu_gpu::model::llama::{Llama, Phase, SeqInput};
-use edgemu_gpu::{KvDtype, MissingRows};
+use edgemu_gpu::KvDtype;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -117,7 +117,7 @@ fn agreement(
             model.device(),
             prefix,
             &parts,
-            MissingRows::ZeroFill,
+            profile.settings.rebuild,
         )?);
     }
     let mut hits = vec![0usize; keeps.len()];
@@ -281,6 +281,7 @@ mod tests {
                 layer_groups: 1,
                 position_bins: 4,
                 window: WINDOW,
+                ..ProfileSettings::default()
             },
             contexts: 1,
             context_tokens: 96,

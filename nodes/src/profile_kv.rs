@@ -34,6 +34,12 @@ pub struct ProfileKvArgs {
     pub layer_groups: usize,
     #[arg(long, default_value_t = 8)]
     pub position_bins: usize,
+    /// How a cell is removed when measuring it: zero-fill (its K and V zeroed,
+    /// as the handoff's zero-fill rebuild does) or mask (its rows masked out of
+    /// attention, as `experiment priorityfec --mode mask` does). The retention
+    /// check uses the rebuild the profile was measured with.
+    #[arg(long, default_value = "zero-fill")]
+    pub rebuild: String,
     /// A small run for checking by hand: 2 contexts of 512 tokens.
     #[arg(long)]
     pub quick: bool,
@@ -88,6 +94,8 @@ pub fn run(args: &ProfileKvArgs) -> Result<()> {
         layer_groups: args.layer_groups,
         position_bins: args.position_bins,
         window: 64,
+        rebuild: crate::experiment::priorityfec::missing_rows(&args.rebuild)
+            .context("--rebuild")?,
     };
     let name = path
         .file_name()

@@ -229,7 +229,7 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
     Ok(g)
 }
 
-fn missing_rows(mode: &str) -> Result<MissingRows> {
+pub(crate) fn missing_rows(mode: &str) -> Result<MissingRows> {
     match mode {
         "zero-fill" => Ok(MissingRows::ZeroFill),
         "mask" => Ok(MissingRows::Mask),
@@ -1224,6 +1224,7 @@ mod tests {
                 layer_groups: groups,
                 position_bins: bins,
                 window: 64,
+                ..ProfileSettings::default()
             },
             contexts: 1,
             context_tokens: 64,
