@@ -185,7 +185,14 @@ pub fn write_heatmap(
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "kv-utility".into());
     let labels = crate::plots::Labels::new(
-        format!("KV utility of {} (cells, largest 1)", p.model.name),
+        format!(
+            "KV utility of {} (cells {}, largest 1)",
+            p.model.name,
+            match p.settings.rebuild {
+                edgemu_gpu::MissingRows::ZeroFill => "zeroed",
+                edgemu_gpu::MissingRows::Mask => "masked",
+            }
+        ),
         "token positions",
         "layers",
     );
