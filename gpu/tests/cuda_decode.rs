@@ -108,13 +108,9 @@ fn cuda_decode_steps_match_the_cpu() {
     };
     let cpu_rows = run(&model(&Device::Cpu));
     let gpu_rows = run(&model(&cuda));
-    let off = matches!(
-        std::env::var("EDGEMU_CUDA_BATCHED_ATTENTION").as_deref(),
-        Ok("0") | Ok("false") | Ok("off")
-    );
     assert_eq!(
         edgemu_gpu::model::batched_attention_active(),
-        !off,
+        edgemu_gpu::model::batched_attention_enabled(),
         "the batched decode-attention kernel should be in use unless switched off"
     );
     assert_eq!(cpu_rows.len(), gpu_rows.len());

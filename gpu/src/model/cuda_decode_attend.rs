@@ -164,8 +164,9 @@ extern "C" __global__ void edgemu_decode_attend(
 }
 "#;
 
-/// Whether the batched kernel is switched on (default) by the environment.
-fn enabled() -> bool {
+/// Whether the batched kernel is switched on (the default) by the environment:
+/// off with `EDGEMU_CUDA_BATCHED_ATTENTION=0` (or `false`, `off`).
+pub fn batched_attention_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
         !matches!(
@@ -178,7 +179,7 @@ fn enabled() -> bool {
 /// Compiles the kernel and loads it on `device` (once per process and device);
 /// if that fails the per-sequence path runs, with one warning.
 pub(crate) fn prepare(device: &CudaDevice) {
-    if !enabled() {
+    if !batched_attention_enabled() {
         return;
     }
     let loaded = ptx().and_then(|ptx| {
@@ -201,7 +202,7 @@ static READY: AtomicBool = AtomicBool::new(false);
 /// Whether decode steps on CUDA use the batched kernel (switched on, compiled
 /// and loaded when a model was loaded on CUDA).
 pub fn batched_attention_active() -> bool {
-    enabled() && READY.load(Ordering::Relaxed)
+    batched_attention_enabled() && READY.load(Ordering::Relaxed)
 }
 
 /// Whether [`decode_attend`] can run this step: every sequence has one new

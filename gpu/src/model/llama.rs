@@ -228,6 +228,7 @@ impl Llama {
         let dev = &self.device;
         let decode = phase == Phase::Decode;
         let rowwise = every_row && matches!(dev, Device::Cpu);
+        let batched = decode_batched(dev, batch, c);
         let ids = Tensor::new(ids.as_slice(), dev).ctx("token ids")?;
         let pos = Tensor::new(pos.as_slice(), dev).ctx("positions")?;
         let half = c.head_dim / 2;
@@ -293,7 +294,7 @@ impl Llama {
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
             let attn = if matches!(dev, Device::Cpu) {
                 self.attend_cpu(li, batch, &masks, &q, &k, &v, rowwise)?
-            } else if let Some(a) = batched_decode_attention(li, batch, &q, &k, &v, c)? {
+            } else if let Some(a) = batched_decode_attention(batched, li, batch, &q, &k, &v, c)? {
                 a
             } else {
                 let mut outs = Vec::with_capacity(batch.len());
@@ -551,10 +552,22 @@ fn rope_tables(c: &LlamaConfig, device: &Device) -> Result<(Tensor, Tensor)> {
     Ok((cos, sin))
 }
 
-/// One kernel launch per layer for a decode step on CUDA
-/// ([`crate::model::cuda_decode_attend`]); `None` where it does not apply.
-#[cfg(feature = "cuda")]
+/// Whether this step's attention runs as one CUDA kernel launch per layer
+/// ([`crate::model::cuda_decode_attend`]): decided once per forward, since
+/// it depends only on the device and the sequences, not on the layer.
+fn decode_batched(dev: &Device, batch: &[SeqInput<'_>], c: &LlamaConfig) -> bool {
+    #[cfg(feature = "cuda")]
+    if matches!(dev, Device::Cuda(_)) {
+        return crate::model::cuda_decode_attend::applies(batch, c.head_dim);
+    }
+    let _ = (dev, batch, c);
+    false
+}
+
+/// The batched attention of one layer where [`decode_batched`] said so, else
+/// `None` (and always `None` without the `cuda` feature).
 fn batched_decode_attention(
+    on: bool,
     layer: usize,
     batch: &mut [SeqInput<'_>],
     q: &Tensor,
@@ -562,23 +575,11 @@ fn batched_decode_attention(
     v: &Tensor,
     c: &LlamaConfig,
 ) -> Result<Option<Tensor>> {
-    use crate::model::cuda_decode_attend::{applies, decode_attend};
-    if !matches!(q.device(), Device::Cuda(_)) || !applies(batch, c.head_dim) {
-        return Ok(None);
+    #[cfg(feature = "cuda")]
+    if on {
+        return crate::model::cuda_decode_attend::decode_attend(layer, batch, q, k, v, c).map(Some);
     }
-    decode_attend(layer, batch, q, k, v, c).map(Some)
-}
-
-/// Without the `cuda` feature there is no batched kernel.
-#[cfg(not(feature = "cuda"))]
-fn batched_decode_attention(
-    _layer: usize,
-    _batch: &mut [SeqInput<'_>],
-    _q: &Tensor,
-    _k: &Tensor,
-    _v: &Tensor,
-    _c: &LlamaConfig,
-) -> Result<Option<Tensor>> {
+    let _ = (on, layer, batch, q, k, v, c);
     Ok(None)
 }
 

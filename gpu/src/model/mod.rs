@@ -8,7 +8,7 @@ pub mod cpu_q8;
 #[cfg(feature = "cuda")]
 mod cuda_decode_attend;
 #[cfg(feature = "cuda")]
-pub use cuda_decode_attend::batched_attention_active;
+pub use cuda_decode_attend::{batched_attention_active, batched_attention_enabled};
 pub mod device;
 pub mod gguf;
 pub mod kv;
