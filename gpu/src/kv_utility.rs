@@ -134,7 +134,7 @@ pub fn position_bin(b: usize, bins: usize, n: usize) -> std::ops::Range<usize> {
 
 /// A deep copy of `kv` (its first `n` tokens) with the rows `zero(layer, token)`
 /// removed as `mode` says (zeroed, or masked out of attention).
-fn zeroed_copy(
+fn ablated_copy(
     kv: &SeqKv,
     config: &LlamaConfig,
     device: &Device,
@@ -199,7 +199,7 @@ pub fn context_distances(
         Phase::Prefill,
     )?;
     // Variant 0 is the full cache; then layer groups; then position bins.
-    let mut kvs = vec![zeroed_copy(
+    let mut kvs = vec![ablated_copy(
         &base,
         &c,
         model.device(),
@@ -208,7 +208,7 @@ pub fn context_distances(
     )?];
     for g in 0..settings.layer_groups {
         let r = layer_group(g, settings.layer_groups, c.n_layers);
-        kvs.push(zeroed_copy(
+        kvs.push(ablated_copy(
             &base,
             &c,
             model.device(),
@@ -218,7 +218,7 @@ pub fn context_distances(
     }
     for b in 0..settings.position_bins {
         let r = position_bin(b, settings.position_bins, prefix);
-        kvs.push(zeroed_copy(
+        kvs.push(ablated_copy(
             &base,
             &c,
             model.device(),
