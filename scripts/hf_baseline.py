@@ -102,47 +102,20 @@ def main(argv):
            "layers": cfg["num_hidden_layers"], "prefill_tok_s": {}, "decode_tok_s": {}}
     if dev.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(dev)
-    def greedy_by_hand(ids, mask, n):
-        # The same greedy decode as generate(), step by step with the model's
-        # own cache: used only if this transformers' generate() refuses the
-        # arguments (its API moves between major versions).
-        o = model(ids, attention_mask=mask, use_cache=True)
-        past, toks = o.past_key_values, []
-        tok = o.logits[:, -1].argmax(-1, keepdim=True)
-        for _ in range(n - 1):
-            toks.append(tok)
-            mask = torch.cat([mask, torch.ones_like(tok)], 1)
-            o = model(tok, attention_mask=mask, past_key_values=past, use_cache=True)
-            past = o.past_key_values
-            tok = o.logits[:, -1].argmax(-1, keepdim=True)
-        toks.append(tok)
-        return torch.cat([ids] + toks, 1)
-
-    def generate(ids, mask, n, kw):
-        if out.get("decode_path") != "by hand":
-            try:
-                o = model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
-                out["decode_path"] = "generate"
-                return o
-            except Exception as e:  # noqa: BLE001 - reported, then the fallback runs
-                out["decode_path"] = "by hand"
-                out["generate_error"] = f"{type(e).__name__}: {e}"[:300]
-                print(f"generate() failed ({out['generate_error']}); decoding by hand", file=sys.stderr)
-        return greedy_by_hand(ids, mask, n)
-
     with torch.inference_mode():
         for b in a.batches:
             ids = torch.randint(3, cfg["vocab_size"], (b, a.prompt_len), generator=gen).to(dev)
             mask = torch.ones_like(ids)
             kw = dict(attention_mask=mask, do_sample=False, pad_token_id=2, use_cache=True)
-            generate(ids, mask, 2, kw)  # warm-up
+            model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up
             best_pre, best_dec = 0.0, 0.0
             for _ in range(max(1, a.repeats)):
                 sync(); t0 = time.perf_counter()
                 model(ids, attention_mask=mask, use_cache=True)
                 sync(); t_pre = time.perf_counter() - t0
                 sync(); t0 = time.perf_counter()
-                o = generate(ids, mask, a.new_tokens, kw)
+                o = model.generate(ids, max_new_tokens=a.new_tokens,
+                                   min_new_tokens=a.new_tokens, **kw)
                 sync(); t_gen = time.perf_counter() - t0
                 made = o.shape[1] - a.prompt_len
                 dec_s = max(t_gen - t_pre, 1e-9)
