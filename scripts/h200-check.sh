@@ -27,6 +27,8 @@
 #   5. `edgemu profile --device cuda:0 --random-weights 42` (5b: GPU only, again
 #      with the per-sequence attention path)
 #   6. NVML telemetry straight from nvidia-smi for comparison
+#   7. (GPU only) gpu/tests/cuda_decode.rs, with and without the batched kernel,
+#      when its test binary came along as .gpu-bin/cuda_decode[.xz]
 # Everything lands in $OUT (the device tool's folder; default ./h200-out) and a
 # summary is printed at the end.
 #
@@ -190,6 +192,25 @@ fi
 step "6. NVML telemetry from nvidia-smi (compare with the bench's reading)"
 nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu,power.draw --format=csv 2>&1 | tee "$OUT/nvidia-smi-after.txt" || true
 
+if [ "$DEV" != cpu ]; then
+  step "7. gpu/tests/cuda_decode.rs (batched decode steps vs the CPU's F32 logits)"
+  # Only when its test binary came along (.gpu-bin/cuda_decode[.xz], built with
+  # `cargo test --release -p edgemu-gpu --features cuda --test cuda_decode --no-run`).
+  TEST_BIN="${EDGEMU_CHECK_TEST_BIN:-.gpu-bin/cuda_decode}"
+  if [ ! -x "$TEST_BIN" ] && [ -f "$TEST_BIN.xz" ]; then
+    unpacked_t="$(mktemp -d)/cuda_decode"
+    python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$TEST_BIN.xz" "$unpacked_t" \
+      && chmod +x "$unpacked_t" && TEST_BIN="$unpacked_t"
+  fi
+  if [ -x "$TEST_BIN" ]; then
+    run_out "cuda_decode test (batched kernel)" 120 "$OUT/cuda-decode-test.txt" "$TEST_BIN" --nocapture
+    EDGEMU_CUDA_BATCHED_ATTENTION=0 run_out "cuda_decode test (per-sequence path)" 120 \
+      "$OUT/cuda-decode-test-perseq.txt" "$TEST_BIN" --nocapture
+  else
+    record "cuda_decode test" "SKIPPED: no test binary at $TEST_BIN(.xz)"
+  fi
+fi
+
 step "summary ($(( $(date +%s) - t_start )) s)"
 {
   printf '%s\n' "${status[@]}"
@@ -197,6 +218,7 @@ step "summary ($(( $(date +%s) - t_start )) s)"
   cat "$OUT/bench-decode.txt" 2>/dev/null
   cat "$OUT/perseq.txt" 2>/dev/null
   cat "$OUT/layouts.txt" 2>/dev/null
+  grep -h "^test \|test result" "$OUT"/cuda-decode-test*.txt 2>/dev/null
   [ -s "$OUT/hf-baseline.json" ] && echo "hf: $(cat "$OUT/hf-baseline.json")"
   for f in profile profile-perseq; do
     [ -s "$OUT/$f.json" ] && python3 -c "
@@ -207,6 +229,9 @@ print('$f:', p['source'], '| prefill', round(p['prefill_tok_s']), 'tok/s | step 
 # The device tool returns at most 8 files: with EDGEMU_CHECK_PACK=1 everything
 # but the summary and the log goes into one archive.
 if [ "${EDGEMU_CHECK_PACK:-0}" = 1 ]; then
-  (cd "$OUT" && tar czf h200-files.tgz --exclude h200-files.tgz --exclude summary.txt --exclude log.txt . \
-    && find . -maxdepth 1 -type f ! -name h200-files.tgz ! -name summary.txt ! -name log.txt -delete)
+  # The archive is written outside $OUT first: tar refuses a folder that
+  # changes while it reads it ("file changed as we read it").
+  tgz="$(mktemp -d)/h200-files.tgz"
+  (cd "$OUT" && tar czf "$tgz" --exclude summary.txt --exclude log.txt . \
+    && find . -maxdepth 1 -type f ! -name summary.txt ! -name log.txt -delete && mv "$tgz" "$OUT/")
 fi

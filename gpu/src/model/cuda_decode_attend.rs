@@ -8,9 +8,12 @@
 //! while the matmuls, batched already, cost almost nothing.
 //!
 //! Here every sequence's caches stay where they are (each [`SeqKv`] owns its
-//! per-layer tensors); the step uploads three small arrays — the device
-//! addresses of every sequence's K, V (and mask bias) storage, their lengths
-//! and capacities — and one kernel does the rest: grid (sequence, query head),
+//! per-layer tensors, reserved for the step before it starts, so they do not
+//! move during it). Once per step, [`StepTables::upload`] copies one table to
+//! the device — the addresses of every sequence's K, V (and mask bias)
+//! storage in every layer, the lengths and the capacities — and in each
+//! layer one kernel does the rest. (The first version uploaded five arrays
+//! per layer, 150 host-to-device copies per SmolLM2 step.) The kernel: grid (sequence, query head),
 //! one block of 256 threads each: the scores of the query against the cached
 //! keys and the new key (a key row per thread, float4 loads), the softmax, the
 //! weighted sum of the values (16 rows at a time, a float4 column per thread,
@@ -69,22 +72,28 @@ extern "C" __global__ void edgemu_decode_attend(
     const float* __restrict__ q,       // (B, n_heads, hd), scaled and rotated
     const float* __restrict__ k_new,   // (B, nkv, hd)
     const float* __restrict__ v_new,   // (B, nkv, hd)
-    const unsigned long long* k_cache, // B addresses of (nkv, cap_b, hd) f32
-    const unsigned long long* v_cache,
-    const unsigned long long* bias,    // B addresses of (nkv, 1, cap_b) f32, or 0
-    const unsigned int* lens,          // B: tokens cached before this step
-    const unsigned int* caps,          // B: capacities
+    // The step's table, (3·n_layers + 2) rows of B: the addresses of the K
+    // caches of layer 0..n_layers ((nkv, cap_b, hd) f32), then of the V
+    // caches, then of the mask biases ((nkv, 1, cap_b) f32, or 0), then the
+    // tokens cached before this step, then the capacities.
+    const unsigned long long* __restrict__ table,
     float* __restrict__ out,           // (B, n_heads * hd)
-    int n_heads, int nkv, int hd)
+    int layer, int n_layers, int n_heads, int nkv, int hd)
 {
     extern __shared__ float4 sh4[];
     float* sh = (float*)sh4;
     const int b = blockIdx.x, h = blockIdx.y;
+    const unsigned long long B = gridDim.x;
     const int rep = n_heads / nkv, g = h / rep, h4 = hd / 4;
-    const unsigned int len = lens[b], cap = caps[b], L = len + 1;
-    float* kc = (float*)k_cache[b] + (unsigned long long)g * cap * hd;
-    float* vc = (float*)v_cache[b] + (unsigned long long)g * cap * hd;
-    const float* bs = bias[b] ? (const float*)bias[b] + (unsigned long long)g * cap : (const float*)0;
+    const unsigned long long kaddr = table[(unsigned long long)layer * B + b];
+    const unsigned long long vaddr = table[(unsigned long long)(n_layers + layer) * B + b];
+    const unsigned long long baddr = table[(unsigned long long)(2 * n_layers + layer) * B + b];
+    const unsigned int len = (unsigned int)table[(unsigned long long)(3 * n_layers) * B + b];
+    const unsigned int cap = (unsigned int)table[(unsigned long long)(3 * n_layers + 1) * B + b];
+    const unsigned int L = len + 1;
+    float* kc = (float*)kaddr + (unsigned long long)g * cap * hd;
+    float* vc = (float*)vaddr + (unsigned long long)g * cap * hd;
+    const float* bs = baddr ? (const float*)baddr + (unsigned long long)g * cap : (const float*)0;
     const float* qh = q + ((unsigned long long)b * n_heads + h) * hd;
     const float* kn = k_new + ((unsigned long long)b * nkv + g) * hd;
     const float* vn = v_new + ((unsigned long long)b * nkv + g) * hd;
@@ -251,20 +260,70 @@ fn address(storage: &Storage, layout: &Layout, what: &str) -> Result<u64> {
     Ok(ptr + (layout.start_offset() * std::mem::size_of::<f32>()) as u64)
 }
 
-/// The launch's per-sequence arrays, uploaded; q, k, v come as the op's inputs.
-struct DecodeAttend {
-    k_cache: CudaSlice<u64>,
-    v_cache: CudaSlice<u64>,
-    bias: CudaSlice<u64>,
-    lens: CudaSlice<u32>,
-    caps: CudaSlice<u32>,
+/// One decode step's table on the device (see the kernel's `table`): every
+/// layer's cache addresses of every sequence, their lengths and capacities,
+/// uploaded once per step by [`StepTables::upload`] and read by every layer.
+pub(crate) struct StepTables {
+    table: CudaSlice<u64>,
+    batch: usize,
+    n_layers: usize,
     max_len: usize,
+}
+
+impl StepTables {
+    /// Reads every sequence's cache addresses (the caches must already hold
+    /// room for this step's row: they do not move during the step) and
+    /// uploads them with the lengths and capacities in one copy.
+    pub(crate) fn upload(batch: &[SeqInput<'_>], device: &CudaDevice) -> Result<Self> {
+        let b = batch.len();
+        let n_layers = batch.first().map_or(0, |s| s.kv.layers.len());
+        let mut table = vec![0u64; (3 * n_layers + 2) * b];
+        for (i, s) in batch.iter().enumerate() {
+            let kv = &*s.kv;
+            if kv.len() + 1 > kv.capacity || kv.layers.len() != n_layers {
+                return Err(GpuError::Engine(format!(
+                    "decode attention: a cache of capacity {} and {} layers holds {} tokens (want room for one more and {n_layers} layers)",
+                    kv.capacity,
+                    kv.layers.len(),
+                    kv.len()
+                )));
+            }
+            for (li, l) in kv.layers.iter().enumerate() {
+                let (st, lay) = l.k.storage_and_layout();
+                table[li * b + i] = address(&st, lay, "k cache")?;
+                let (st, lay) = l.v.storage_and_layout();
+                table[(n_layers + li) * b + i] = address(&st, lay, "v cache")?;
+                if let Some(t) = &l.bias {
+                    let (st, lay) = t.storage_and_layout();
+                    table[(2 * n_layers + li) * b + i] = address(&st, lay, "kv mask")?;
+                }
+            }
+            table[3 * n_layers * b + i] = kv.len() as u64;
+            table[(3 * n_layers + 1) * b + i] = kv.capacity as u64;
+        }
+        let max_len = batch.iter().map(|s| s.kv.len()).max().unwrap_or(0);
+        let table = device
+            .clone_htod(&table)
+            .map_err(|e| GpuError::Engine(format!("decode-attention table: {e}")))?;
+        Ok(Self {
+            table,
+            batch: b,
+            n_layers,
+            max_len,
+        })
+    }
+}
+
+/// The kernel for one layer of a step; q, k, v come as the op's inputs.
+struct DecodeAttend<'a> {
+    step: &'a StepTables,
+    layer: usize,
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
 }
 
-impl CustomOp3 for DecodeAttend {
+impl CustomOp3 for DecodeAttend<'_> {
     fn name(&self) -> &'static str {
         "edgemu-decode-attend"
     }
@@ -291,7 +350,7 @@ impl CustomOp3 for DecodeAttend {
         vl: &Layout,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         let dev = q.device();
-        let b = self.lens.len();
+        let b = self.step.batch;
         let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
         for (l, want, what) in [(ql, nh, "q"), (kl, nkv, "k"), (vl, nkv, "v")] {
             // float4 loads: rows start on 16 bytes (allocations are aligned).
@@ -308,28 +367,28 @@ impl CustomOp3 for DecodeAttend {
         let qs = q.as_cuda_slice::<f32>()?.slice(ql.start_offset()..);
         let ks = k.as_cuda_slice::<f32>()?.slice(kl.start_offset()..);
         let vs = v.as_cuda_slice::<f32>()?.slice(vl.start_offset()..);
-        let shared = (shared_floats(self.max_len, hd) * 4) as u32;
+        let shared = (shared_floats(self.step.max_len, hd) * 4) as u32;
         let cfg = LaunchConfig {
             grid_dim: (b as u32, nh as u32, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: shared,
         };
         let (nh_i, nkv_i, hd_i) = (nh as i32, nkv as i32, hd as i32);
+        let (layer_i, n_layers_i) = (self.layer as i32, self.step.n_layers as i32);
         let mut builder = func.builder();
         builder.arg(&qs);
         builder.arg(&ks);
         builder.arg(&vs);
-        builder.arg(&self.k_cache);
-        builder.arg(&self.v_cache);
-        builder.arg(&self.bias);
-        builder.arg(&self.lens);
-        builder.arg(&self.caps);
+        builder.arg(&self.step.table);
         builder.arg(&out);
+        builder.arg(&layer_i);
+        builder.arg(&n_layers_i);
         builder.arg(&nh_i);
         builder.arg(&nkv_i);
         builder.arg(&hd_i);
         // SAFETY: the arguments match the kernel's parameters; every address
-        // is a live cache of at least `caps[b]` tokens (held by the caller).
+        // in the table is a live cache of at least its capacity in tokens
+        // (held by the caller for the step).
         unsafe { builder.launch(cfg) }.w()?;
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev.clone()),
@@ -338,69 +397,30 @@ impl CustomOp3 for DecodeAttend {
     }
 }
 
-/// Attention of every sequence's one new row against its cache, the new K/V
-/// rows appended to the caches (the caller advances the lengths). `q` is
-/// `(B, n_heads, 1, hd)`, `k` and `v` `(B, nkv, hd)`; returns `(B, n_heads·hd)`.
+/// Attention of every sequence's one new row against its cache in `layer`,
+/// the new K/V rows appended to the caches (the caller advances the
+/// lengths). `step` was uploaded for this batch; `q` is `(B, n_heads, 1,
+/// hd)`, `k` and `v` `(B, nkv, hd)`; returns `(B, n_heads·hd)`.
 pub(crate) fn decode_attend(
+    step: &StepTables,
     layer: usize,
-    batch: &mut [SeqInput<'_>],
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     config: &LlamaConfig,
 ) -> Result<Tensor> {
-    let (n_heads, n_kv_heads, head_dim) = (config.n_heads, config.n_kv_heads, config.head_dim);
-    let Some(cuda) = (match q.device() {
-        candle_core::Device::Cuda(d) => Some(d.clone()),
-        _ => None,
-    }) else {
-        return Err(GpuError::Engine(
-            "decode attention kernel: not a CUDA device".into(),
-        ));
-    };
-    let mut k_addr = Vec::with_capacity(batch.len());
-    let mut v_addr = Vec::with_capacity(batch.len());
-    let mut b_addr = Vec::with_capacity(batch.len());
-    let mut lens = Vec::with_capacity(batch.len());
-    let mut caps = Vec::with_capacity(batch.len());
-    for s in batch.iter() {
-        let kv = &*s.kv;
-        if kv.len() + 1 > kv.capacity {
-            return Err(GpuError::Engine(format!(
-                "decode attention: a cache of capacity {} holds {} tokens",
-                kv.capacity,
-                kv.len()
-            )));
-        }
-        let l = &kv.layers[layer];
-        let (st, lay) = l.k.storage_and_layout();
-        k_addr.push(address(&st, lay, "k cache")?);
-        let (st, lay) = l.v.storage_and_layout();
-        v_addr.push(address(&st, lay, "v cache")?);
-        b_addr.push(match &l.bias {
-            Some(t) => {
-                let (st, lay) = t.storage_and_layout();
-                address(&st, lay, "kv mask")?
-            }
-            None => 0,
-        });
-        lens.push(kv.len() as u32);
-        caps.push(kv.capacity as u32);
+    if layer >= step.n_layers {
+        return Err(GpuError::Engine(format!(
+            "decode attention: layer {layer} of a step uploaded for {}",
+            step.n_layers
+        )));
     }
-    let max_len = lens.iter().copied().max().unwrap_or(0) as usize;
-    let up = |what: &str, e: candle_core::Error| GpuError::Engine(format!("{what}: {e}"));
     let op = DecodeAttend {
-        k_cache: cuda.clone_htod(&k_addr).map_err(|e| up("k addresses", e))?,
-        v_cache: cuda.clone_htod(&v_addr).map_err(|e| up("v addresses", e))?,
-        bias: cuda
-            .clone_htod(&b_addr)
-            .map_err(|e| up("mask addresses", e))?,
-        lens: cuda.clone_htod(&lens).map_err(|e| up("lengths", e))?,
-        caps: cuda.clone_htod(&caps).map_err(|e| up("capacities", e))?,
-        max_len,
-        n_heads,
-        n_kv_heads,
-        head_dim,
+        step,
+        layer,
+        n_heads: config.n_heads,
+        n_kv_heads: config.n_kv_heads,
+        head_dim: config.head_dim,
     };
     // Fresh, aligned copies only where a view does not start on 16 bytes.
     let aligned = |t: &Tensor, what: &str| -> Result<Tensor> {

@@ -228,7 +228,7 @@ impl Llama {
         let dev = &self.device;
         let decode = phase == Phase::Decode;
         let rowwise = every_row && matches!(dev, Device::Cpu);
-        let batched = decode_batched(dev, batch, c);
+        let batched = decode_batched(dev, batch, c)?;
         let ids = Tensor::new(ids.as_slice(), dev).ctx("token ids")?;
         let pos = Tensor::new(pos.as_slice(), dev).ctx("positions")?;
         let half = c.head_dim / 2;
@@ -294,7 +294,7 @@ impl Llama {
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
             let attn = if matches!(dev, Device::Cpu) {
                 self.attend_cpu(li, batch, &masks, &q, &k, &v, rowwise)?
-            } else if let Some(a) = batched_decode_attention(batched, li, batch, &q, &k, &v, c)? {
+            } else if let Some(a) = batched_decode_attention(batched.as_ref(), li, &q, &k, &v, c)? {
                 a
             } else {
                 let mut outs = Vec::with_capacity(batch.len());
@@ -552,35 +552,53 @@ fn rope_tables(c: &LlamaConfig, device: &Device) -> Result<(Tensor, Tensor)> {
     Ok((cos, sin))
 }
 
-/// Whether this step's attention runs as one CUDA kernel launch per layer
-/// ([`crate::model::cuda_decode_attend`]): decided once per forward, since
-/// it depends only on the device and the sequences, not on the layer.
-fn decode_batched(dev: &Device, batch: &[SeqInput<'_>], c: &LlamaConfig) -> bool {
+/// What a step whose attention runs as one CUDA kernel launch per layer
+/// ([`crate::model::cuda_decode_attend`]) shares between its layers: the
+/// table of cache addresses, uploaded once. Uninhabited without `cuda`.
+#[cfg(feature = "cuda")]
+type BatchedStep = crate::model::cuda_decode_attend::StepTables;
+#[cfg(not(feature = "cuda"))]
+type BatchedStep = std::convert::Infallible;
+
+/// The batched step where this step's attention takes the CUDA kernel:
+/// decided (and its table uploaded) once per forward, since it depends only
+/// on the device and the sequences, not on the layer. The caches must hold
+/// room for the step already.
+fn decode_batched(
+    dev: &Device,
+    batch: &[SeqInput<'_>],
+    c: &LlamaConfig,
+) -> Result<Option<BatchedStep>> {
     #[cfg(feature = "cuda")]
-    if matches!(dev, Device::Cuda(_)) {
-        return crate::model::cuda_decode_attend::applies(batch, c.head_dim);
+    if let Device::Cuda(d) = dev {
+        if crate::model::cuda_decode_attend::applies(batch, c.head_dim) {
+            return crate::model::cuda_decode_attend::StepTables::upload(batch, d).map(Some);
+        }
     }
     let _ = (dev, batch, c);
-    false
+    Ok(None)
 }
 
-/// The batched attention of one layer where [`decode_batched`] said so, else
-/// `None` (and always `None` without the `cuda` feature).
+/// The batched attention of one layer where [`decode_batched`] gave a step,
+/// else `None` (and always `None` without the `cuda` feature).
 fn batched_decode_attention(
-    on: bool,
+    step: Option<&BatchedStep>,
     layer: usize,
-    batch: &mut [SeqInput<'_>],
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     c: &LlamaConfig,
 ) -> Result<Option<Tensor>> {
+    let Some(step) = step else {
+        return Ok(None);
+    };
     #[cfg(feature = "cuda")]
-    if on {
-        return crate::model::cuda_decode_attend::decode_attend(layer, batch, q, k, v, c).map(Some);
+    return crate::model::cuda_decode_attend::decode_attend(step, layer, q, k, v, c).map(Some);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (layer, q, k, v, c);
+        match *step {}
     }
-    let _ = (on, layer, batch, q, k, v, c);
-    Ok(None)
 }
 
 #[cfg(test)]
