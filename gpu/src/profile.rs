@@ -381,6 +381,9 @@ pub fn run_profile(opts: &ProfileOptions, progress: &dyn Fn(usize, usize)) -> Re
     Ok(p)
 }
 
+/// Runs of each prefill length in [`profile_backend`]; the median is used.
+const PREFILL_RUNS: usize = 3;
+
 /// Measures prefill (two prompt lengths → rate and fixed overhead) and, for every
 /// (batch, context length) of the grid, the mean decode iteration time with
 /// synthetic caches of that length.
@@ -392,22 +395,39 @@ pub fn profile_backend(
     let total = 2 + opts.batch_sizes.len() * opts.context_lens.len();
     let mut done = 0;
     let alpha = backend.kv_bytes_per_token();
-    // Prefill: t(n) = a + n / r from n = 32 and n = 256 (one warm-up first).
+    // Prefill: t(n) = a + n / r from n = 32 and a longer prompt (one warm-up
+    // first), each the median of three runs. The longer one starts at 256
+    // tokens and doubles until it takes 4× the short one (or the context is
+    // full): on a GPU both 32 and 256 tokens take a few launch-bound
+    // milliseconds, and the rate from their difference was noise (an H200
+    // printed 68 million and 726 000 tok/s where prefilling 1 536 tokens runs
+    // at ≈ 33 000); on a CPU 256 tokens already take ≈ 8× 32.
+    let max_prompt = backend.model().config().max_seq_len.saturating_sub(64);
     let mut time_prefill = |n: usize, seq: u64| -> Result<f64> {
-        let s = backend.prefill(&[PrefillItem {
-            seq,
-            tokens: None,
-            len: n,
-        }])?;
-        backend.release(seq);
-        Ok(s.duration_s)
+        let mut runs = [0.0f64; PREFILL_RUNS];
+        for r in runs.iter_mut() {
+            let s = backend.prefill(&[PrefillItem {
+                seq,
+                tokens: None,
+                len: n,
+            }])?;
+            backend.release(seq);
+            *r = s.duration_s;
+        }
+        runs.sort_unstable_by(f64::total_cmp);
+        Ok(runs[PREFILL_RUNS / 2])
     };
     time_prefill(16, u64::MAX)?;
-    let (n1, n2) = (32usize, 256usize);
+    let n1 = 32usize;
     let t1 = time_prefill(n1, u64::MAX)?;
     done += 1;
     progress(done, total);
-    let t2 = time_prefill(n2, u64::MAX)?;
+    let mut n2 = 256usize.min(max_prompt).max(n1 + 1);
+    let mut t2 = time_prefill(n2, u64::MAX)?;
+    while t2 < 4.0 * t1 && n2 * 2 <= max_prompt {
+        n2 *= 2;
+        t2 = time_prefill(n2, u64::MAX)?;
+    }
     done += 1;
     progress(done, total);
     let rate = if t2 > t1 {
