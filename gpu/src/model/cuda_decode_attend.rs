@@ -13,14 +13,19 @@
 //! the device — the addresses of every sequence's K, V (and mask bias)
 //! storage in every layer, the lengths and the capacities — and in each
 //! layer one kernel does the rest. (The first version uploaded five arrays
-//! per layer, 150 host-to-device copies per SmolLM2 step.) The kernel: grid (sequence, query head),
-//! one block of 256 threads each: the scores of the query against the cached
-//! keys and the new key (a key row per thread, float4 loads), the softmax, the
-//! weighted sum of the values (16 rows at a time, a float4 column per thread,
-//! so the reads of a warp are contiguous), and (blocks of the first query head
-//! of each KV group) the new K and V rows written at the end of the cache. Missing rows of an imported, incomplete cache have −∞ bias as
-//! in [`SeqKv`]; the new row is always present. Rows of one sequence never
-//! depend on other sequences, so results do not depend on the batch.
+//! per layer, 150 host-to-device copies per SmolLM2 step; one table made the
+//! kernel's gain over the per-sequence path 1.5× instead of 1.12× at batch 1
+//! and 10.9× instead of 8.7× at batch 32 on the H200.)
+//!
+//! The kernel: grid (sequence, query head), one block of 256 threads each:
+//! the scores of the query against the cached keys and the new key (a key
+//! row per thread, float4 loads), the softmax, the weighted sum of the values
+//! (16 rows at a time, a float4 column per thread, so the reads of a warp are
+//! contiguous), and (blocks of the first query head of each KV group) the new
+//! K and V rows written at the end of the cache. Missing rows of an imported,
+//! incomplete cache have −∞ bias as in [`SeqKv`]; the new row is always
+//! present. Rows of one sequence never depend on other sequences, so results
+//! do not depend on the batch.
 //!
 //! The kernel is compiled once per process with NVRTC (the CUDA runtime
 //! compiler, which cudarc links for candle) when a model is loaded on CUDA,
