@@ -55,10 +55,11 @@ impl KvBlock {
     }
 }
 
-/// How missing rows are rebuilt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How missing rows are rebuilt (zero-fill unless said otherwise).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MissingRows {
+    #[default]
     ZeroFill,
     Mask,
 }

@@ -35,7 +35,7 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CandleContext, GpuError, Result};
-use crate::kv_transfer::{export, import, MissingRows, PresenceMask};
+use crate::kv_transfer::{export, import, KvBlock, MissingRows, PresenceMask};
 use crate::model::config::{KvDtype, LlamaConfig};
 use crate::model::kv::SeqKv;
 use crate::model::llama::{Llama, Phase, SeqInput};
@@ -74,12 +74,8 @@ pub struct ProfileSettings {
     /// How an ablated cell is removed: its K and V zeroed (the default, and
     /// what the handoff's zero-fill rebuild does) or its rows masked out of
     /// attention (what the mask rebuild does). Files without it are zero-fill.
-    #[serde(default = "zero_fill")]
+    #[serde(default)]
     pub rebuild: MissingRows,
-}
-
-fn zero_fill() -> MissingRows {
-    MissingRows::ZeroFill
 }
 
 impl Default for ProfileSettings {
@@ -88,7 +84,7 @@ impl Default for ProfileSettings {
             layer_groups: 6,
             position_bins: 8,
             window: 64,
-            rebuild: MissingRows::ZeroFill,
+            rebuild: MissingRows::default(),
         }
     }
 }
@@ -132,28 +128,28 @@ pub fn position_bin(b: usize, bins: usize, n: usize) -> std::ops::Range<usize> {
     (b * n / bins)..((b + 1) * n / bins)
 }
 
-/// A deep copy of `kv` (its first `n` tokens) with the rows `zero(layer, token)`
-/// removed as `mode` says (zeroed, or masked out of attention).
+/// A cache rebuilt from `blocks` (an F32 export of all `n` tokens of every
+/// layer) with the rows `remove(layer, token)` removed as `mode` says
+/// (zeroed, or masked out of attention).
 fn ablated_copy(
-    kv: &SeqKv,
+    blocks: &[KvBlock],
+    n: usize,
     config: &LlamaConfig,
     device: &Device,
     mode: MissingRows,
-    zero: impl Fn(usize, usize) -> bool,
+    remove: impl Fn(usize, usize) -> bool,
 ) -> Result<SeqKv> {
-    let n = kv.len();
-    let blocks = export(kv, 0..config.n_layers, 0..n, KvDtype::F32)?;
     let mut presence = PresenceMask::all(config.n_layers, config.n_kv_heads, n);
     for l in 0..config.n_layers {
         for t in 0..n {
-            if zero(l, t) {
+            if remove(l, t) {
                 for h in 0..config.n_kv_heads {
                     presence.set(l, h, t, false);
                 }
             }
         }
     }
-    import(config, device, n, &blocks, Some(&presence), mode)
+    import(config, device, n, blocks, Some(&presence), mode)
 }
 
 fn softmax(row: &[f32]) -> Vec<f64> {
@@ -199,34 +195,23 @@ pub fn context_distances(
         Phase::Prefill,
     )?;
     // Variant 0 is the full cache; then layer groups; then position bins.
-    let mut kvs = vec![ablated_copy(
-        &base,
-        &c,
-        model.device(),
-        settings.rebuild,
-        |_, _| false,
-    )?];
+    // Exported once; every variant is imported from the same blocks.
+    let n = base.len();
+    let blocks = export(&base, 0..c.n_layers, 0..n, KvDtype::F32)?;
+    drop(base);
+    let ablate = |remove: &dyn Fn(usize, usize) -> bool| {
+        ablated_copy(&blocks, n, &c, model.device(), settings.rebuild, remove)
+    };
+    let mut kvs = vec![ablate(&|_, _| false)?];
     for g in 0..settings.layer_groups {
         let r = layer_group(g, settings.layer_groups, c.n_layers);
-        kvs.push(ablated_copy(
-            &base,
-            &c,
-            model.device(),
-            settings.rebuild,
-            |l, _| r.contains(&l),
-        )?);
+        kvs.push(ablate(&|l, _| r.contains(&l))?);
     }
     for b in 0..settings.position_bins {
         let r = position_bin(b, settings.position_bins, prefix);
-        kvs.push(ablated_copy(
-            &base,
-            &c,
-            model.device(),
-            settings.rebuild,
-            |_, t| r.contains(&t),
-        )?);
+        kvs.push(ablate(&|_, t| r.contains(&t))?);
     }
-    drop(base);
+    drop(blocks);
     let mut dist = vec![0f64; kvs.len()];
     for step in 0..w {
         let tok = &context[prefix + step..prefix + step + 1];
