@@ -79,12 +79,19 @@ step "0. environment"
 # The stripped CUDA binary is ~62 MiB, too close to the device tool's 64 MiB
 # limit on everything sent with the working tree: it travels xz-compressed
 # (~10 MB) and is unpacked here.
-if [ ! -x "$BIN" ] && [ -f "$BIN.xz" ]; then
-  # Not under $OUT: what is there is sent back. python3's lzma, in case xz is absent.
-  unpacked="$(mktemp -d)/edgemu"
-  python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$BIN.xz" "$unpacked" \
-    && chmod +x "$unpacked" && BIN="$unpacked"
-fi
+# unpacked PATH: PATH itself if executable, else PATH.xz unpacked into a
+# temporary folder (not under $OUT: what is there is sent back; python3's lzma,
+# in case xz is absent); prints the path to run, or PATH when there is neither.
+unpacked() {
+  local p=$1 u
+  if [ ! -x "$p" ] && [ -f "$p.xz" ]; then
+    u="$(mktemp -d)/$(basename "$p")"
+    python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$p.xz" "$u" \
+      && chmod +x "$u" && p="$u"
+  fi
+  echo "$p"
+}
+BIN="$(unpacked "$BIN")"
 if [ ! -x "$BIN" ]; then
   echo "no binary at $BIN or $BIN.xz (see the top of this script)"; exit 2
 fi
@@ -196,12 +203,7 @@ if [ "$DEV" != cpu ]; then
   step "7. gpu/tests/cuda_decode.rs (batched decode steps vs the CPU's F32 logits)"
   # Only when its test binary came along (.gpu-bin/cuda_decode[.xz], built with
   # `cargo test --release -p edgemu-gpu --features cuda --test cuda_decode --no-run`).
-  TEST_BIN="${EDGEMU_CHECK_TEST_BIN:-.gpu-bin/cuda_decode}"
-  if [ ! -x "$TEST_BIN" ] && [ -f "$TEST_BIN.xz" ]; then
-    unpacked_t="$(mktemp -d)/cuda_decode"
-    python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$TEST_BIN.xz" "$unpacked_t" \
-      && chmod +x "$unpacked_t" && TEST_BIN="$unpacked_t"
-  fi
+  TEST_BIN="$(unpacked "${EDGEMU_CHECK_TEST_BIN:-.gpu-bin/cuda_decode}")"
   if [ -x "$TEST_BIN" ]; then
     run_out "cuda_decode test (batched kernel)" 120 "$OUT/cuda-decode-test.txt" "$TEST_BIN" --nocapture
     EDGEMU_CUDA_BATCHED_ATTENTION=0 run_out "cuda_decode test (per-sequence path)" 120 \
