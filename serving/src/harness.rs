@@ -343,20 +343,14 @@ pub fn run_episode_with(
             records.extend(server.assign(std::mem::take(&mut per_server[s])));
             server.advance(end, &mut records)?;
             let r = server.end_slot(t, sc.slot_ns);
-            etas.push(r.eta);
+            etas.push(r.load.eta);
             reports.push(r);
         }
         let y = sched.end_slot(&etas);
         let z = sched.queues().z();
         for (s, r) in reports.into_iter().enumerate() {
             let o = &mut server_obs[s];
-            o.occupancy_bytes = r.occupancy_bytes;
-            o.reserved_bytes = r.reserved_bytes;
-            o.waiting_kv_bytes = r.waiting_kv_bytes;
-            o.backlog = r.backlog;
-            o.eta = r.eta;
-            o.peak_bytes = r.peak_bytes;
-            o.high_kv = r.high_kv;
+            o.load = r.load;
             rows.push(ServerSlotRow {
                 class: classes[s],
                 capacity_bytes: o.capacity_bytes,
@@ -429,10 +423,10 @@ fn summarize(
         lb_dev: mean(rows.iter().map(|r| r.y)),
         high_kv: mean(
             rows.iter()
-                .map(|r| if r.report.high_kv { 1.0 } else { 0.0 }),
+                .map(|r| if r.report.load.high_kv { 1.0 } else { 0.0 }),
         ),
         z_mean: mean(rows.iter().map(|r| r.z)),
-        eta_mean: mean(rows.iter().map(|r| r.report.eta)),
+        eta_mean: mean(rows.iter().map(|r| r.report.load.eta)),
         decisions,
     }
 }
@@ -490,22 +484,22 @@ pub fn server_slots_csv_rows(key: &str, rows: &[ServerSlotRow], out: &mut String
         format!("{key},")
     };
     for row in rows {
-        let r = &row.report;
+        let (r, l) = (&row.report, &row.report.load);
         out.push_str(&format!(
             "{key}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             r.slot,
             r.server,
             row.class,
             row.assigned,
-            r.eta,
+            l.eta,
             row.y,
             row.z,
-            r.peak_bytes,
-            r.peak_bytes as f64 / row.capacity_bytes.max(1) as f64,
-            r.high_kv as u8,
-            r.occupancy_bytes,
-            r.reserved_bytes,
-            r.backlog,
+            l.peak_bytes,
+            l.peak_bytes as f64 / row.capacity_bytes.max(1) as f64,
+            l.high_kv as u8,
+            l.occupancy_bytes,
+            l.reserved_bytes,
+            l.backlog,
             r.iterations,
             r.busy_ns as f64 / NS_PER_S as f64
         ));

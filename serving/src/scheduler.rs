@@ -23,7 +23,7 @@
 //! own count-based ones with the same code).
 
 pub use edgemu_policies::lyreo::LyapunovQueues;
-use edgemu_policies::lyreo::{SchedulingPolicy, SlotObservation};
+use edgemu_policies::lyreo::{SchedulingPolicy, SlotLoad, SlotObservation};
 
 /// The scheduler: queues plus a policy.
 pub struct SchedulerCore {
@@ -102,12 +102,16 @@ impl SchedulerCore {
         }
         let mut shown = obs.clone();
         for (o, _) in shown.servers.iter_mut().zip(available).filter(|(_, &a)| !a) {
-            o.occupancy_bytes = o.capacity_bytes;
-            o.reserved_bytes = o.capacity_bytes;
-            o.waiting_kv_bytes = o.capacity_bytes;
-            o.high_kv = true;
-            o.peak_bytes = o.capacity_bytes;
-            o.eta = 1.0;
+            let full = o.capacity_bytes;
+            o.load = SlotLoad {
+                eta: 1.0,
+                peak_bytes: full,
+                high_kv: true,
+                occupancy_bytes: full,
+                reserved_bytes: full,
+                waiting_kv_bytes: full,
+                backlog: o.load.backlog,
+            };
         }
         self.assign(&shown);
         let mut count = vec![0usize; n];
@@ -157,13 +161,7 @@ mod tests {
             decode_step_empty_s: 0.01,
             decode_step_full_s: 0.02,
             bandwidth_hz: 1e6,
-            occupancy_bytes: 0,
-            reserved_bytes: 0,
-            waiting_kv_bytes: 0,
-            backlog: 0,
-            eta: 0.0,
-            peak_bytes: 0,
-            high_kv: false,
+            load: SlotLoad::default(),
         };
         SlotObservation {
             slot: 0,

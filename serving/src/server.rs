@@ -26,6 +26,7 @@ use edgemu_gpu::engine::{BatchEngine, BatchMode, EngineConfig, Request};
 use edgemu_gpu::{ModeledBackend, Profile};
 
 use crate::ServingError;
+use edgemu_policies::lyreo::SlotLoad;
 
 /// A request as the harness hands it to a server.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,15 +66,9 @@ pub struct RequestRecord {
 pub struct ServerReport {
     pub server: usize,
     pub slot: u64,
-    /// Memory-time workload `η_s` of the slot.
-    pub eta: f64,
-    pub peak_bytes: u64,
-    pub high_kv: bool,
-    pub occupancy_bytes: u64,
-    pub reserved_bytes: u64,
-    pub waiting_kv_bytes: u64,
-    /// Requests queued (incl. not yet arrived) or running.
-    pub backlog: usize,
+    /// What the scheduler sees of the slot.
+    pub load: SlotLoad,
+    /// Engine iterations in the slot.
     pub iterations: u64,
     pub busy_ns: u64,
 }
@@ -116,13 +111,7 @@ pub fn initial_obs(p: &Profile, bandwidth_hz: f64) -> edgemu_policies::lyreo::Se
         decode_step_empty_s: p.step_time(1, 0),
         decode_step_full_s: p.step_time(1, p.kv_capacity_bytes),
         bandwidth_hz,
-        occupancy_bytes: 0,
-        reserved_bytes: 0,
-        waiting_kv_bytes: 0,
-        backlog: 0,
-        eta: 0.0,
-        peak_bytes: 0,
-        high_kv: false,
+        load: SlotLoad::default(),
     }
 }
 
@@ -357,19 +346,21 @@ impl<B: Backend> ServerSlotCore<B> {
         let r = ServerReport {
             server: self.index,
             slot,
-            eta: w.eta,
-            peak_bytes: w.peak_bytes,
-            high_kv: w.high_kv,
-            occupancy_bytes: l.occupancy_bytes(),
-            reserved_bytes: l.reserved_bytes(),
-            waiting_kv_bytes: self.engine.waiting_kv_bytes()
-                + self
-                    .pending
-                    .iter()
-                    .flat_map(|b| &b.reqs)
-                    .map(|r| l.bytes_for(r.input_len as u64 + r.output_len as u64))
-                    .sum::<u64>(),
-            backlog: self.backlog(),
+            load: SlotLoad {
+                eta: w.eta,
+                peak_bytes: w.peak_bytes,
+                high_kv: w.high_kv,
+                occupancy_bytes: l.occupancy_bytes(),
+                reserved_bytes: l.reserved_bytes(),
+                waiting_kv_bytes: self.engine.waiting_kv_bytes()
+                    + self
+                        .pending
+                        .iter()
+                        .flat_map(|b| &b.reqs)
+                        .map(|r| l.bytes_for(r.input_len as u64 + r.output_len as u64))
+                        .sum::<u64>(),
+                backlog: self.backlog(),
+            },
             iterations: w.iterations,
             busy_ns: self.slot_busy_ns,
         };
@@ -508,11 +499,12 @@ mod tests {
         // memory-time = 402e3·0.4 + 404e3·0.01 + 103e3·0.01 = 165 870 B·s
         // η = 165 870 / (1e6 · 1 s)
         let r = s.end_slot(0, 1_000_000_000);
-        assert!((r.eta - 0.16587).abs() < 1e-12, "{}", r.eta);
-        assert_eq!(r.peak_bytes, 404_000);
-        assert!(!r.high_kv);
-        assert_eq!(r.iterations, 3);
-        assert_eq!(r.backlog, 0);
+        let (l, iterations) = (r.load, r.iterations);
+        assert!((l.eta - 0.16587).abs() < 1e-12, "{}", l.eta);
+        assert_eq!(l.peak_bytes, 404_000);
+        assert!(!l.high_kv);
+        assert_eq!(iterations, 3);
+        assert_eq!(l.backlog, 0);
         done.sort_by_key(|d| d.id);
         let d1 = done[0];
         assert_eq!(d1.upload_ns, 1_000_000);
@@ -526,11 +518,11 @@ mod tests {
         let mut s = tiny(BatchMode::Continuous);
         s.assign(vec![a(3, 0, 940, 10)]);
         s.advance(2_000_000_000, &mut done).unwrap();
-        let r = s.end_slot(0, 2_000_000_000);
-        assert_eq!(r.peak_bytes, 950_000);
-        assert!(r.high_kv);
+        let l = s.end_slot(0, 2_000_000_000).load;
+        assert_eq!(l.peak_bytes, 950_000);
+        assert!(l.high_kv);
         // 941e3·0.94 + (942..=950)e3·0.01 = 884 540 + 85 140 = 969 680 B·s over 2 MB·s
-        assert!((r.eta - 969_680.0 / 2e6).abs() < 1e-9, "{}", r.eta);
+        assert!((l.eta - 969_680.0 / 2e6).abs() < 1e-9, "{}", l.eta);
     }
 
     #[test]

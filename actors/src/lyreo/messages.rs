@@ -8,6 +8,7 @@
 
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::{Msg, Probe};
+use edgemu_policies::lyreo::SlotLoad;
 use serde::{Deserialize, Serialize};
 
 /// One request as the scheduler tells a server to expect it.
@@ -21,17 +22,13 @@ pub struct Expected {
     pub upload_ns: u64,
 }
 
-/// A server's end-of-slot state (the fields of `serving::ServerReport`).
+/// A server's end-of-slot state: the slot and its load (flattened, so the
+/// JSON is one flat object).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SlotReport {
     pub slot: u64,
-    pub eta: f64,
-    pub peak_bytes: u64,
-    pub high_kv: bool,
-    pub occupancy_bytes: u64,
-    pub reserved_bytes: u64,
-    pub waiting_kv_bytes: u64,
-    pub backlog: usize,
+    #[serde(flatten)]
+    pub load: SlotLoad,
 }
 
 /// How a request ended, as its user records it.
@@ -149,5 +146,31 @@ mod tests {
             Msg::Probe(p) => assert_eq!((p.seq, p.size), (1, 140)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_slot_report_is_one_flat_json_object() {
+        let r = LyreoMsg::Report(SlotReport {
+            slot: 4,
+            load: SlotLoad {
+                eta: 0.25,
+                peak_bytes: 9,
+                high_kv: true,
+                occupancy_bytes: 8,
+                reserved_bytes: 7,
+                waiting_kv_bytes: 6,
+                backlog: 5,
+            },
+        });
+        let Msg::Bytes(bytes) = r.to_msg() else {
+            panic!("not bytes")
+        };
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let fields = v.as_object().and_then(|o| o.values().next()).unwrap();
+        assert_eq!(fields["slot"], 4);
+        assert_eq!(fields["eta"], 0.25);
+        assert_eq!(fields["backlog"], 5);
+        assert!(fields.get("load").is_none(), "{v}");
+        assert_eq!(LyreoMsg::from_msg(&r.to_msg()), Some(r));
     }
 }

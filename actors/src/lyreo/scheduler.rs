@@ -27,7 +27,7 @@ use crate::messages::{
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::Envelope;
-use edgemu_policies::lyreo::{PolicySpec, RequestObs, ServerObs, SlotObservation};
+use edgemu_policies::lyreo::{PolicySpec, RequestObs, ServerObs, SlotLoad, SlotObservation};
 use edgemu_policies::slot::{LoadedPolicy, LyreoPolicies, PolicySlot};
 use edgemu_serving::radio::{channel_gain, shannon_rate_bps, upload_ns};
 use edgemu_serving::{Availability, SchedulerCore};
@@ -163,21 +163,14 @@ impl SchedulerActor {
             let etas: Vec<f64> = self
                 .reports
                 .iter()
-                .map(|r| r.as_ref().map_or(0.0, |r| r.eta))
+                .map(|r| r.as_ref().map_or(0.0, |r| r.load.eta))
                 .collect();
             self.core
                 .end_slot_available(&etas, self.availability.mask());
         }
         for (info, r) in self.s.servers.iter_mut().zip(&self.reports) {
             if let Some(r) = r {
-                let o = &mut info.obs;
-                o.occupancy_bytes = r.occupancy_bytes;
-                o.reserved_bytes = r.reserved_bytes;
-                o.waiting_kv_bytes = r.waiting_kv_bytes;
-                o.backlog = r.backlog;
-                o.eta = r.eta;
-                o.peak_bytes = r.peak_bytes;
-                o.high_kv = r.high_kv;
+                info.obs.load = r.load;
             }
         }
         let held = std::mem::take(&mut self.held);
@@ -348,14 +341,7 @@ impl SchedulerActor {
         self.reports.iter_mut().for_each(|r| *r = None);
         self.availability.reset(now);
         for info in &mut self.s.servers {
-            let o = &mut info.obs;
-            o.occupancy_bytes = 0;
-            o.reserved_bytes = 0;
-            o.waiting_kv_bytes = 0;
-            o.backlog = 0;
-            o.eta = 0.0;
-            o.peak_bytes = 0;
-            o.high_kv = false;
+            info.obs.load = SlotLoad::default();
         }
         let me = name(&self.s.names, self.s.id).to_string();
         self.s.live.scheduler(&me, |l| {
@@ -437,8 +423,8 @@ impl Handler<Deliver> for SchedulerActor {
                 // for the rest of the run; an older slot's report never
                 // replaces a newer one.
                 Some(i)
-                    if r.eta.is_finite()
-                        && (0.0..=1.5).contains(&r.eta)
+                    if r.load.eta.is_finite()
+                        && (0.0..=1.5).contains(&r.load.eta)
                         && self.reports[i]
                             .as_ref()
                             .is_none_or(|old| old.slot <= r.slot) =>

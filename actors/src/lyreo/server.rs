@@ -27,6 +27,7 @@ use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::{Envelope, Msg};
 use edgemu_gpu::backend::Backend;
+use edgemu_policies::lyreo::SlotLoad;
 use edgemu_serving::server::{Assigned, RequestRecord};
 use edgemu_serving::ServerSlotCore;
 use std::collections::{BTreeMap, HashMap};
@@ -487,26 +488,14 @@ impl<B: Backend + 'static> ServerActor<B> {
             None => edgemu_serving::ServerReport {
                 server: 0,
                 slot: t,
-                eta: 0.0,
-                peak_bytes: 0,
-                high_kv: false,
-                occupancy_bytes: 0,
-                reserved_bytes: 0,
-                waiting_kv_bytes: 0,
-                backlog: 0,
+                load: SlotLoad::default(),
                 iterations: 0,
                 busy_ns: 0,
             },
         };
         let report = SlotReport {
             slot: t,
-            eta: r.eta,
-            peak_bytes: r.peak_bytes,
-            high_kv: r.high_kv,
-            occupancy_bytes: r.occupancy_bytes,
-            reserved_bytes: r.reserved_bytes,
-            waiting_kv_bytes: r.waiting_kv_bytes,
-            backlog: r.backlog,
+            load: r.load,
         };
         self.send(self.s.scheduler, &LyreoMsg::Report(report));
         let (capacity, running, queued) = self.core.as_ref().map_or((0, 0, 0), |c| {
@@ -517,14 +506,14 @@ impl<B: Backend + 'static> ServerActor<B> {
             l.backend.clone_from(&self.s.backend);
             l.capacity_bytes = capacity;
             l.slot = t;
-            l.occupancy_bytes = r.occupancy_bytes;
-            l.peak_bytes = r.peak_bytes;
+            l.occupancy_bytes = r.load.occupancy_bytes;
+            l.peak_bytes = r.load.peak_bytes;
             l.running = running;
             l.queued = queued;
-            l.backlog = r.backlog;
-            l.eta = r.eta;
+            l.backlog = r.load.backlog;
+            l.eta = r.load.eta;
             l.slots += 1;
-            l.high_kv_slots += u64::from(r.high_kv);
+            l.high_kv_slots += u64::from(r.load.high_kv);
         });
         self.table.row(&format!(
             "{t},{},{},{},{},{},{:.6},{},{},{},{},{},{}",
@@ -533,11 +522,11 @@ impl<B: Backend + 'static> ServerActor<B> {
             self.s.backend,
             self.assigned_in_slot,
             self.lost_in_slot,
-            r.eta,
-            r.peak_bytes,
-            u8::from(r.high_kv),
-            r.occupancy_bytes,
-            r.backlog,
+            r.load.eta,
+            r.load.peak_bytes,
+            u8::from(r.load.high_kv),
+            r.load.occupancy_bytes,
+            r.load.backlog,
             r.iterations,
             secs(r.busy_ns)
         ));

@@ -376,7 +376,7 @@ pub fn reward_terms(
     for t in 0..t_len {
         let rows = &o.server_slots[t * s_n..(t + 1) * s_n];
         for (s, row) in rows.iter().enumerate() {
-            if row.report.high_kv {
+            if row.report.load.high_kv {
                 upsilon[t * s_n + s] += 1.0;
             }
         }
@@ -391,7 +391,7 @@ pub fn reward_terms(
             Variant::LyreoCount => {
                 let w: Vec<f64> = rows
                     .iter()
-                    .map(|r| count_workload(r.report.backlog))
+                    .map(|r| count_workload(r.report.load.backlog))
                     .collect();
                 let z_before = count_q.z().to_vec();
                 let y = count_q.update(&w);
@@ -1594,7 +1594,7 @@ mod tests {
     #[test]
     fn behaviour_cloning_makes_greedy_equal_least_loaded() {
         use edgemu_policies::lyreo::{
-            LeastLoaded, RequestObs, SchedulingPolicy, ServerObs, SlotObservation,
+            LeastLoaded, RequestObs, SchedulingPolicy, ServerObs, SlotLoad, SlotObservation,
         };
         use rand::Rng;
         let server = |eta: f64, v_pre: f64| ServerObs {
@@ -1604,13 +1604,10 @@ mod tests {
             decode_step_empty_s: 0.01,
             decode_step_full_s: 0.02,
             bandwidth_hz: 1e7,
-            occupancy_bytes: 0,
-            reserved_bytes: 0,
-            waiting_kv_bytes: 0,
-            backlog: 0,
-            eta,
-            peak_bytes: 0,
-            high_kv: false,
+            load: SlotLoad {
+                eta,
+                ..SlotLoad::default()
+            },
         };
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         let state = |rng: &mut ChaCha8Rng, slot: u64| SlotObservation {

@@ -46,9 +46,9 @@ impl SchedulingPolicy for LeastLoaded {
         out.clear();
         self.load.clear();
         self.load.extend(
-            obs.servers
-                .iter()
-                .map(|v| v.eta + v.waiting_kv_bytes as f64 / v.capacity_bytes.max(1) as f64),
+            obs.servers.iter().map(|v| {
+                v.load.eta + v.load.waiting_kv_bytes as f64 / v.capacity_bytes.max(1) as f64
+            }),
         );
         for r in 0..obs.requests.len() {
             let mut best = 0;

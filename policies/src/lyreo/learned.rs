@@ -281,7 +281,7 @@ fn variant_view(variant: Variant, obs: &SlotObservation, count_z: &[f64]) -> Slo
     let mut o = obs.clone();
     if variant.counts() {
         for s in &mut o.servers {
-            s.eta = count_workload(s.backlog);
+            s.load.eta = count_workload(s.load.backlog);
         }
         o.z = count_z.to_vec();
     } else if !variant.uses_queues() {
@@ -317,7 +317,9 @@ impl SlotPlacement {
             ll_load: obs
                 .servers
                 .iter()
-                .map(|v| v.eta + v.waiting_kv_bytes as f64 / v.capacity_bytes.max(1) as f64)
+                .map(|v| {
+                    v.load.eta + v.load.waiting_kv_bytes as f64 / v.capacity_bytes.max(1) as f64
+                })
                 .collect(),
         }
     }
@@ -364,7 +366,7 @@ pub fn context_features(
         placed.workload[s],
         placed.count[s],
         placed.prefill_s[s],
-        v.backlog as f64,
+        v.load.backlog as f64,
         q.input_len as f64 / v.prefill_tok_s,
         q.output_len as f64 * v.decode_step_empty_s,
         LeastLoaded::request_workload(obs, r, s),
@@ -502,7 +504,7 @@ impl LearnedPolicy {
         let w: Vec<f64> = obs
             .servers
             .iter()
-            .map(|s| count_workload(s.backlog))
+            .map(|s| count_workload(s.load.backlog))
             .collect();
         Some(q.update(&w))
     }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 pub use heuristics::{LeastLoaded, RandomPolicy};
 pub use learned::{LearnedModel, LearnedPolicy, Rollout, Variant};
-pub use observation::{RequestObs, ServerObs, SlotObservation, PAIR_FEATURES};
+pub use observation::{RequestObs, ServerObs, SlotLoad, SlotObservation, PAIR_FEATURES};
 pub use queues::LyapunovQueues;
 
 /// A request-scheduling policy: one server per request of the slot.

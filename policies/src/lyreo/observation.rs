@@ -1,5 +1,7 @@
 //! What a scheduling policy sees at the start of a slot.
 
+use serde::{Deserialize, Serialize};
+
 /// One request of the slot.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestObs {
@@ -14,6 +16,28 @@ pub struct RequestObs {
     /// Upload rate to each server if it were the only request there (bit/s):
     /// the full-band Shannon rate, an upper bound on the shared one.
     pub solo_rate_bps: Vec<f64>,
+}
+
+/// A server's load at the end of a slot: what its report carries to the
+/// scheduler and what a policy sees of it. One record for the modeled
+/// server's report (`serving::ServerReport`), the live server actor's
+/// message and the observation, so a field added here reaches all three.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlotLoad {
+    /// Memory-time workload `η_s` of the slot.
+    pub eta: f64,
+    /// Peak KV of the slot, bytes.
+    pub peak_bytes: u64,
+    /// The slot's peak above 90 % of `M_s`.
+    pub high_kv: bool,
+    /// KV held at the end of the slot, bytes.
+    pub occupancy_bytes: u64,
+    /// KV reserved by admitted requests, bytes.
+    pub reserved_bytes: u64,
+    /// KV that queued (not yet admitted) requests will reserve, bytes.
+    pub waiting_kv_bytes: u64,
+    /// Requests queued (incl. not yet arrived) or running.
+    pub backlog: usize,
 }
 
 /// One server's state at the end of the last slot plus its static class.
@@ -31,20 +55,9 @@ pub struct ServerObs {
     pub decode_step_full_s: f64,
     /// Uplink bandwidth `B_s`, Hz.
     pub bandwidth_hz: f64,
-    /// KV held now, bytes.
-    pub occupancy_bytes: u64,
-    /// KV reserved by admitted requests, bytes.
-    pub reserved_bytes: u64,
-    /// KV that queued (not yet admitted) requests will reserve, bytes.
-    pub waiting_kv_bytes: u64,
-    /// Requests queued or running.
-    pub backlog: usize,
-    /// Memory-time workload `η_s` of the last slot.
-    pub eta: f64,
-    /// Peak KV of the last slot, bytes.
-    pub peak_bytes: u64,
-    /// Last slot's peak above 90 % of `M_s`.
-    pub high_kv: bool,
+    /// The last slot's load as the server reported it (all zero before its
+    /// first report).
+    pub load: SlotLoad,
 }
 
 /// Everything a policy gets for one slot.
@@ -87,11 +100,11 @@ impl SlotObservation {
             (cap / 24e9) as f32,
             (v.prefill_tok_s / 8000.0) as f32,
             (v.decode_step_empty_s / 0.02) as f32,
-            (v.occupancy_bytes as f64 / cap) as f32,
-            (v.reserved_bytes as f64 / cap) as f32,
-            (v.waiting_kv_bytes as f64 / cap) as f32,
-            v.eta as f32,
-            if v.high_kv { 1.0 } else { 0.0 },
+            (v.load.occupancy_bytes as f64 / cap) as f32,
+            (v.load.reserved_bytes as f64 / cap) as f32,
+            (v.load.waiting_kv_bytes as f64 / cap) as f32,
+            v.load.eta as f32,
+            if v.load.high_kv { 1.0 } else { 0.0 },
             self.z.get(s).copied().unwrap_or(0.0) as f32,
         ];
     }

@@ -8,13 +8,10 @@ fn server(eta: f64, cap: u64) -> ServerObs {
         decode_step_empty_s: 0.01,
         decode_step_full_s: 0.02,
         bandwidth_hz: 1e7,
-        occupancy_bytes: 0,
-        reserved_bytes: 0,
-        waiting_kv_bytes: 0,
-        backlog: 0,
-        eta,
-        peak_bytes: 0,
-        high_kv: false,
+        load: SlotLoad {
+            eta,
+            ..SlotLoad::default()
+        },
     }
 }
 
@@ -73,7 +70,7 @@ fn least_loaded_fills_the_lightest_server_and_updates_within_the_slot() {
 #[test]
 fn least_loaded_counts_queued_kv() {
     let mut a = server(0.1, 1_000_000);
-    a.waiting_kv_bytes = 500_000; // +0.5
+    a.load.waiting_kv_bytes = 500_000; // +0.5
     let o = obs(vec![a, server(0.3, 1_000_000)], vec![req(1, 10, 10)]);
     let mut out = Vec::new();
     LeastLoaded::new().assign(&o, &mut out);
@@ -346,7 +343,7 @@ fn imitating_policy_acts_as_least_loaded() {
     let mut s: Vec<ServerObs> = (0..4)
         .map(|i| server(0.05 * (3 - i) as f64, 1_000_000))
         .collect();
-    s[1].waiting_kv_bytes = 300_000;
+    s[1].load.waiting_kv_bytes = 300_000;
     let o = obs(s, (0..9).map(|i| req(i, 20 + 10 * i as u32, 50)).collect());
     let mut ll = Vec::new();
     LeastLoaded::new().assign(&o, &mut ll);
