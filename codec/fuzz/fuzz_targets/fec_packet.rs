@@ -15,18 +15,7 @@
 use edgemu_codec::fec::{
     build, parse, DecoderConfig, EncoderConfig, RlcDecoder, RlcEncoder, MAX_PAYLOAD,
 };
-
-fn chunks(mut data: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    while data.len() >= 2 {
-        let n = usize::from(u16::from_le_bytes([data[0], data[1]]));
-        data = &data[2..];
-        let n = n.min(data.len());
-        out.push(&data[..n]);
-        data = &data[n..];
-    }
-    out
-}
+use edgemu_codec_fuzz::chunks;
 
 fn hostile(data: &[u8]) {
     let mut dec = RlcDecoder::new(DecoderConfig {

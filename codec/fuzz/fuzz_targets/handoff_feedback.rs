@@ -7,22 +7,11 @@
 
 #![no_main]
 
+use edgemu_codec_fuzz::chunks;
 use std::sync::Arc;
 
 use edgemu_handoff::{BlockLayout, Feedback, HandoffSender, RepairGate, SenderConfig, SourceOrder};
 use edgemu_policies::repair::DeficitHeuristic;
-
-fn chunks(mut data: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    while data.len() >= 2 {
-        let n = usize::from(u16::from_le_bytes([data[0], data[1]]));
-        data = &data[2..];
-        let n = n.min(data.len());
-        out.push(&data[..n]);
-        data = &data[n..];
-    }
-    out
-}
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(layout) = BlockLayout::new(2, 32, 16, 3000) else {
