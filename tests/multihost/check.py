@@ -4,7 +4,7 @@
     python3 check.py --results WORK/results/RUN_ID --work WORK
 
 WORK holds what run.sh recorded: ctl/<name>.{json,err,rc} (each `edgemu ctl`
-call), logs/<host>.log (each node's stderr) and timeline.json (run start and
+call), logs/cluster-<host>.log (each node's stderr) and timeline.json (run start and
 the wall-clock time gamma was killed, node exit codes). Times in the results
 are run time in ns since the run epoch (start_unix_ns in run.json); every
 namespace shares one clock, so wall-clock times convert exactly.
@@ -275,7 +275,7 @@ def main():
     wan_kills = [e for h in ev for e in ev[h] if e["kind"] == "link.kill" and link_of(e)[0] == "wan"]
     check(len(wan_kills) == 2, f"only the authorized wan kill (both directions) left link.kill events: {len(wan_kills)}")
     for h, why in (("beta", "wrong token"), ("alpha", "missing token")):
-        with open(os.path.join(W, "logs", f"{h}.log"), errors="replace") as f:
+        with open(os.path.join(W, "logs", f"cluster-{h}.log"), errors="replace") as f:
             text = f.read()
         check(f"control request refused: {why}" in text, f"{h}'s log says the request was refused ({why})")
     sets = [e for h in ev for e in ev[h] if e["kind"] == "link.set"]

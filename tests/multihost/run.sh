@@ -57,7 +57,7 @@ cleanup() {
         ip netns del "$ns" 2>/dev/null
     done
     if [[ $rc -ne 0 ]]; then
-        for f in "$WORK"/logs/{alpha,beta,gamma}.log; do
+        for f in "$WORK"/logs/*-{alpha,beta,gamma}.log; do
             [[ -f $f ]] || continue
             echo "----- last lines of $f" >&2
             tail -n 20 "$f" >&2
@@ -93,21 +93,48 @@ for h in alpha beta gamma; do
 done
 log "namespaces ${NS[alpha]} ${NS[beta]} ${NS[gamma]} on bridge br0 in $NS_BR"
 
-# --- nodes ----------------------------------------------------------------
-# A copy of the file in the work folder, so results go there.
-cp "$HERE/cluster.toml" "$WORK/cluster.toml"
-"$BIN" check "$WORK/cluster.toml" >"$WORK/logs/check.log" || die "edgemu check failed: $(cat "$WORK/logs/check.log")"
-
-cd "$ROOT"
-for h in alpha beta gamma; do
-    NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
-        --config "$WORK/cluster.toml" --host "$h" --run-id "$RUNID" --wait-peers 20s --quiet \
-        >"$WORK/logs/$h.log" 2>&1 &
-    PID[$h]=$!
-done
-log "nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}; work folder $WORK"
-
 now_ns() { date +%s%N; }
+
+# start_nodes NAME RUN_ID: copies tests/multihost/NAME.toml into the work
+# folder (so results go there), checks it, and starts one `edgemu node` per
+# host namespace (PID[host]; log $WORK/logs/NAME-host.log).
+start_nodes() {
+    local name=$1 run_id=$2 h
+    cp "$HERE/$name.toml" "$WORK/$name.toml"
+    "$BIN" check "$WORK/$name.toml" >"$WORK/logs/$name-check.log" \
+        || die "edgemu check $name.toml failed: $(cat "$WORK/logs/$name-check.log")"
+    for h in alpha beta gamma; do
+        NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
+            --config "$WORK/$name.toml" --host "$h" --run-id "$run_id" --wait-peers 20s --quiet \
+            >"$WORK/logs/$name-$h.log" 2>&1 &
+        PID[$h]=$!
+    done
+    log "$name nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}; work folder $WORK"
+}
+
+# wait_nodes NAME DEADLINE_NS WHEN HOST...: waits for each HOST's node to
+# exit by DEADLINE_NS (unix ns; WHEN says what that is, for the error) and
+# records its exit status in RC[host].
+declare -A RC=()
+wait_nodes() {
+    local name=$1 deadline=$2 when=$3 h rc
+    shift 3
+    for h in "$@"; do
+        while kill -0 "${PID[$h]}" 2>/dev/null; do
+            (( $(now_ns) < deadline )) || die "$name node $h did not finish $when"
+            sleep 0.1
+        done
+        rc=0
+        wait "${PID[$h]}" || rc=$?
+        RC[$h]=$rc
+        unset "PID[$h]"
+        log "$name node $h exited with $rc"
+    done
+}
+
+# --- nodes: the link and chaos phase (cluster.toml, check.py) -------------
+cd "$ROOT"
+start_nodes cluster "$RUNID"
 
 # The run's start (unix ns) from run.json, once the coordinator announced it.
 START_NS=""
@@ -171,19 +198,7 @@ at_ms 17000
 ctl status-end beta alpha status
 
 # --- the survivors finish the run -----------------------------------------
-declare -A RC=()
-deadline=$(( START_NS + 40000000000 ))
-for h in alpha beta; do
-    while kill -0 "${PID[$h]}" 2>/dev/null; do
-        (( $(now_ns) < deadline )) || die "node $h did not finish within 40 s of the start"
-        sleep 0.1
-    done
-    rc=0
-    wait "${PID[$h]}" || rc=$?
-    RC[$h]=$rc
-    unset "PID[$h]"
-    log "node $h exited with $rc"
-done
+wait_nodes cluster $(( START_NS + 40000000000 )) "within 40 s of the start" alpha beta
 
 cat >"$WORK/timeline.json" <<EOF
 {
@@ -196,30 +211,14 @@ EOF
 
 python3 "$HERE/check.py" --results "$RESULTS" --work "$WORK"
 
-# One live phase: check NAME.toml, start its three nodes (run id NAME-$$) and
-# wait for all of them to exit 0 within LIMIT seconds.
+# One live phase: start NAME.toml's three nodes (run id NAME-$$) and wait
+# for all of them to exit 0 within LIMIT seconds.
 run_phase() {
-    local name=$1 limit=$2 h rc deadline
-    cp "$HERE/$name.toml" "$WORK/$name.toml"
-    "$BIN" check "$WORK/$name.toml" >"$WORK/logs/$name-check.log" || die "edgemu check $name.toml failed: $(cat "$WORK/logs/$name-check.log")"
+    local name=$1 limit=$2 h
+    start_nodes "$name" "$name-$$"
+    wait_nodes "$name" $(( $(now_ns) + limit * 1000000000 )) "within $limit s" alpha beta gamma
     for h in alpha beta gamma; do
-        NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$h]}" "$BIN" node \
-            --config "$WORK/$name.toml" --host "$h" --run-id "$name-$$" --wait-peers 20s --quiet \
-            >"$WORK/logs/$name-$h.log" 2>&1 &
-        PID[$h]=$!
-    done
-    log "$name nodes started: alpha ${PID[alpha]}, beta ${PID[beta]}, gamma ${PID[gamma]}"
-    deadline=$(( $(now_ns) + limit * 1000000000 ))
-    for h in alpha beta gamma; do
-        while kill -0 "${PID[$h]}" 2>/dev/null; do
-            (( $(now_ns) < deadline )) || die "$name node $h did not finish within $limit s"
-            sleep 0.1
-        done
-        rc=0
-        wait "${PID[$h]}" || rc=$?
-        unset "PID[$h]"
-        log "$name node $h exited with $rc"
-        [[ $rc -eq 0 ]] || die "$name node $h failed: $(tail -n 5 "$WORK/logs/$name-$h.log")"
+        [[ ${RC[$h]} -eq 0 ]] || die "$name node $h failed: $(tail -n 5 "$WORK/logs/$name-$h.log")"
     done
 }
 
