@@ -355,28 +355,8 @@ impl Llama {
         let mut off = 0;
         for (s, mask) in batch.iter_mut().zip(masks) {
             let t = s.tokens.len();
-            if t == 1 {
-                let kn = k
-                    .narrow(0, off, 1)
-                    .and_then(|x| x.reshape((nkv, 1, hd)))
-                    .ctx("k row")?;
-                let vn = v
-                    .narrow(0, off, 1)
-                    .and_then(|x| x.reshape((nkv, 1, hd)))
-                    .ctx("v row")?;
-                s.kv.append(layer, &kn, &vn)?;
-            } else if rowwise {
-                let kn = k
-                    .narrow(0, off, t)
-                    .and_then(|x| x.transpose(0, 1))
-                    .and_then(|x| x.contiguous())
-                    .ctx("k rows")?;
-                let vn = v
-                    .narrow(0, off, t)
-                    .and_then(|x| x.transpose(0, 1))
-                    .and_then(|x| x.contiguous())
-                    .ctx("v rows")?;
-                s.kv.append(layer, &kn, &vn)?;
+            if t == 1 || rowwise {
+                append_new_rows(s.kv, layer, k, v, off, t)?;
             } else {
                 let o = self
                     .attend(layer, s.kv, q, k, v, off, t, mask.as_ref())?
@@ -442,17 +422,7 @@ impl Llama {
     ) -> Result<Tensor> {
         let c = &self.config;
         let (nkv, rep, hd) = (c.n_kv_heads, c.n_rep(), c.head_dim);
-        let kn = k
-            .narrow(0, off, t)
-            .and_then(|x| x.transpose(0, 1))
-            .and_then(|x| x.contiguous())
-            .ctx("k rows")?;
-        let vn = v
-            .narrow(0, off, t)
-            .and_then(|x| x.transpose(0, 1))
-            .and_then(|x| x.contiguous())
-            .ctx("v rows")?;
-        kv.append(layer, &kn, &vn)?;
+        append_new_rows(kv, layer, k, v, off, t)?;
         let (kc, vc, bias) = kv.view(layer, t)?;
         let l = kv.len() + t;
         let qi = q.narrow(0, off, t).ctx("q rows")?;
@@ -599,6 +569,24 @@ fn batched_decode_attention(
         let _ = (layer, q, k, v, c);
         match *step {}
     }
+}
+
+/// Appends rows `off..off + t` of one layer's new keys and values (each
+/// `(tokens, n_kv_heads, head_dim)`) to `kv`, which stores them as
+/// `(n_kv_heads, t, head_dim)` (a transposed copy; for one row a copy of
+/// `n_kv_heads · head_dim` values).
+fn append_new_rows(
+    kv: &mut SeqKv,
+    layer: usize,
+    k: &Tensor,
+    v: &Tensor,
+    off: usize,
+    t: usize,
+) -> Result<()> {
+    let rows = |x: &Tensor| x.narrow(0, off, t)?.transpose(0, 1)?.contiguous();
+    let kn = rows(k).ctx("new k rows")?;
+    let vn = rows(v).ctx("new v rows")?;
+    kv.append(layer, &kn, &vn)
 }
 
 #[cfg(test)]
