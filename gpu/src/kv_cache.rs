@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::kv_transfer::{export, KvBlock};
 use crate::model::config::KvDtype;
-use crate::model::llama::{Llama, Phase, SeqInput};
+use crate::model::llama::Llama;
 
 /// Tokens per transport block (one layer × 16 consecutive tokens).
 pub const BLOCK_TOKENS: usize = 16;
@@ -160,14 +160,7 @@ pub fn export_context_blocks(model: &Llama, tokens: &[u32]) -> Result<Vec<KvBloc
             tokens.len()
         )));
     }
-    let mut kv = model.new_kv(tokens.len())?;
-    model.forward(
-        &mut [SeqInput {
-            tokens,
-            kv: &mut kv,
-        }],
-        Phase::Prefill,
-    )?;
+    let kv = model.prefilled(tokens, tokens.len())?;
     let n_layers = model.config().n_layers;
     let mut blocks = Vec::with_capacity(n_layers * tokens.len() / BLOCK_TOKENS);
     for l in 0..n_layers {

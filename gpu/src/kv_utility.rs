@@ -186,14 +186,7 @@ pub fn context_distances(
         )));
     }
     let prefix = context.len() - w;
-    let mut base = model.new_kv(context.len())?;
-    model.forward(
-        &mut [SeqInput {
-            tokens: &context[..prefix],
-            kv: &mut base,
-        }],
-        Phase::Prefill,
-    )?;
+    let base = model.prefilled(&context[..prefix], context.len())?;
     // Variant 0 is the full cache; then layer groups; then position bins.
     // Exported once; every variant is imported from the same blocks.
     let n = base.len();

@@ -4,10 +4,10 @@
 
 use candle_core::Device;
 use edgemu_gpu::handoff_quality::{chatml_cue, HandoffCase, PartialBlock, QualityEvaluator};
-use edgemu_gpu::kv_transfer::export;
-use edgemu_gpu::model::{load, model_path, Phase, SeqInput};
+use edgemu_gpu::kv_cache::export_context_blocks;
+use edgemu_gpu::model::{load, model_path};
 use edgemu_gpu::tokenizer::ChatMessage;
-use edgemu_gpu::{KvDtype, MissingRows};
+use edgemu_gpu::MissingRows;
 
 const TEXT: &str = "Edge servers sit close to mobile users and answer their requests \
 with small language models. When a user moves, the agent that serves it hands its \
@@ -39,23 +39,7 @@ fn full_cache_agrees_and_lost_cache_does_not() {
     // Whole 16-token blocks, as the transport cuts them.
     let n = context.len() / 16 * 16;
     let context = &context[..n];
-    let mut kv = lm.model.new_kv(n).unwrap();
-    lm.model
-        .forward(
-            &mut [SeqInput {
-                tokens: context,
-                kv: &mut kv,
-            }],
-            Phase::Prefill,
-        )
-        .unwrap();
-    let layers = lm.model.config().n_layers;
-    let mut blocks = Vec::new();
-    for l in 0..layers {
-        for s in (0..n).step_by(16) {
-            blocks.extend(export(&kv, l..l + 1, s..s + 16, KvDtype::Bf16).unwrap());
-        }
-    }
+    let blocks = export_context_blocks(&lm.model, context).unwrap();
     let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
     let lost: Vec<PartialBlock> = blocks.iter().map(PartialBlock::lost).collect();
     // Every other block lost (a crude stand-in for a transport run).

@@ -72,14 +72,7 @@ fn agreement(
 ) -> Result<Vec<f64>> {
     let c = model.config().clone();
     let prefix = context.len() - WINDOW;
-    let mut base = model.new_kv(context.len())?;
-    model.forward(
-        &mut [SeqInput {
-            tokens: &context[..prefix],
-            kv: &mut base,
-        }],
-        Phase::Prefill,
-    )?;
+    let base = model.prefilled(&context[..prefix], context.len())?;
     let blocks = export(&base, 0..c.n_layers, 0..prefix, KvDtype::Bf16)?;
     let (groups, bins) = (
         profile.settings.layer_groups,

@@ -20,16 +20,7 @@ fn context() -> Vec<u32> {
 /// A prefilled cache of `N` tokens cut into BF16 blocks of 8 tokens per layer.
 fn hand_built(model: &Llama) -> Vec<KvBlock> {
     let ctx = context();
-    let mut kv = model.new_kv(N).unwrap();
-    model
-        .forward(
-            &mut [SeqInput {
-                tokens: &ctx,
-                kv: &mut kv,
-            }],
-            Phase::Prefill,
-        )
-        .unwrap();
+    let kv = model.prefilled(&ctx, N).unwrap();
     let mut blocks = Vec::new();
     for l in 0..model.config().n_layers {
         for s in (0..N).step_by(8) {

@@ -173,6 +173,20 @@ impl Llama {
         SeqKv::new(&self.config, capacity, &self.device)
     }
 
+    /// A fresh cache with room for `capacity` tokens holding `tokens`
+    /// prefilled (one sequence; its logits are not needed).
+    pub fn prefilled(&self, tokens: &[u32], capacity: usize) -> Result<SeqKv> {
+        let mut kv = self.new_kv(capacity)?;
+        self.forward(
+            &mut [SeqInput {
+                tokens,
+                kv: &mut kv,
+            }],
+            Phase::Prefill,
+        )?;
+        Ok(kv)
+    }
+
     /// Runs the new tokens of every sequence; returns logits `(batch, vocab)` for
     /// the last new token of each sequence and extends every cache.
     pub fn forward(&self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Tensor> {
