@@ -33,16 +33,17 @@ use crate::error::ActionError;
 use crate::fields::*;
 use edgemu_codec::ids::{ActorId, LinkId};
 
-/// Keys of `kind = "agent"`.
-pub(crate) const KEYS: &[&str] = &[
-    "name",
-    "host",
-    "kind",
-    "server",
-    "model",
-    "kv_cache",
-    "hand_to",
-    "via",
+/// Keys of `kind = "agent"`: its own, then those of its handoff task.
+pub(crate) const KEYS: &[&str] =
+    &concat::<{ OWN_KEYS.len() + TASK_KEYS.len() }>(OWN_KEYS, TASK_KEYS);
+
+/// Keys every agent may have (`policy` is also the receiving side's).
+const OWN_KEYS: &[&str] = &[
+    "name", "host", "kind", "server", "model", "kv_cache", "hand_to", "via", "policy",
+];
+
+/// Keys that describe a handoff task: only with `hand_to`.
+const TASK_KEYS: &[&str] = &[
     "contexts",
     "context_tokens",
     "context_count",
@@ -53,11 +54,25 @@ pub(crate) const KEYS: &[&str] = &[
     "rho",
     "ttft",
     "scheme",
-    "policy",
     "rebuild",
     "decode_tokens",
     "coding_window",
 ];
+
+const fn concat<const N: usize>(a: &[&'static str], b: &[&'static str]) -> [&'static str; N] {
+    assert!(a.len() + b.len() == N);
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < a.len() {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < N {
+        out[i] = b[i - a.len()];
+        i += 1;
+    }
+    out
+}
 
 /// The coding window K when `coding_window` is not given: the handoff
 /// harness's default (`edgemu_handoff::harness::DEFAULT_K`; this crate does
@@ -171,19 +186,6 @@ pub(crate) struct AgentRefs {
     pub hand_to: Option<usize>,
 }
 
-fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ActionError> {
-    match obj.get(key) {
-        None => Ok(None),
-        Some(v) => match v.as_f64() {
-            Some(x) if x.is_finite() => Ok(Some(x)),
-            _ => Err(ActionError::invalid(
-                key,
-                format!("expected a number, found {}", describe_value(v)),
-            )),
-        },
-    }
-}
-
 fn ranged(
     obj: &Obj,
     key: &str,
@@ -242,21 +244,6 @@ pub(crate) fn agent(
     let via = errs
         .ok(opt_str(obj, "via").and_then(|l| l.map(|l| links("via", l)).transpose()))
         .flatten();
-    let task_keys = [
-        "contexts",
-        "context_tokens",
-        "context_count",
-        "context_seed",
-        "start",
-        "every",
-        "count",
-        "rho",
-        "ttft",
-        "scheme",
-        "rebuild",
-        "decode_tokens",
-        "coding_window",
-    ];
     let has_task = obj.contains_key("hand_to");
     if !has_task {
         if obj.contains_key("via") {
@@ -265,7 +252,7 @@ pub(crate) fn agent(
                 "`via` names the link to `hand_to`; set `hand_to` or remove it",
             ));
         }
-        for k in task_keys {
+        for &k in TASK_KEYS {
             if obj.contains_key(k) {
                 errs.push(ActionError::invalid(
                     k,

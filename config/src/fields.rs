@@ -100,6 +100,20 @@ pub(crate) fn opt_u64(obj: &Obj, key: &str) -> Result<Option<u64>, ActionError> 
     }
 }
 
+/// A finite number (an integer is read as one).
+pub(crate) fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ActionError> {
+    match obj.get(key) {
+        None => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(x) if x.is_finite() => Ok(Some(x)),
+            _ => Err(ActionError::invalid(
+                key,
+                format!("expected a number, found {}", describe_value(v)),
+            )),
+        },
+    }
+}
+
 pub(crate) fn opt_bool(obj: &Obj, key: &str) -> Result<Option<bool>, ActionError> {
     match obj.get(key) {
         None => Ok(None),

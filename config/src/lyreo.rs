@@ -159,19 +159,6 @@ pub struct SchedulerSpec {
     pub collect_ns: u64,
 }
 
-fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ActionError> {
-    match obj.get(key) {
-        None => Ok(None),
-        Some(v) => match v.as_f64() {
-            Some(x) if x.is_finite() => Ok(Some(x)),
-            _ => Err(ActionError::invalid(
-                key,
-                format!("expected a number, found {}", describe_value(v)),
-            )),
-        },
-    }
-}
-
 /// `[a, b]` of two finite numbers.
 fn opt_pair(obj: &Obj, key: &str, what: &str) -> Result<Option<[f64; 2]>, ActionError> {
     let Some(v) = obj.get(key) else {
