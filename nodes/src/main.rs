@@ -13,8 +13,12 @@ use std::time::Duration;
     about = "Actor-based emulator of edge LLM serving across real machines",
     long_about = "edgemu runs the testbed described in a cluster.toml: hosts joined by websockets, \
 link actors that impose rate, delay, jitter and bursty loss, probe actors that measure them, \
-a chaos timeline, and a control websocket on each host.\n\n\
-With no command it runs ./cluster.toml (every host in this process).\n\
+mobile users, edge servers (continuous batching, modeled GPU classes or real SmolLM2 decode) and \
+a request scheduler (LYREO or a baseline, swappable while it runs), LLM agents that hand KV caches \
+to each other with PriorityFEC, a chaos timeline, and a control websocket with a live dashboard \
+on each host. The papers' grids run in virtual time (experiment, train).\n\n\
+With no command it runs ./cluster.toml (every host in this process; the model and data are \
+fetched on first use).\n\
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=edgemu=debug) for more."
 )]
 struct Cli {
