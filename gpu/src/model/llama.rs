@@ -587,8 +587,9 @@ fn batched_decode_attention(
 
 /// Appends rows `off..off + t` of one layer's new keys and values (each
 /// `(tokens, n_kv_heads, head_dim)`) to `kv`, which stores them as
-/// `(n_kv_heads, t, head_dim)` (a transposed copy; for one row a copy of
-/// `n_kv_heads · head_dim` values).
+/// `(n_kv_heads, t, head_dim)`. One row (every decode step, per layer and
+/// sequence) is already in that order: a view, no copy; several rows are a
+/// transposed copy.
 fn append_new_rows(
     kv: &mut SeqKv,
     layer: usize,
@@ -597,7 +598,15 @@ fn append_new_rows(
     off: usize,
     t: usize,
 ) -> Result<()> {
-    let rows = |x: &Tensor| x.narrow(0, off, t)?.transpose(0, 1)?.contiguous();
+    let rows = |x: &Tensor| {
+        let r = x.narrow(0, off, t)?;
+        if t == 1 {
+            let (_, nkv, hd) = r.dims3()?;
+            r.reshape((nkv, 1, hd))
+        } else {
+            r.transpose(0, 1)?.contiguous()
+        }
+    };
     let kn = rows(k).ctx("new k rows")?;
     let vn = rows(v).ctx("new v rows")?;
     kv.append(layer, &kn, &vn)
