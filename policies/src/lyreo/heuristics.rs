@@ -3,7 +3,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{SchedulingPolicy, SlotObservation};
+use super::{SchedulingPolicy, ServerObs, SlotObservation};
 
 /// Least-Loaded: each request goes to the server with the lowest *predicted
 /// memory-time workload*, the paper's load metric `η_s`, updated as requests
@@ -26,6 +26,12 @@ impl LeastLoaded {
         LeastLoaded::default()
     }
 
+    /// The load a server starts a slot with: its last reported `η_s` plus the
+    /// KV its queued requests will reserve, as a share of `M_s`.
+    pub fn server_load(v: &ServerObs) -> f64 {
+        v.load.eta + v.load.waiting_kv_bytes as f64 / v.capacity_bytes.max(1) as f64
+    }
+
     /// Predicted memory-time share (of `M_s·Δ`) of one request on a server.
     pub fn request_workload(obs: &SlotObservation, r: usize, s: usize) -> f64 {
         let q = &obs.requests[r];
@@ -45,11 +51,7 @@ impl SchedulingPolicy for LeastLoaded {
     fn assign(&mut self, obs: &SlotObservation, out: &mut Vec<usize>) {
         out.clear();
         self.load.clear();
-        self.load.extend(
-            obs.servers.iter().map(|v| {
-                v.load.eta + v.load.waiting_kv_bytes as f64 / v.capacity_bytes.max(1) as f64
-            }),
-        );
+        self.load.extend(obs.servers.iter().map(Self::server_load));
         for r in 0..obs.requests.len() {
             let mut best = 0;
             for s in 1..self.load.len() {

@@ -314,13 +314,7 @@ impl SlotPlacement {
             workload: vec![0.0; n],
             count: vec![0.0; n],
             prefill_s: vec![0.0; n],
-            ll_load: obs
-                .servers
-                .iter()
-                .map(|v| {
-                    v.load.eta + v.load.waiting_kv_bytes as f64 / v.capacity_bytes.max(1) as f64
-                })
-                .collect(),
+            ll_load: obs.servers.iter().map(LeastLoaded::server_load).collect(),
         }
     }
 
