@@ -7,6 +7,7 @@ pub mod control;
 pub mod dashboard;
 pub mod experiment;
 pub mod generate;
+pub mod heap;
 pub mod host;
 pub mod kv_retention;
 pub mod mesh;

@@ -256,6 +256,9 @@ fn real_main() -> Result<()> {
         run_id: None,
         quiet: false,
     }));
+    if computes_with_large_buffers(&command) {
+        edgemu_nodes::heap::keep_large_buffers();
+    }
     match command {
         Command::Run(a) => {
             let cluster = run::load(a.file.as_ref().unwrap_or(&a.config))?;
@@ -305,6 +308,22 @@ fn real_main() -> Result<()> {
             edgemu_nodes::train::repair::train_repair(&a).map(|_| ())
         }
     }
+}
+
+/// The commands that run the model or the handoff grid to completion, whose
+/// large short-lived buffers are better kept in the heap
+/// (`edgemu_nodes::heap`); the long-lived and network commands keep glibc's
+/// defaults.
+fn computes_with_large_buffers(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Experiment(_)
+            | Command::Profile(_)
+            | Command::ProfileKv(_)
+            | Command::Generate(_)
+            | Command::Train(_)
+            | Command::Bench(BenchCmd::Decode(_) | BenchCmd::Handoff(_) | BenchCmd::Fec(_))
+    )
 }
 
 fn ctl(a: CtlArgs) -> Result<()> {
