@@ -50,6 +50,9 @@ pub struct ProfileKvArgs {
 }
 
 pub fn run(args: &ProfileKvArgs) -> Result<()> {
+    if !args.quick && args.contexts == 0 {
+        anyhow::bail!("--contexts 0: profiling and the retention check need at least one context");
+    }
     if let Some(p) = &args.retention {
         let n = if args.quick { 2 } else { args.contexts };
         return crate::kv_retention::run_check(p, args.model.as_deref(), n, args.seed).map(|_| ());

@@ -214,3 +214,30 @@ fn resumed_run_equals_straight_run() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&straight_dir);
 }
+
+/// Settings that cannot make a grid are refused before any work, each with
+/// the flag it came from, and no results folder is left behind.
+#[test]
+fn bad_settings_are_refused_naming_the_flag() {
+    let cases: [(&str, fn(&mut PriorityFecArgs)); 8] = [
+        ("--contexts 0", |a| a.contexts = Some(0)),
+        ("--realizations 0", |a| a.realizations = Some(0)),
+        ("--rho", |a| a.rho = Some(Vec::new())),
+        ("--rho -0.5", |a| a.rho = Some(vec![0.8, -0.5])),
+        ("--schemes", |a| {
+            a.schemes = Some(vec!["udp".into(), "tcpp".into()])
+        }),
+        ("--decode-len 0", |a| a.decode_len = 0),
+        ("--batch 0", |a| a.batch = 0),
+        // The tiny model's context length is 8 192 positions.
+        ("--decode-len 9000", |a| a.decode_len = 9000),
+    ];
+    for (i, (flag, set)) in cases.into_iter().enumerate() {
+        let mut a = args(true, &format!("refused{i}"));
+        set(&mut a);
+        let e = format!("{:#}", report(&a).expect_err(flag));
+        assert!(e.contains(flag), "{flag}: {e}");
+        let dir = a.results.join(a.run_id.as_deref().unwrap_or_default());
+        assert!(!dir.exists(), "{flag}: {} was created", dir.display());
+    }
+}

@@ -209,8 +209,33 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
     if !(1..=4096).contains(&g.k) {
         bail!("--k must be from 1 to 4096, not {}", g.k);
     }
-    if g.contexts == 0 || g.realizations == 0 || g.rho.is_empty() || g.schemes.is_empty() {
-        bail!("the grid is empty: {g:?}");
+    for (empty, what) in [
+        (
+            g.contexts == 0,
+            "--contexts 0: the grid needs at least one context",
+        ),
+        (
+            g.realizations == 0,
+            "--realizations 0: the grid needs at least one loss realization",
+        ),
+        (
+            g.rho.is_empty(),
+            "--rho: the grid needs at least one deadline",
+        ),
+        (
+            g.schemes.is_empty(),
+            "--schemes: the grid needs at least one scheme",
+        ),
+    ] {
+        if empty {
+            bail!("{what}");
+        }
+    }
+    if a.decode_len == 0 {
+        bail!("--decode-len 0: task quality needs at least one decoded token");
+    }
+    if a.batch == 0 {
+        bail!("--batch 0: at least one handoff must be decoded at a time");
     }
     if g.context_tokens == 0 || !g.context_tokens.is_multiple_of(16) {
         bail!(
@@ -646,6 +671,22 @@ fn workload(a: &PriorityFecArgs, g: &Grid, profile_contexts: usize) -> Result<Wo
         .chat
         .as_ref()
         .context("the model has no ChatML chat template")?;
+    let cue = chatml_cue(&lm.tokenizer);
+    if cue.is_empty() {
+        bail!("the ChatML cue has no tokens");
+    }
+    // Agent B's sequence is the context, the cue and the decoded tokens; the
+    // model cannot attend past its context length.
+    let needed = g.context_tokens + cue.len() + a.decode_len;
+    let max = lm.model.config().max_seq_len;
+    if needed > max {
+        bail!(
+            "--context-tokens {} + {} cue tokens + --decode-len {} = {needed} positions; {name} has {max}",
+            g.context_tokens,
+            cue.len(),
+            a.decode_len
+        );
+    }
     let convs = if tiny {
         edgemu_data::builtin::conversations()
     } else {
@@ -666,10 +707,6 @@ fn workload(a: &PriorityFecArgs, g: &Grid, profile_contexts: usize) -> Result<Wo
         },
     )
     .context("building evaluation contexts")?;
-    let cue = chatml_cue(&lm.tokenizer);
-    if cue.is_empty() {
-        bail!("the ChatML cue has no tokens");
-    }
     Ok(Workload {
         identity: ModelIdentity::of(&name, lm.model.config()),
         model: lm.model,
