@@ -219,7 +219,8 @@ fn resumed_run_equals_straight_run() {
 /// the flag it came from, and no results folder is left behind.
 #[test]
 fn bad_settings_are_refused_naming_the_flag() {
-    let cases: [(&str, fn(&mut PriorityFecArgs)); 8] = [
+    type Set = fn(&mut PriorityFecArgs);
+    let cases: [(&str, Set); 8] = [
         ("--contexts 0", |a| a.contexts = Some(0)),
         ("--realizations 0", |a| a.realizations = Some(0)),
         ("--rho", |a| a.rho = Some(Vec::new())),
