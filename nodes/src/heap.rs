@@ -14,10 +14,12 @@
 //!
 //! [`keep_large_buffers`] makes every allocation come from the heap and keeps
 //! what is freed there for the next one: no mmap chunks, a 256 MB pad when the
-//! heap grows, and no trimming. (A thread other than the main one allocates
-//! from an arena of 64 MB heaps, and glibc still maps a request larger than
-//! that; the prefill's large tensors are made on the calling thread, whose
-//! arena is the main heap.) The same run then takes 0.76 M faults (the
+//! heap grows, and no trimming until 2 GiB at its top are free (the most
+//! `mallopt` takes; one context of the grid faults as often, 1.62 M, as with
+//! a 4 GiB threshold set through `GLIBC_TUNABLES`). A thread other than the
+//! main one allocates from an arena of 64 MB heaps, and glibc still maps a
+//! request larger than that; the prefill's large tensors are made on the
+//! calling thread, whose arena is the main heap. The same run then takes 0.76 M faults (the
 //! first touch of its ≈ 3 GB peak) and 4.4–4.8 s of system time; one whole
 //! context (`--contexts 1 --batch 32`, 200 handoffs) 1.6 M faults instead of
 //! 6.3–6.5 M, system time 16–21 s instead of 30–33 s and 0.87–0.89× the wall
