@@ -279,6 +279,11 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
         args.out.join("curve.csv").display(),
         args.out.join("eval.csv").display()
     );
+    if out.curve.is_empty() {
+        // --episodes 0 only evaluates the initial network: nothing to draw.
+        println!("no training curve to plot: 0 episodes trained");
+        return Ok(out);
+    }
     match plot_curves(&args.out, &out) {
         Ok(files) => {
             for f in files {
