@@ -13,7 +13,8 @@
 //! **Same bits.** Each score is computed by exactly the operations of
 //! `dot_avx2` (two 8-lane FMA chains over alternate 8-element chunks, their
 //! sum, then the same horizontal reduction), the bias is added after it,
-//! the maximum, `exp` and sum run per row in key order as before, and each
+//! the maximum, `exp` and sum run per row in key order as before (`exp` four
+//! lanes at a time with libm's bits, `crate::model::expf_avx2`), and each
 //! output element is the same chain `acc = fma(w[p], v[p], acc)` for
 //! `p = 0, 1, …` — only held in memory between tiles, which rounds nothing.
 //! The unit test compares with `attend_row` bit for bit. Without AVX2+FMA, or
@@ -133,9 +134,10 @@ impl SeqKv {
             for r in 0..rep {
                 let s = &mut scores[(i * rep + r) * nmax..][..n];
                 let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                // SAFETY: AVX2 and FMA were detected (checked above).
+                unsafe { crate::model::expf_avx2::exp_shifted(s, max) };
                 let mut sum = 0f32;
-                for x in s.iter_mut() {
-                    *x = (*x - max).exp();
+                for x in s.iter() {
                     sum += *x;
                 }
                 inv[i * rep + r] = 1.0 / sum;
