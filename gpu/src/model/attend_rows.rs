@@ -134,8 +134,17 @@ impl SeqKv {
             for r in 0..rep {
                 let s = &mut scores[(i * rep + r) * nmax..][..n];
                 let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                // glibc's `expf` four lanes at a time; where libm may be
+                // another, its scalar `exp`, so the kernel stays `attend_row`.
+                #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
                 // SAFETY: AVX2 and FMA were detected (checked above).
-                unsafe { crate::model::expf_avx2::exp_shifted(s, max) };
+                unsafe {
+                    crate::model::expf_avx2::exp_shifted(s, max)
+                };
+                #[cfg(not(all(target_arch = "x86_64", target_env = "gnu")))]
+                for x in s.iter_mut() {
+                    *x = (*x - max).exp();
+                }
                 let mut sum = 0f32;
                 for x in s.iter() {
                     sum += *x;

@@ -19,9 +19,9 @@
 //!
 //! Inputs with |x| ≥ 88 (where glibc branches to its overflow, underflow and
 //! infinity/NaN cases) go through libm itself, four lanes at once. The unit
-//! test compares all 2³² inputs with `f32::exp` bit for bit.
+//! test compares all 2³² inputs with `f32::exp` bit for bit. Compiled for
+//! x86-64 with glibc only; elsewhere the kernels keep libm's scalar `exp`.
 
-#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
 /// `__exp2f_data.tab`: `bits(2^(i/32)) − (i << 47)`.
@@ -75,7 +75,6 @@ const SPECIAL_ABS_BITS: i32 = 0x42b0_0000;
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA (`crate::model::kv::has_avx2_fma`).
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn exp_shifted(s: &mut [f32], max: f32) {
     let inv = _mm256_set1_pd(f64::from_bits(INV_LN2_N));
@@ -121,7 +120,7 @@ pub(crate) unsafe fn exp_shifted(s: &mut [f32], max: f32) {
     }
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use rayon::prelude::*;

@@ -7,7 +7,7 @@ pub mod config;
 pub mod cpu_q8;
 #[cfg(feature = "cuda")]
 mod cuda_decode_attend;
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 mod expf_avx2;
 #[cfg(feature = "cuda")]
 pub use cuda_decode_attend::{batched_attention_active, batched_attention_enabled};
