@@ -13,15 +13,15 @@
 //! **Same bits.** Each score is computed by exactly the operations of
 //! `dot_avx2` (two 8-lane FMA chains over alternate 8-element chunks, their
 //! sum, then the same horizontal reduction), the bias is added after it,
-//! the maximum, `exp` and sum run per row in key order as before (`exp` four
-//! lanes at a time with libm's bits, `crate::model::expf_avx2`), and each
+//! the maximum, `exp` and sum run per row in key order as before (the same
+//! `kv::exp_shifted`: libm's bits, four lanes at a time), and each
 //! output element is the same chain `acc = fma(w[p], v[p], acc)` for
 //! `p = 0, 1, …` — only held in memory between tiles, which rounds nothing.
 //! The unit test compares with `attend_row` bit for bit. Without AVX2+FMA, or
 //! for a head dimension other than 64, each row goes through `attend_row`.
 
 use crate::error::{GpuError, Result};
-use crate::model::kv::{cpu_f32, has_avx2_fma, SeqKv};
+use crate::model::kv::{cpu_f32, exp_shifted, has_avx2_fma, SeqKv};
 
 /// Keys (and values) per tile.
 const TILE: usize = 64;
@@ -134,17 +134,8 @@ impl SeqKv {
             for r in 0..rep {
                 let s = &mut scores[(i * rep + r) * nmax..][..n];
                 let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                // glibc's `expf` four lanes at a time; where libm may be
-                // another, its scalar `exp`, so the kernel stays `attend_row`.
-                #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
-                // SAFETY: AVX2 and FMA were detected (checked above).
-                unsafe {
-                    crate::model::expf_avx2::exp_shifted(s, max)
-                };
-                #[cfg(not(all(target_arch = "x86_64", target_env = "gnu")))]
-                for x in s.iter_mut() {
-                    *x = (*x - max).exp();
-                }
+                // `true`: AVX2 and FMA were detected (checked above).
+                exp_shifted(true, s, max);
                 let mut sum = 0f32;
                 for x in s.iter() {
                     sum += *x;

@@ -265,9 +265,9 @@ impl SeqKv {
                     *s = v;
                     max = max.max(v);
                 }
+                exp_shifted(simd, scores, max);
                 let mut sum = 0f32;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
+                for s in scores.iter() {
                     sum += *s;
                 }
                 let o = &mut out[head..head + hd];
@@ -307,6 +307,24 @@ pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
+    }
+}
+
+/// `s[i] = exp(s[i] − max)`, the softmax's numerators: libm's `expf` bits
+/// either way (`simd` must be [`has_avx2_fma`]); with AVX2+FMA and glibc,
+/// whose `expf` is the one `expf_avx2` reproduces, four lanes at a time.
+pub(crate) fn exp_shifted(simd: bool, s: &mut [f32], max: f32) {
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+    {
+        if simd {
+            // SAFETY: AVX2 and FMA were detected (`simd`).
+            unsafe { crate::model::expf_avx2::exp_shifted(s, max) };
+            return;
+        }
+    }
+    let _ = simd;
+    for x in s.iter_mut() {
+        *x = (*x - max).exp();
     }
 }
 
