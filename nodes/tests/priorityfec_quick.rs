@@ -220,7 +220,7 @@ fn resumed_run_equals_straight_run() {
 #[test]
 fn bad_settings_are_refused_naming_the_flag() {
     type Set = fn(&mut PriorityFecArgs);
-    let cases: [(&str, Set); 8] = [
+    let cases: [(&str, Set); 9] = [
         ("--contexts 0", |a| a.contexts = Some(0)),
         ("--realizations 0", |a| a.realizations = Some(0)),
         ("--rho", |a| a.rho = Some(Vec::new())),
@@ -232,6 +232,9 @@ fn bad_settings_are_refused_naming_the_flag() {
         ("--batch 0", |a| a.batch = 0),
         // The tiny model's context length is 8 192 positions.
         ("--decode-len 9000", |a| a.decode_len = 9000),
+        ("--decode-len 18446744073709551615", |a| {
+            a.decode_len = usize::MAX
+        }),
     ];
     for (i, (flag, set)) in cases.into_iter().enumerate() {
         let mut a = args(true, &format!("refused{i}"));

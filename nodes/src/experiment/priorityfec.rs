@@ -677,7 +677,11 @@ fn workload(a: &PriorityFecArgs, g: &Grid, profile_contexts: usize) -> Result<Wo
     }
     // Agent B's sequence is the context, the cue and the decoded tokens; the
     // model cannot attend past its context length.
-    let needed = g.context_tokens + cue.len() + a.decode_len;
+    // Saturating: both lengths come from the command line.
+    let needed = g
+        .context_tokens
+        .saturating_add(cue.len())
+        .saturating_add(a.decode_len);
     let max = lm.model.config().max_seq_len;
     if needed > max {
         bail!(
