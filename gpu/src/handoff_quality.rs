@@ -45,7 +45,7 @@ use crate::engine::{BatchEngine, EngineConfig, Request};
 use crate::error::{CandleContext, GpuError, Result};
 use crate::kv_transfer::{assemble, BlockBytes, KvBlock, MissingRows};
 use crate::model::config::{KvDtype, LlamaConfig};
-use crate::model::kv::SeqKv;
+use crate::model::kv::{KvBase, SeqKv};
 use crate::model::llama::{Llama, Phase, SeqInput};
 use crate::tokenizer::Tokenizer;
 
@@ -100,6 +100,21 @@ pub fn rebuild(
     blocks: &[PartialBlock],
     mode: MissingRows,
 ) -> Result<SeqKv> {
+    rebuild_on(config, device, n_tokens, blocks, mode, None)
+}
+
+/// [`rebuild`], with the rows that come out equal to `base`'s (the full cache
+/// of the same context, [`SeqKv::kv_base`]) read from `base` by the CPU
+/// attention kernels: the same values, so the same results, while a batch of
+/// handoffs of one context reads the context's rows once (see [`crate::model::kv`]).
+pub fn rebuild_on(
+    config: &LlamaConfig,
+    device: &Device,
+    n_tokens: usize,
+    blocks: &[PartialBlock],
+    mode: MissingRows,
+    base: Option<&KvBase>,
+) -> Result<SeqKv> {
     let (nh, hd) = (config.n_kv_heads, config.head_dim);
     let esz = KvDtype::Bf16.size();
     let mut arrived = Vec::with_capacity(blocks.len());
@@ -143,7 +158,7 @@ pub fn rebuild(
         v: &b.v,
         arrived: Some(got.as_slice()),
     });
-    assemble(config, device, n_tokens, views, None, mode)
+    assemble(config, device, n_tokens, views, None, mode, base)
 }
 
 /// `ranges` sorted and merged: no two overlap or touch, none empty.
@@ -319,6 +334,8 @@ pub struct QualityEvaluator {
     next_id: u64,
     decode_len: usize,
     stats: EvalStats,
+    /// Rows equal to this base are read from it ([`QualityEvaluator::set_base`]).
+    base: Option<KvBase>,
 }
 
 fn argmax_rows(logits: &candle_core::Tensor, what: &str) -> Result<Vec<u32>> {
@@ -346,7 +363,30 @@ impl QualityEvaluator {
             next_id: 0,
             decode_len,
             stats: EvalStats::default(),
+            base: None,
         }
+    }
+
+    /// Rebuilds the caches of the cases that follow on the cache of `full`
+    /// ([`rebuild_on`]): the handoff of their context with every block
+    /// complete ([`PartialBlock::complete`]). Only rows bit for bit equal to
+    /// the base's are read from it, so a base of another context costs time,
+    /// never a result. `None` stops sharing.
+    pub fn set_base(&mut self, full: Option<&HandoffCase<'_>>) -> Result<()> {
+        self.base = None;
+        if let Some(case) = full {
+            let t0 = Stopwatch::start();
+            let kv = rebuild(
+                self.model().config(),
+                self.model().device(),
+                case.n_tokens,
+                case.blocks,
+                case.mode,
+            )?;
+            self.base = kv.kv_base();
+            t0.add(&mut self.stats.rebuild_s, &mut self.stats.rebuild_cpu_s);
+        }
+        Ok(())
     }
 
     fn model(&self) -> &Llama {
@@ -394,9 +434,10 @@ impl QualityEvaluator {
         // Each cache is rebuilt on its own (same result in any order); one
         // task per case keeps both cores busy.
         let device = self.model().device();
+        let base = self.base.as_ref();
         let kvs = cases
             .par_iter()
-            .map(|case| rebuild(&cfg, device, case.n_tokens, case.blocks, case.mode))
+            .map(|case| rebuild_on(&cfg, device, case.n_tokens, case.blocks, case.mode, base))
             .collect::<Result<Vec<_>>>()?;
         t0.add(&mut self.stats.rebuild_s, &mut self.stats.rebuild_cpu_s);
         Ok(kvs)

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CandleContext, GpuError, Result};
 use crate::model::config::{KvDtype, LlamaConfig};
-use crate::model::kv::{Bf16Prefix, LayerKv, SeqKv};
+use crate::model::kv::{Bf16Prefix, KvBase, LayerKv, SeqKv, SharedRows};
 
 /// K and V of one layer over a token range, as bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,6 +240,7 @@ pub fn import(
         blocks.iter().map(BlockBytes::whole),
         presence,
         mode,
+        None,
     )
 }
 
@@ -248,6 +249,11 @@ pub fn import(
 /// the cache's capacity), so rebuilding a handed-off cache is one pass over its
 /// bytes — no intermediate copies, which on a 1 536-token SmolLM2 cache are
 /// 70 MB each.
+///
+/// With a `base` of the same shape (the full cache of the same context), every
+/// BF16 row that comes out bit for bit equal to the base's is marked to be read
+/// from it ([`crate::model::kv::SharedRows`]); a base of another shape is
+/// ignored.
 pub(crate) fn assemble<'a>(
     config: &LlamaConfig,
     device: &candle_core::Device,
@@ -255,8 +261,23 @@ pub(crate) fn assemble<'a>(
     blocks: impl Iterator<Item = BlockBytes<'a>>,
     presence: Option<&PresenceMask>,
     mode: MissingRows,
+    base: Option<&KvBase>,
 ) -> Result<SeqKv> {
     let (nl, nh, hd) = (config.n_layers, config.n_kv_heads, config.head_dim);
+    let row_len = nh * n_tokens * hd;
+    let base = base.filter(|b| {
+        device.is_cpu()
+            && b.tokens == n_tokens
+            && b.k.len() == nl
+            && b.v.len() == nl
+            && b.k16.len() == nl
+            && b.v16.len() == nl
+            && b.k.iter().chain(&b.v).all(|x| x.len() == row_len)
+            && b.k16.iter().chain(&b.v16).all(|x| x.len() == row_len)
+    });
+    let words = (nh * n_tokens).div_ceil(64);
+    let bits = || (0..nl).map(|_| vec![0u64; words]).collect::<Vec<_>>();
+    let (mut same_k, mut same_v) = (bits(), bits());
     let cap = SeqKv::capacity_for(n_tokens + 64);
     // One zeroed allocation per layer (`vec![v; n]` would copy the first one's
     // zeros into every clone; fresh ones are zero pages until written).
@@ -323,15 +344,19 @@ pub(crate) fn assemble<'a>(
                 b.k,
                 &mut k[b.layer],
                 mk.as_mut().map(|m| &mut m[b.layer]),
+                base.map(|x| x.k16[b.layer].as_slice()),
+                &mut same_k[b.layer],
             ),
             (
                 expected,
                 b.v,
                 &mut v[b.layer],
                 mv.as_mut().map(|m| &mut m[b.layer]),
+                base.map(|x| x.v16[b.layer].as_slice()),
+                &mut same_v[b.layer],
             ),
         ];
-        for (half, src, dst, mut mirror) in sides {
+        for (half, src, dst, mut mirror, base_rows, same) in sides {
             for h in 0..nh {
                 for t in 0..b.len {
                     let s = (h * b.len + t) * hd;
@@ -359,6 +384,10 @@ pub(crate) fn assemble<'a>(
                         let m = (h * n_tokens + b.start + t) * hd;
                         for (c, o) in mr[m..m + hd].iter_mut().zip(out.iter()) {
                             *c = (o.to_bits() >> 16) as u16;
+                        }
+                        if let Some(br) = base_rows {
+                            let row = h * n_tokens + b.start + t;
+                            set_bit(same, row, mr[m..m + hd] == br[m..m + hd]);
                         }
                     }
                 }
@@ -388,6 +417,8 @@ pub(crate) fn assemble<'a>(
                     for mirror in [&mut mk, &mut mv].into_iter().flatten() {
                         mirror[l][m..m + hd].iter_mut().for_each(|x| *x = 0);
                     }
+                    set_bit(&mut same_k[l], h * n_tokens + t, false);
+                    set_bit(&mut same_v[l], h * n_tokens + t, false);
                     bias[h * cap + t] = f32::NEG_INFINITY;
                 }
             }
@@ -405,6 +436,11 @@ pub(crate) fn assemble<'a>(
             valid: n_tokens,
             k: k.into_iter().map(Arc::new).collect(),
             v: v.into_iter().map(Arc::new).collect(),
+            shared: base.map(|b| SharedRows {
+                base: b.clone(),
+                same_k,
+                same_v,
+            }),
         }),
         _ => None,
     };
@@ -417,6 +453,15 @@ pub(crate) fn assemble<'a>(
         });
     }
     Ok(SeqKv::from_layers(config, out, bf16, n_tokens, cap, device))
+}
+
+fn set_bit(bits: &mut [u64], i: usize, on: bool) {
+    let m = 1u64 << (i % 64);
+    if on {
+        bits[i / 64] |= m;
+    } else {
+        bits[i / 64] &= !m;
+    }
 }
 
 #[cfg(test)]

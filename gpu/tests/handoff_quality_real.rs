@@ -102,4 +102,12 @@ fn full_cache_agrees_and_lost_cache_does_not() {
         .evaluate_stepwise(&cases, &vec![reference.clone(); cases.len()])
         .unwrap();
     assert_eq!(q, s);
+    // Rebuilt on the full cache as a base (its intact rows read from there by
+    // the attention kernels), again the same bits.
+    ev.set_base(Some(&case(&full, MissingRows::ZeroFill)))
+        .unwrap();
+    let b = ev
+        .evaluate(&cases, &vec![reference.clone(); cases.len()])
+        .unwrap();
+    assert_eq!(q, b);
 }

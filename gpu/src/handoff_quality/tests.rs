@@ -258,6 +258,8 @@ fn shared_evaluation_equals_stepwise_bit_for_bit() {
                 prompt: &prompt,
             };
             let reference = slow.continuations(&[case(&full)]).unwrap().remove(0);
+            // The fast path rebuilds on the full cache as a base.
+            fast.set_base(Some(&case(&full))).unwrap();
             let mut cases = vec![case(&full), case(&lost)];
             cases.extend(parts.iter().map(|p| case(p)));
             // References: the true one, and ones shorter, longer, empty and

@@ -21,7 +21,7 @@
 //! for a head dimension other than 64, each row goes through `attend_row`.
 
 use crate::error::{GpuError, Result};
-use crate::model::kv::{cpu_f32, exp_shifted, has_avx2_fma, SeqKv};
+use crate::model::kv::{bit, cpu_f32, exp_shifted, has_avx2_fma, SeqKv};
 
 /// Keys (and values) per tile.
 const TILE: usize = 64;
@@ -33,8 +33,8 @@ impl SeqKv {
     /// rows of all `n_kv_heads · rep` heads (scaled and rotated); `out`
     /// receives, per row, the `rep` heads of KV head `h`: `(t, rep, head_dim)`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn attend_rows_head(
-        &self,
+    pub(crate) fn attend_rows_head<'s>(
+        &'s self,
         layer: usize,
         n0: usize,
         t: usize,
@@ -88,14 +88,27 @@ impl SeqKv {
         let kh = &kd[h * cap * hd..][..nmax * hd];
         let vh = &vd[h * cap * hd..][..nmax * hd];
         let bh = bd.map(|b| &b[h * cap..][..nmax]);
-        // Rows below `frozen` are read from the BF16 copy (module docs of `kv`).
+        // Rows below `frozen` are read from the BF16 copy (module docs of `kv`);
+        // of those, the rows marked equal to a base, from the base.
         let (kb, vb, frozen) = match &self.bf16 {
             Some(p) if layer < p.k.len() => {
                 let f = p.valid.min(nmax);
                 let at = h * p.tokens * hd;
+                let shared = |rows: &'s [f32], same: &'s [u64]| Shared {
+                    rows: &rows[at..][..f * hd],
+                    same,
+                    first_bit: h * p.tokens,
+                };
+                let (sk, sv) = match &p.shared {
+                    Some(s) => (
+                        Some(shared(&s.base.k[layer], &s.same_k[layer])),
+                        Some(shared(&s.base.v[layer], &s.same_v[layer])),
+                    ),
+                    None => (None, None),
+                };
                 (
-                    Some(&p.k[layer][at..][..f * hd]),
-                    Some(&p.v[layer][at..][..f * hd]),
+                    Some((&p.k[layer][at..][..f * hd], sk)),
+                    Some((&p.v[layer][at..][..f * hd], sv)),
                     f,
                 )
             }
@@ -128,21 +141,20 @@ impl SeqKv {
             }
         }
         // Softmax numerators per row, in key order as `attend_row`.
-        let mut inv = vec![0f32; t * rep];
         for i in 0..t {
-            let n = n0 + i;
             for r in 0..rep {
-                let s = &mut scores[(i * rep + r) * nmax..][..n];
-                let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let s = &mut scores[(i * rep + r) * nmax..][..n0 + i];
+                // SAFETY: AVX2 was detected (checked above).
+                let max = unsafe { max_avx2(s) };
                 // `true`: AVX2 and FMA were detected (checked above).
                 exp_shifted(true, s, max);
-                let mut sum = 0f32;
-                for x in s.iter() {
-                    sum += *x;
-                }
-                inv[i * rep + r] = 1.0 / sum;
             }
         }
+        // Each row's sum of numerators, `sum += s[p]` in key order as in
+        // `attend_row`, is taken while the weighted sum walks the same keys in
+        // the same order: its chain of dependent additions then runs beside
+        // the FMAs instead of on its own.
+        let mut sums = vec![0f32; t * rep];
         out.fill(0.0);
         for p0 in (0..nmax).step_by(TILE) {
             let p1 = (p0 + TILE).min(nmax);
@@ -155,42 +167,103 @@ impl SeqKv {
                 for r in 0..rep {
                     let w = &scores[(i * rep + r) * nmax..][p0..pe];
                     let o = &mut out[(i * rep + r) * hd..][..hd];
+                    let sum = &mut sums[i * rep + r];
                     // SAFETY: as above; `o` is 64 long, `vt` holds rows `p0..pe`.
-                    unsafe { weighted_sum64_acc_avx2(o, w, &vt[..(pe - p0) * hd]) };
+                    unsafe { weighted_sum64_acc_avx2(o, w, &vt[..(pe - p0) * hd], sum) };
                 }
             }
         }
-        for (o, s) in out.chunks_exact_mut(hd).zip(&inv) {
+        for (o, s) in out.chunks_exact_mut(hd).zip(&sums) {
+            let inv = 1.0 / s;
             for x in o.iter_mut() {
-                *x *= s;
+                *x *= inv;
             }
         }
         Ok(())
     }
 }
 
+/// The largest of `s` (−∞ if empty), NaNs skipped as `f32::max` skips them.
+/// (Which zero it returns when the largest is ±0 does not matter: `x − max`
+/// then differs only in the sign of a zero, and `exp(±0) = 1`.)
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn max_avx2(s: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+    let chunks = s.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        // `max_ps(x, m)` is `x > m ? x : m`: a NaN `x` keeps `m`.
+        m = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr()), m);
+    }
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+    lanes
+        .iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn max_avx2(s: &[f32]) -> f32 {
+    s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
+/// One head's K or V rows in a shared base (F32), and which of them the
+/// cache's own rows equal (bit `first_bit + p` of `same` for row `p`).
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    rows: &'a [f32],
+    same: &'a [u64],
+    first_bit: usize,
+}
+
+impl Shared<'_> {
+    /// Whether rows `p0..p1` all equal the base's.
+    fn all(&self, p0: usize, p1: usize) -> bool {
+        (p0..p1).all(|p| bit(self.same, self.first_bit + p))
+    }
+}
+
 /// Rows `p0..p1` of one head's keys or values (`hd` wide): straight from the
 /// F32 storage `f`, or — for the rows below `frozen` — converted from the
 /// BF16 copy `b` into `buf` (exact: those F32 values are BF16 numbers), so a
-/// tile is read from memory at two bytes an element and used from L1.
+/// tile is read from memory at two bytes an element and used from L1. Rows
+/// marked equal to the base's are the base's (the same values): a tile of
+/// such rows is used where it lies in the base, which a batch of handoffs of
+/// one context shares and so mostly finds in cache.
 fn rows<'a>(
     f: &'a [f32],
-    b: Option<&[u16]>,
+    b: Option<(&'a [u16], Option<Shared<'a>>)>,
     frozen: usize,
     p0: usize,
     p1: usize,
     hd: usize,
     buf: &'a mut Vec<f32>,
 ) -> &'a [f32] {
+    let widen = |x: &u16| f32::from_bits(u32::from(*x) << 16);
     match b {
-        Some(b) if p0 < frozen => {
+        Some((b, shared)) if p0 < frozen => {
             let m = p1.min(frozen);
             buf.clear();
-            buf.extend(
-                b[p0 * hd..m * hd]
-                    .iter()
-                    .map(|&x| f32::from_bits(u32::from(x) << 16)),
-            );
+            match shared {
+                None => buf.extend(b[p0 * hd..m * hd].iter().map(widen)),
+                Some(s) if m == p1 && s.all(p0, p1) => return &s.rows[p0 * hd..p1 * hd],
+                Some(s) => {
+                    for p in p0..m {
+                        let row = p * hd..(p + 1) * hd;
+                        if bit(s.same, s.first_bit + p) {
+                            buf.extend_from_slice(&s.rows[row]);
+                        } else {
+                            buf.extend(b[row].iter().map(widen));
+                        }
+                    }
+                }
+            }
             buf.extend_from_slice(&f[m * hd..p1 * hd]);
             buf
         }
@@ -269,13 +342,14 @@ unsafe fn scores64_avx2(q: &[f32], k: &[f32], s: &mut [f32]) {
 }
 
 /// `o += Σ_p w[p] · v[p]` over the 64-wide rows of `v`, in row order, each
-/// step `fma(w[p], v[p], o)` as `weighted_sum64_avx2` (which starts from 0).
+/// step `fma(w[p], v[p], o)` as `weighted_sum64_avx2` (which starts from 0);
+/// and `sum += w[p]`, in the same order.
 ///
 /// # Safety
 /// AVX2 and FMA must be available; `o.len() == 64`, `v.len() ≥ 64 · w.len()`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn weighted_sum64_acc_avx2(o: &mut [f32], w: &[f32], v: &[f32]) {
+unsafe fn weighted_sum64_acc_avx2(o: &mut [f32], w: &[f32], v: &[f32], sum: &mut f32) {
     use std::arch::x86_64::*;
     let po = o.as_mut_ptr();
     let mut acc = [_mm256_setzero_ps(); 8];
@@ -283,7 +357,9 @@ unsafe fn weighted_sum64_acc_avx2(o: &mut [f32], w: &[f32], v: &[f32]) {
         *r = _mm256_loadu_ps(po.add(j * 8));
     }
     let pv = v.as_ptr();
+    let mut total = *sum;
     for (p, &a) in w.iter().enumerate() {
+        total += a;
         let av = _mm256_set1_ps(a);
         let row = pv.add(p * 64);
         for (j, r) in acc.iter_mut().enumerate() {
@@ -293,6 +369,7 @@ unsafe fn weighted_sum64_acc_avx2(o: &mut [f32], w: &[f32], v: &[f32]) {
     for (j, r) in acc.iter().enumerate() {
         _mm256_storeu_ps(po.add(j * 8), *r);
     }
+    *sum = total;
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -301,7 +378,7 @@ unsafe fn scores64_avx2(_q: &[f32], _k: &[f32], _s: &mut [f32]) {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn weighted_sum64_acc_avx2(_o: &mut [f32], _w: &[f32], _v: &[f32]) {
+unsafe fn weighted_sum64_acc_avx2(_o: &mut [f32], _w: &[f32], _v: &[f32], _sum: &mut f32) {
     unreachable!("AVX2 is only detected on x86_64")
 }
 
@@ -483,6 +560,129 @@ mod tests {
             .collect();
         let kv = import(&c, &Device::Cpu, len, &f32_blocks, None, MissingRows::Mask).unwrap();
         assert!(kv.bf16.is_none());
+    }
+
+    /// Caches rebuilt on a base read their intact rows from it and get the
+    /// same bits as without it; rows that differ from the base (damaged,
+    /// missing, or a base of other data) are their own.
+    #[test]
+    fn rows_read_from_a_base_give_the_same_bits() {
+        use crate::handoff_quality::{rebuild, rebuild_on, PartialBlock};
+        use crate::kv_transfer::{KvBlock, MissingRows};
+        use crate::model::config::KvDtype;
+        let c = cfg(2);
+        let (nkv, rep, hd, len, t) = (3, 3, 64, 150, 5);
+        let hs = nkv * rep * hd;
+        let mut next = uniform(0x51ed_270b);
+        let blocks_of = |next: &mut dyn FnMut() -> f32| -> Vec<KvBlock> {
+            (0..2)
+                .flat_map(|layer| (0..len).step_by(16).map(move |start| (layer, start)))
+                .map(|(layer, start)| {
+                    let n = (len - start).min(16);
+                    let mut bytes = |n: usize| -> Vec<u8> {
+                        (0..n)
+                            .flat_map(|_| half::bf16::from_f32(next()).to_le_bytes())
+                            .collect()
+                    };
+                    KvBlock {
+                        layer,
+                        start,
+                        len: n,
+                        n_kv_heads: nkv,
+                        head_dim: hd,
+                        dtype: KvDtype::Bf16,
+                        k: bytes(nkv * n * hd),
+                        v: bytes(nkv * n * hd),
+                    }
+                })
+                .collect()
+        };
+        let blocks = blocks_of(&mut next);
+        let other = blocks_of(&mut next);
+        let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
+        // Every third block lost, every fifth torn in the middle of its K.
+        let damaged: Vec<PartialBlock> = blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                if i % 3 == 1 {
+                    PartialBlock::lost(b)
+                } else if i % 5 == 2 {
+                    let mut p = PartialBlock::complete(b);
+                    let total = b.k.len() + b.v.len();
+                    p.present = vec![0..b.k.len() / 2 + 1, b.k.len() / 2 + 9..total];
+                    p
+                } else {
+                    PartialBlock::complete(b)
+                }
+            })
+            .collect();
+        let other_full: Vec<PartialBlock> = other.iter().map(PartialBlock::complete).collect();
+        let dev = Device::Cpu;
+        let q: Vec<f32> = (0..t * hs).map(|_| next()).collect();
+        let k: Vec<f32> = (0..nkv * t * hd).map(|_| next()).collect();
+        let kt = Tensor::from_vec(k, (nkv, t, hd), &dev).unwrap();
+        for mode in [MissingRows::ZeroFill, MissingRows::Mask] {
+            let base = rebuild(&c, &dev, len, &full, mode)
+                .unwrap()
+                .kv_base()
+                .unwrap();
+            let foreign = rebuild(&c, &dev, len, &other_full, mode)
+                .unwrap()
+                .kv_base()
+                .unwrap();
+            let alone = rebuild(&c, &dev, len, &damaged, mode).unwrap();
+            let on_base = rebuild_on(&c, &dev, len, &damaged, mode, Some(&base)).unwrap();
+            let on_foreign = rebuild_on(&c, &dev, len, &damaged, mode, Some(&foreign)).unwrap();
+            let shared = |kv: &SeqKv| -> u32 {
+                let s = kv.bf16.as_ref().unwrap().shared.as_ref().unwrap();
+                s.same_k
+                    .iter()
+                    .chain(&s.same_v)
+                    .flatten()
+                    .map(|w| w.count_ones())
+                    .sum()
+            };
+            // 2 layers × 3 heads × 150 rows, K and V: the complete blocks'
+            // rows (and in zero-fill the torn blocks' V rows) are shared.
+            let (n_shared, n_foreign) = (shared(&on_base), shared(&on_foreign));
+            assert!(n_shared > 900 && n_shared < 2 * 2 * 3 * 150, "{n_shared}");
+            assert_eq!(n_foreign, 0);
+            // The base's own shared copy is the full cache again.
+            let again = on_base.kv_base();
+            assert!(again.is_some());
+            let same = |mut a: SeqKv, mut b: SeqKv, cut: Option<usize>| {
+                for kv in [&mut a, &mut b] {
+                    if let Some(n) = cut {
+                        kv.truncate(n);
+                    }
+                    for layer in 0..2 {
+                        kv.append(layer, &kt, &kt).unwrap();
+                    }
+                }
+                let n0 = a.len() + 1;
+                let mut s = Vec::new();
+                for layer in 0..2 {
+                    for h in 0..nkv {
+                        let mut x = vec![f32::NAN; t * rep * hd];
+                        let mut y = vec![f32::NAN; t * rep * hd];
+                        a.attend_rows_head(layer, n0, t, &q, h, rep, &mut s, &mut x)
+                            .unwrap();
+                        b.attend_rows_head(layer, n0, t, &q, h, rep, &mut s, &mut y)
+                            .unwrap();
+                        assert!(
+                            x.iter().zip(&y).all(|(p, r)| p.to_bits() == r.to_bits()),
+                            "{mode:?}, layer {layer}, head {h}, cut {cut:?}"
+                        );
+                    }
+                }
+            };
+            same(alone.clone(), on_base.clone(), None);
+            same(alone.clone(), on_foreign.clone(), None);
+            // Written over inside the imported tokens: those rows are the
+            // cache's own again.
+            same(alone.clone(), on_base.clone(), Some(len - 40));
+        }
     }
 
     #[test]

@@ -16,6 +16,15 @@
 //! attention kernels read the copy (converting a tile at a time into F32) and
 //! get the same bits at half the memory traffic — what a one-token decode step
 //! on a 1 536-token cache is bound by.
+//!
+//! Caches rebuilt from one context's handoffs differ from the full cache only
+//! where something was lost, so each may also point at a [`KvBase`] (the full
+//! cache's imported rows, F32) with one bit per (layer, head, token) row whose
+//! K (or V) is bit for bit the base's ([`SharedRows`]). The tiled kernel reads
+//! those rows from the base — a 64-row tile of them where it lies, without
+//! widening or copying — and so a batch of such caches reads one context's
+//! rows, mostly from the CPU's caches, instead of each its own copy from
+//! memory. The same values, so the same bits.
 
 use std::sync::Arc;
 
@@ -42,6 +51,44 @@ pub(crate) struct Bf16Prefix {
     pub(crate) valid: usize,
     pub(crate) k: Vec<Arc<Vec<u16>>>,
     pub(crate) v: Vec<Arc<Vec<u16>>>,
+    /// Rows equal to a base's, read from it (module docs).
+    pub(crate) shared: Option<SharedRows>,
+}
+
+/// The first `tokens` tokens of a full (every block complete) cache, shared by
+/// the caches rebuilt from its handoffs (module docs): per layer K and V as
+/// F32 `(n_kv_heads, tokens, head_dim)`, so a tile of shared rows is used where
+/// it lies, without a conversion or a copy (and as BF16, to compare with).
+#[derive(Debug, Clone)]
+pub struct KvBase {
+    pub(crate) tokens: usize,
+    pub(crate) k: Vec<Arc<Vec<f32>>>,
+    pub(crate) v: Vec<Arc<Vec<f32>>>,
+    /// The same as BF16, what a rebuild compares its rows with.
+    pub(crate) k16: Vec<Arc<Vec<u16>>>,
+    pub(crate) v16: Vec<Arc<Vec<u16>>>,
+}
+
+impl KvBase {
+    /// Tokens the base covers.
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+}
+
+/// A [`KvBase`] and which of this cache's rows equal it: per layer one bit per
+/// (head, token) row, bit `h · tokens + t`, for K and for V.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedRows {
+    pub(crate) base: KvBase,
+    pub(crate) same_k: Vec<Vec<u64>>,
+    pub(crate) same_v: Vec<Vec<u64>>,
+}
+
+/// Whether bit `i` of a row bitset is set.
+#[inline]
+pub(crate) fn bit(bits: &[u64], i: usize) -> bool {
+    bits[i / 64] >> (i % 64) & 1 == 1
 }
 
 /// The KV cache of one sequence.
@@ -107,6 +154,37 @@ impl SeqKv {
             head_dim: config.head_dim,
             device: device.clone(),
         }
+    }
+
+    /// This cache's imported tokens as a base for caches rebuilt from the same
+    /// context (module docs); `None` unless it was imported from BF16 blocks
+    /// on the CPU (the kernels share rows only below a BF16 copy) and no
+    /// imported token was overwritten since.
+    pub fn kv_base(&self) -> Option<KvBase> {
+        let p = self.bf16.as_ref()?;
+        if p.valid != p.tokens {
+            return None;
+        }
+        let side = |copy: &[Arc<Vec<u16>>]| -> Vec<Arc<Vec<f32>>> {
+            copy.iter()
+                .map(|l| {
+                    Arc::new(
+                        l.iter()
+                            .map(|&x| f32::from_bits(u32::from(x) << 16))
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        // The copy holds exactly the F32 values (BF16 numbers), also where
+        // this cache reads rows from another base (its own rows equal those).
+        Some(KvBase {
+            tokens: p.tokens,
+            k: side(&p.k),
+            v: side(&p.v),
+            k16: p.k.clone(),
+            v16: p.v.clone(),
+        })
     }
 
     /// Number of cached tokens (= the position of the next token).

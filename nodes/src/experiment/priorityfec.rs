@@ -1064,16 +1064,21 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
             let blocks = context_blocks(&w.model, ctx)
                 .with_context(|| format!("prefilling evaluation context {ci}"))?;
             let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
+            let full_case = HandoffCase {
+                n_tokens: ctx.len(),
+                blocks: &full,
+                mode,
+                prompt: &prompt,
+            };
             let reference = evaluator
-                .continuations(&[HandoffCase {
-                    n_tokens: ctx.len(),
-                    blocks: &full,
-                    mode,
-                    prompt: &prompt,
-                }])
+                .continuations(std::slice::from_ref(&full_case))
                 .with_context(|| format!("reference continuation of context {ci}"))?
                 .pop()
                 .context("no reference continuation")?;
+            // The handoffs' caches read their intact rows from the full one.
+            evaluator
+                .set_base(Some(&full_case))
+                .with_context(|| format!("full cache of context {ci}"))?;
             ctx_wall += t_ctx0.elapsed().as_secs_f64();
             ctx_cpu += process_cpu_s() - cpu0;
             // The reference is counted with its context, not with the handoffs.
