@@ -466,6 +466,39 @@ mod tests {
         }
     }
 
+    /// BF16 blocks (head dim 64) of `block` tokens over `len` tokens of each
+    /// of `layers` layers, values from `next`.
+    fn bf16_blocks(
+        layers: usize,
+        len: usize,
+        block: usize,
+        nkv: usize,
+        next: &mut impl FnMut() -> f32,
+    ) -> Vec<crate::kv_transfer::KvBlock> {
+        let mut bytes = |n: usize| -> Vec<u8> {
+            (0..n)
+                .flat_map(|_| half::bf16::from_f32(next()).to_le_bytes())
+                .collect()
+        };
+        let mut out = Vec::new();
+        for layer in 0..layers {
+            for start in (0..len).step_by(block) {
+                let n = (len - start).min(block);
+                out.push(crate::kv_transfer::KvBlock {
+                    layer,
+                    start,
+                    len: n,
+                    n_kv_heads: nkv,
+                    head_dim: 64,
+                    dtype: crate::model::config::KvDtype::Bf16,
+                    k: bytes(nkv * n * 64),
+                    v: bytes(nkv * n * 64),
+                });
+            }
+        }
+        out
+    }
+
     /// A cache imported from BF16 blocks keeps a BF16 copy, attention over it
     /// is bit for bit attention over the F32 storage alone, and an append
     /// below the copy's end (after a truncate) shortens it.
@@ -477,24 +510,7 @@ mod tests {
         let (nkv, rep, hd, len, t) = (3, 3, 64, 150, 7);
         let hs = nkv * rep * hd;
         let mut next = uniform(0x9e37_79b9);
-        let mut bytes = |n: usize| -> Vec<u8> {
-            (0..n)
-                .flat_map(|_| half::bf16::from_f32(next()).to_le_bytes())
-                .collect()
-        };
-        let blocks: Vec<KvBlock> = (0..2)
-            .flat_map(|layer| [(0usize, 100usize), (100, 50)].map(|(start, n)| (layer, start, n)))
-            .map(|(layer, start, n)| KvBlock {
-                layer,
-                start,
-                len: n,
-                n_kv_heads: nkv,
-                head_dim: hd,
-                dtype: KvDtype::Bf16,
-                k: bytes(nkv * n * hd),
-                v: bytes(nkv * n * hd),
-            })
-            .collect();
+        let blocks = bf16_blocks(2, len, 100, nkv, &mut next);
         let mut presence = PresenceMask::all(2, nkv, len);
         presence.set(1, 2, 77, false);
         for mode in [MissingRows::ZeroFill, MissingRows::Mask] {
@@ -568,37 +584,13 @@ mod tests {
     #[test]
     fn rows_read_from_a_base_give_the_same_bits() {
         use crate::handoff_quality::{rebuild, rebuild_on, PartialBlock};
-        use crate::kv_transfer::{KvBlock, MissingRows};
-        use crate::model::config::KvDtype;
+        use crate::kv_transfer::MissingRows;
         let c = cfg(2);
         let (nkv, rep, hd, len, t) = (3, 3, 64, 150, 5);
         let hs = nkv * rep * hd;
         let mut next = uniform(0x51ed_270b);
-        let blocks_of = |next: &mut dyn FnMut() -> f32| -> Vec<KvBlock> {
-            (0..2)
-                .flat_map(|layer| (0..len).step_by(16).map(move |start| (layer, start)))
-                .map(|(layer, start)| {
-                    let n = (len - start).min(16);
-                    let mut bytes = |n: usize| -> Vec<u8> {
-                        (0..n)
-                            .flat_map(|_| half::bf16::from_f32(next()).to_le_bytes())
-                            .collect()
-                    };
-                    KvBlock {
-                        layer,
-                        start,
-                        len: n,
-                        n_kv_heads: nkv,
-                        head_dim: hd,
-                        dtype: KvDtype::Bf16,
-                        k: bytes(nkv * n * hd),
-                        v: bytes(nkv * n * hd),
-                    }
-                })
-                .collect()
-        };
-        let blocks = blocks_of(&mut next);
-        let other = blocks_of(&mut next);
+        let blocks = bf16_blocks(2, len, 16, nkv, &mut next);
+        let other = bf16_blocks(2, len, 16, nkv, &mut next);
         let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
         // Every third block lost, every fifth torn in the middle of its K.
         let damaged: Vec<PartialBlock> = blocks
