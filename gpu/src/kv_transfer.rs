@@ -76,11 +76,20 @@ pub struct PresenceMask {
 impl PresenceMask {
     /// All rows present.
     pub fn all(n_layers: usize, n_kv_heads: usize, n_tokens: usize) -> Self {
+        Self::filled(n_layers, n_kv_heads, n_tokens, true)
+    }
+
+    /// No row present.
+    pub fn none(n_layers: usize, n_kv_heads: usize, n_tokens: usize) -> Self {
+        Self::filled(n_layers, n_kv_heads, n_tokens, false)
+    }
+
+    fn filled(n_layers: usize, n_kv_heads: usize, n_tokens: usize, present: bool) -> Self {
         PresenceMask {
             n_layers,
             n_kv_heads,
             n_tokens,
-            present: vec![true; n_layers * n_kv_heads * n_tokens],
+            present: vec![present; n_layers * n_kv_heads * n_tokens],
         }
     }
 
@@ -275,9 +284,13 @@ pub(crate) fn assemble<'a>(
             && b.k.iter().chain(&b.v).all(|x| x.len() == row_len)
             && b.k16.iter().chain(&b.v16).all(|x| x.len() == row_len)
     });
-    let words = (nh * n_tokens).div_ceil(64);
-    let bits = || (0..nl).map(|_| vec![0u64; words]).collect::<Vec<_>>();
-    let (mut same_k, mut same_v) = (bits(), bits());
+    // Rows equal to the base's (K, V), only with a base.
+    let mut same = base.map(|_| {
+        (
+            PresenceMask::none(nl, nh, n_tokens),
+            PresenceMask::none(nl, nh, n_tokens),
+        )
+    });
     let cap = SeqKv::capacity_for(n_tokens + 64);
     // One zeroed allocation per layer (`vec![v; n]` would copy the first one's
     // zeros into every clone; fresh ones are zero pages until written).
@@ -338,6 +351,10 @@ pub(crate) fn assemble<'a>(
                 .get(cursor)
                 .is_some_and(|r| r.start <= a && e <= r.end)
         };
+        let (same_k, same_v) = match same.as_mut() {
+            Some((k, v)) => (Some(k), Some(v)),
+            None => (None, None),
+        };
         let sides = [
             (
                 0,
@@ -345,7 +362,7 @@ pub(crate) fn assemble<'a>(
                 &mut k[b.layer],
                 mk.as_mut().map(|m| &mut m[b.layer]),
                 base.map(|x| x.k16[b.layer].as_slice()),
-                &mut same_k[b.layer],
+                same_k,
             ),
             (
                 expected,
@@ -353,10 +370,10 @@ pub(crate) fn assemble<'a>(
                 &mut v[b.layer],
                 mv.as_mut().map(|m| &mut m[b.layer]),
                 base.map(|x| x.v16[b.layer].as_slice()),
-                &mut same_v[b.layer],
+                same_v,
             ),
         ];
-        for (half, src, dst, mut mirror, base_rows, same) in sides {
+        for (half, src, dst, mut mirror, base_rows, mut same) in sides {
             for h in 0..nh {
                 for t in 0..b.len {
                     let s = (h * b.len + t) * hd;
@@ -385,9 +402,8 @@ pub(crate) fn assemble<'a>(
                         for (c, o) in mr[m..m + hd].iter_mut().zip(out.iter()) {
                             *c = (o.to_bits() >> 16) as u16;
                         }
-                        if let Some(br) = base_rows {
-                            let row = h * n_tokens + b.start + t;
-                            set_bit(same, row, mr[m..m + hd] == br[m..m + hd]);
+                        if let (Some(br), Some(same)) = (base_rows, same.as_mut()) {
+                            same.set(b.layer, h, b.start + t, mr[m..m + hd] == br[m..m + hd]);
                         }
                     }
                 }
@@ -417,8 +433,10 @@ pub(crate) fn assemble<'a>(
                     for mirror in [&mut mk, &mut mv].into_iter().flatten() {
                         mirror[l][m..m + hd].iter_mut().for_each(|x| *x = 0);
                     }
-                    set_bit(&mut same_k[l], h * n_tokens + t, false);
-                    set_bit(&mut same_v[l], h * n_tokens + t, false);
+                    if let Some((sk, sv)) = same.as_mut() {
+                        sk.set(l, h, t, false);
+                        sv.set(l, h, t, false);
+                    }
                     bias[h * cap + t] = f32::NEG_INFINITY;
                 }
             }
@@ -436,7 +454,7 @@ pub(crate) fn assemble<'a>(
             valid: n_tokens,
             k: k.into_iter().map(Arc::new).collect(),
             v: v.into_iter().map(Arc::new).collect(),
-            shared: base.map(|b| SharedRows {
+            shared: base.zip(same).map(|(b, (same_k, same_v))| SharedRows {
                 base: b.clone(),
                 same_k,
                 same_v,
@@ -453,15 +471,6 @@ pub(crate) fn assemble<'a>(
         });
     }
     Ok(SeqKv::from_layers(config, out, bf16, n_tokens, cap, device))
-}
-
-fn set_bit(bits: &mut [u64], i: usize, on: bool) {
-    let m = 1u64 << (i % 64);
-    if on {
-        bits[i / 64] |= m;
-    } else {
-        bits[i / 64] &= !m;
-    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,8 @@
 //! for a head dimension other than 64, each row goes through `attend_row`.
 
 use crate::error::{GpuError, Result};
-use crate::model::kv::{bit, cpu_f32, exp_shifted, has_avx2_fma, SeqKv};
+use crate::kv_transfer::PresenceMask;
+use crate::model::kv::{cpu_f32, exp_shifted, has_avx2_fma, SeqKv};
 
 /// Keys (and values) per tile.
 const TILE: usize = 64;
@@ -94,15 +95,16 @@ impl SeqKv {
             Some(p) if layer < p.k.len() => {
                 let f = p.valid.min(nmax);
                 let at = h * p.tokens * hd;
-                let shared = |rows: &'s [f32], same: &'s [u64]| Shared {
+                let shared = |rows: &'s [f32], same: &'s PresenceMask| Shared {
                     rows: &rows[at..][..f * hd],
                     same,
-                    first_bit: h * p.tokens,
+                    layer,
+                    head: h,
                 };
                 let (sk, sv) = match &p.shared {
                     Some(s) => (
-                        Some(shared(&s.base.k[layer], &s.same_k[layer])),
-                        Some(shared(&s.base.v[layer], &s.same_v[layer])),
+                        Some(shared(&s.base.k[layer], &s.same_k)),
+                        Some(shared(&s.base.v[layer], &s.same_v)),
                     ),
                     None => (None, None),
                 };
@@ -214,18 +216,24 @@ unsafe fn max_avx2(s: &[f32]) -> f32 {
 }
 
 /// One head's K or V rows in a shared base (F32), and which of them the
-/// cache's own rows equal (bit `first_bit + p` of `same` for row `p`).
+/// cache's own rows equal (`same`, at this layer and head).
 #[derive(Clone, Copy)]
 struct Shared<'a> {
     rows: &'a [f32],
-    same: &'a [u64],
-    first_bit: usize,
+    same: &'a PresenceMask,
+    layer: usize,
+    head: usize,
 }
 
 impl Shared<'_> {
+    /// Whether row `p` equals the base's.
+    fn has(&self, p: usize) -> bool {
+        self.same.is_present(self.layer, self.head, p)
+    }
+
     /// Whether rows `p0..p1` all equal the base's.
     fn all(&self, p0: usize, p1: usize) -> bool {
-        (p0..p1).all(|p| bit(self.same, self.first_bit + p))
+        (p0..p1).all(|p| self.has(p))
     }
 }
 
@@ -256,7 +264,7 @@ fn rows<'a>(
                 Some(s) => {
                     for p in p0..m {
                         let row = p * hd..(p + 1) * hd;
-                        if bit(s.same, s.first_bit + p) {
+                        if s.has(p) {
                             buf.extend_from_slice(&s.rows[row]);
                         } else {
                             buf.extend(b[row].iter().map(widen));
@@ -626,14 +634,9 @@ mod tests {
             let alone = rebuild(&c, &dev, len, &damaged, mode).unwrap();
             let on_base = rebuild_on(&c, &dev, len, &damaged, mode, Some(&base)).unwrap();
             let on_foreign = rebuild_on(&c, &dev, len, &damaged, mode, Some(&foreign)).unwrap();
-            let shared = |kv: &SeqKv| -> u32 {
+            let shared = |kv: &SeqKv| -> usize {
                 let s = kv.bf16.as_ref().unwrap().shared.as_ref().unwrap();
-                s.same_k
-                    .iter()
-                    .chain(&s.same_v)
-                    .flatten()
-                    .map(|w| w.count_ones())
-                    .sum()
+                2 * 2 * 3 * 150 - s.same_k.missing() - s.same_v.missing()
             };
             // 2 layers × 3 heads × 150 rows, K and V: the complete blocks'
             // rows (and in zero-fill the torn blocks' V rows) are shared.

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Layout, Storage, Tensor};
 
 use crate::error::{CandleContext, GpuError, Result};
+use crate::kv_transfer::PresenceMask;
 use crate::model::config::LlamaConfig;
 
 /// One layer's K and V storage (and optional presence bias).
@@ -76,19 +77,13 @@ impl KvBase {
     }
 }
 
-/// A [`KvBase`] and which of this cache's rows equal it: per layer one bit per
-/// (head, token) row, bit `h · tokens + t`, for K and for V.
+/// A [`KvBase`] and which of this cache's (layer, head, token) rows equal it,
+/// for K and for V ("present" = read from the base).
 #[derive(Debug, Clone)]
 pub(crate) struct SharedRows {
     pub(crate) base: KvBase,
-    pub(crate) same_k: Vec<Vec<u64>>,
-    pub(crate) same_v: Vec<Vec<u64>>,
-}
-
-/// Whether bit `i` of a row bitset is set.
-#[inline]
-pub(crate) fn bit(bits: &[u64], i: usize) -> bool {
-    bits[i / 64] >> (i % 64) & 1 == 1
+    pub(crate) same_k: PresenceMask,
+    pub(crate) same_v: PresenceMask,
 }
 
 /// The KV cache of one sequence.
