@@ -53,6 +53,10 @@ pub const EVAL_SEED_BASE: u64 = 0xE7A1_0000;
 /// comparison is on seeds no choice was made on.
 pub const FINAL_SEED_BASE: u64 = 0xF1A1_0000;
 
+/// Epochs per transition of the n-step target (≈ one RTT of decisions at
+/// the paper setting; see [`transitions`]).
+pub const DEFAULT_N_STEP: usize = 32;
+
 /// What a training run does.
 #[derive(Debug, Clone)]
 pub struct TrainConfig {
@@ -81,6 +85,12 @@ pub struct TrainConfig {
     pub k: Option<u16>,
     /// Weights of the shaping potential F (paper §IV-C3) in the reward.
     pub potential: PotentialWeights,
+    /// Deadlines ρ of the evaluation handoffs (checkpoints and the final
+    /// evaluation): every seed at every ρ, the checkpoint's mean over all.
+    pub eval_rhos: Vec<f64>,
+    /// Epochs of reward per transition before the target bootstraps
+    /// ([`transitions`] module docs; 1: the paper's one-step target).
+    pub n_step: usize,
     /// Start from this network instead of a random one (fine-tuning; with
     /// no episodes, only evaluated). Its normalization must be the identity.
     pub init: Option<DdqnNet>,
@@ -108,6 +118,8 @@ impl TrainConfig {
             learner: DdqnNet::learner_config(seed),
             init: None,
             potential: PotentialWeights::default(),
+            n_step: DEFAULT_N_STEP,
+            eval_rhos: vec![0.8],
             k: None,
             keep_best: false,
         })
@@ -138,6 +150,8 @@ impl TrainConfig {
             },
             init: None,
             potential: PotentialWeights::default(),
+            n_step: DEFAULT_N_STEP,
+            eval_rhos: vec![0.8],
             k: None,
             keep_best: false,
         })
@@ -172,6 +186,9 @@ pub struct CurveRow {
 pub struct Evaluation {
     /// Episodes trained before it.
     pub episode: u32,
+    /// The deadline of each entry (every seed at every ρ of
+    /// [`TrainConfig::eval_rhos`], ρ by ρ); the vectors below are parallel.
+    pub rho: Vec<f64>,
     pub ddqn: Vec<f64>,
     pub heuristic: Vec<f64>,
     /// Repair packets sent, per seed.
@@ -198,6 +215,34 @@ impl Evaluation {
             .zip(&self.heuristic)
             .map(|(d, h)| d - h)
             .collect()
+    }
+
+    /// The distinct deadlines, in order.
+    pub fn rhos(&self) -> Vec<f64> {
+        let mut r: Vec<f64> = Vec::new();
+        for &x in &self.rho {
+            if !r.contains(&x) {
+                r.push(x);
+            }
+        }
+        r
+    }
+
+    /// The entries at deadline `rho`.
+    pub fn at_rho(&self, rho: f64) -> Evaluation {
+        let keep = |i: &usize| self.rho.get(*i) == Some(&rho);
+        let pick_f = |v: &[f64]| -> Vec<f64> { (0..v.len()).filter(keep).map(|i| v[i]).collect() };
+        let pick_u = |v: &[u32]| -> Vec<u32> { (0..v.len()).filter(keep).map(|i| v[i]).collect() };
+        Evaluation {
+            episode: self.episode,
+            rho: pick_f(&self.rho),
+            ddqn: pick_f(&self.ddqn),
+            heuristic: pick_f(&self.heuristic),
+            ddqn_repairs: pick_u(&self.ddqn_repairs),
+            heuristic_repairs: pick_u(&self.heuristic_repairs),
+            ddqn_redundant: pick_u(&self.ddqn_redundant),
+            heuristic_redundant: pick_u(&self.heuristic_redundant),
+        }
     }
 
     /// Seeds where the DDQN recovered more / less utility than the heuristic.
@@ -267,6 +312,7 @@ pub fn evaluate_on(
     }
     let mut ev = Evaluation {
         episode,
+        rho: Vec::new(),
         ddqn: Vec::new(),
         heuristic: Vec::new(),
         ddqn_repairs: Vec::new(),
@@ -276,8 +322,13 @@ pub fn evaluate_on(
     };
     let redundant =
         |r: &crate::HandoffReport| r.repairs_received.saturating_sub(r.innovative_repairs);
-    for i in 0..u64::from(seeds) {
+    for (rho, i) in cfg
+        .eval_rhos
+        .iter()
+        .flat_map(|&r| (0..u64::from(seeds)).map(move |i| (r, i)))
+    {
         let seed = base + i;
+        scenario.rho = rho;
         let sched = edgemu_policies::repair::ddqn::DdqnScheduler::new(net.clone());
         let d = run_handoff(
             &scenario,
@@ -293,6 +344,7 @@ pub fn evaluate_on(
             seed,
             RunOptions::default(),
         )?;
+        ev.rho.push(rho);
         ev.ddqn.push(d.report.recovered_utility);
         ev.heuristic.push(h.report.recovered_utility);
         ev.ddqn_repairs.push(d.sender.repair_sent);
@@ -329,6 +381,17 @@ pub fn train(
         seed: cfg.seed,
         ..cfg.learner.clone()
     };
+    if cfg.eval_rhos.is_empty() {
+        return Err(HandoffError::Config(
+            "no evaluation deadline rho given".into(),
+        ));
+    }
+    if cfg.n_step > 1 && lcfg.gamma != 1.0 {
+        return Err(HandoffError::Config(format!(
+            "an {}-step target sums undiscounted rewards; it needs gamma = 1, not {}",
+            cfg.n_step, lcfg.gamma
+        )));
+    }
     let mut learner = match &cfg.init {
         None => DdqnLearner::new(lcfg),
         Some(net) if net.normalization_is_identity() => {
@@ -356,7 +419,7 @@ pub fn train(
             ep.seed,
             record,
         )?;
-        let t = transitions::transitions(&run, &cfg.potential);
+        let t = transitions::transitions(&run, &cfg.potential, cfg.n_step);
         seeded += t.len();
         learner.seed_replay(t);
     }
@@ -377,7 +440,7 @@ pub fn train(
             ep.seed,
             record,
         )?;
-        let t = transitions::transitions(&run, &cfg.potential);
+        let t = transitions::transitions(&run, &cfg.potential, cfg.n_step);
         let n = t.len();
         let reward: f64 = t.iter().map(|t| f64::from(t.reward)).sum();
         let (mut loss, mut updates) = (0.0, 0u32);
@@ -491,6 +554,80 @@ mod tests {
         assert_ne!(ev.heuristic[0], fin.heuristic[0]);
         // No final evaluation unless asked for.
         assert!(train(&tiny(5), |_| {}).unwrap().final_evaluation.is_none());
+    }
+
+    #[test]
+    fn n_step_needs_gamma_one_and_one_step_still_trains() {
+        let mut cfg = tiny(5);
+        cfg.learner.gamma = 0.99;
+        let e = train(&cfg, |_| {}).expect_err("n-step with gamma 0.99");
+        assert!(e.to_string().contains("gamma"), "{e}");
+        cfg.n_step = 1;
+        let one = train(&cfg, |_| {}).expect("one-step with gamma 0.99");
+        assert!(one.updates > 0);
+        // The target's horizon changes what is learned.
+        let a = train(&tiny(5), |_| {}).unwrap();
+        let b = train(
+            &TrainConfig {
+                n_step: 1,
+                ..tiny(5)
+            },
+            |_| {},
+        )
+        .unwrap();
+        assert_ne!(
+            a.net.to_weights().to_bytes().unwrap(),
+            b.net.to_weights().to_bytes().unwrap()
+        );
+    }
+
+    #[test]
+    fn evaluations_run_every_seed_at_every_rho() {
+        let cfg = TrainConfig {
+            eval_rhos: vec![0.7, 1.1],
+            eval_seeds: 2,
+            ..tiny(5)
+        };
+        let net = DdqnNet::random(3);
+        let ev = evaluate(&cfg, &net, 0).unwrap();
+        assert_eq!(ev.rho, vec![0.7, 0.7, 1.1, 1.1]);
+        assert_eq!(ev.rhos(), vec![0.7, 1.1]);
+        let (lo, hi) = (ev.at_rho(0.7), ev.at_rho(1.1));
+        assert_eq!((lo.ddqn.len(), hi.heuristic_repairs.len()), (2, 2));
+        // The same seeds at a later deadline: never less utility for the
+        // heuristic (paired draws).
+        for (a, b) in lo.heuristic.iter().zip(&hi.heuristic) {
+            assert!(b >= a, "{a} at 0.7 vs {b} at 1.1");
+        }
+        // Each ρ alone is that ρ's own evaluation.
+        let one = evaluate(
+            &TrainConfig {
+                eval_rhos: vec![1.1],
+                ..cfg.clone()
+            },
+            &net,
+            0,
+        )
+        .unwrap();
+        assert_eq!(one, hi);
+        let line = output::summary(&ev);
+        assert!(
+            line.contains("rho = 0.7/1.1") && line.contains("by rho: 0.7 "),
+            "{line}"
+        );
+        let csv = output::per_seed_csv(&ev);
+        let seeds: Vec<&str> = csv
+            .lines()
+            .skip(1)
+            .map(|l| &l[..l.find(',').unwrap() + 2])
+            .collect();
+        assert_eq!(seeds, vec!["0.7,0", "0.7,1", "1.1,0", "1.1,1"]);
+        // No deadline: an error, not an empty evaluation.
+        let none = TrainConfig {
+            eval_rhos: Vec::new(),
+            ..tiny(5)
+        };
+        assert!(train(&none, |_| {}).is_err());
     }
 
     #[test]

@@ -9,11 +9,30 @@ use std::path::{Path, PathBuf};
 use super::{Evaluation, TrainOutcome};
 use crate::error::HandoffError;
 
-/// One line on a checkpoint.
+/// One line on a checkpoint; with several deadlines, the means over all of
+/// them and then the difference at each.
 pub fn summary(e: &Evaluation) -> String {
+    let rhos = e.rhos();
+    let mut s = one_line(e);
+    if rhos.len() > 1 {
+        let per: Vec<String> = rhos
+            .iter()
+            .map(|&r| {
+                let at = e.at_rho(r);
+                format!("{r} {:+.2}", 100.0 * (at.ddqn_mean() - at.heuristic_mean()))
+            })
+            .collect();
+        let _ = write!(s, "; ddqn - heuristic by rho: {} points", per.join(", "));
+    }
+    s
+}
+
+fn one_line(e: &Evaluation) -> String {
     let (w, l) = e.wins_losses();
+    let rhos: Vec<String> = e.rhos().iter().map(|r| r.to_string()).collect();
     format!(
-        "recovered utility at rho = 0.8: ddqn {:.4} vs deficit heuristic {:.4} ({:+.2} points; ddqn better on {w}, worse on {l} of {} paired seeds); repairs sent {:.0} vs {:.0}, redundant {:.0} vs {:.0}",
+        "recovered utility at rho = {}: ddqn {:.4} vs deficit heuristic {:.4} ({:+.2} points; ddqn better on {w}, worse on {l} of {} paired seeds); repairs sent {:.0} vs {:.0}, redundant {:.0} vs {:.0}",
+        rhos.join("/"),
         e.ddqn_mean(),
         e.heuristic_mean(),
         100.0 * (e.ddqn_mean() - e.heuristic_mean()),
@@ -33,17 +52,22 @@ fn mean_u32(v: &[u32]) -> f64 {
     }
 }
 
-/// Per seed of one evaluation: seed index, both utilities, their
+/// Per seed of one evaluation: deadline, seed index, both utilities, their
 /// difference, repairs sent and redundant repairs of both.
 pub fn per_seed_csv(e: &Evaluation) -> String {
     let mut s = String::from(
-        "seed,ddqn_utility,heuristic_utility,difference,ddqn_repairs,heuristic_repairs,ddqn_redundant,heuristic_redundant\n",
+        "rho,seed,ddqn_utility,heuristic_utility,difference,ddqn_repairs,heuristic_repairs,ddqn_redundant,heuristic_redundant\n",
     );
+    let mut index = std::collections::HashMap::<u64, usize>::new();
     for i in 0..e.ddqn.len() {
         let at = |v: &[u32]| v.get(i).copied().unwrap_or(0);
+        let rho = e.rho.get(i).copied().unwrap_or(f64::NAN);
+        let n = index.entry(rho.to_bits()).or_default();
+        let seed = *n;
+        *n += 1;
         let _ = writeln!(
             s,
-            "{i},{:.6},{:.6},{:+.6},{},{},{},{}",
+            "{rho},{seed},{:.6},{:.6},{:+.6},{},{},{},{}",
             e.ddqn[i],
             e.heuristic[i],
             e.ddqn[i] - e.heuristic[i],

@@ -1,6 +1,7 @@
 //! From one recorded handoff to the paper's transitions
 //! `e_t = (x_t, u_t, r_t, x_{t+1}, A_{t+1}, z_t)` with the potential-shaped
-//! reward `r_t = J_{t+1} − J_t + F̃(x_{t+1}) − F̃(x_t)` (paper §IV-C3).
+//! reward `r_t = J_{t+1} − J_t + F̃(x_{t+1}) − F̃(x_t)` (paper §IV-C3), or
+//! their `n`-step form.
 //!
 //! `J_t` is the receiver's recovered utility when epoch `t` was decided (the
 //! harness records it, [`HandoffRun::decision_utility`]); after the last
@@ -9,28 +10,50 @@
 //! 0, so along an episode the shaping terms sum to `−F̃(x_0)`, the same for
 //! every policy, and the return is the recovered utility at D (up to that
 //! constant): shaping densifies the signal without changing what is optimal.
+//!
+//! **n-step.** With `n > 1` transition `t` carries the sum of the rewards of
+//! epochs `t .. t+n−1` and the state (and mask) of epoch `t+n` (fewer at the
+//! end of the handoff, then `done`), so the learner's target
+//! `r_t + Q(x_{t+n}, ·)` bootstraps `n` epochs ahead. Only with γ = 1 (the
+//! paper's; the sum is not discounted — the trainer refuses other γ). Why:
+//! a repair's effect reaches the sender only with the feedback an RTT later
+//! (≈ 25 epochs at the paper setting), so the one-step target credits it
+//! through 25 bootstraps of a Q-function whose errors are far larger than
+//! the advantages (README, "The DDQN against the deficit heuristic").
+//! Because the shaped rewards telescope, the n-step reward is
+//! `J_{t+n} − J_t + F̃(x_{t+n}) − F̃(x_t)`.
 
 use edgemu_policies::rl::Transition;
 
 use crate::harness::HandoffRun;
 use crate::sender::{shaping_potential, PotentialWeights};
 
-/// The transitions of a run recorded with `record_decisions`, in order; the
-/// last has `done` set. `w` weighs the shaping potential (all zero: the
-/// plain `J_{t+1} − J_t`).
-pub fn transitions(run: &HandoffRun, w: &PotentialWeights) -> Vec<Transition> {
+/// The `n_step`-step transitions of a run recorded with `record_decisions`
+/// (module docs; 1 and 0: the paper's one-step ones), in order; the last
+/// has `done` set. `w` weighs the shaping potential (all zero: the plain
+/// `J_{t+1} − J_t`).
+pub fn transitions(run: &HandoffRun, w: &PotentialWeights, n_step: usize) -> Vec<Transition> {
     let d = &run.decisions;
     let j_end = run.report.recovered_utility;
     let j = |i: usize| run.decision_utility.get(i).copied().unwrap_or(j_end);
+    // One-step rewards; the n-step reward sums them in epoch order.
+    let one: Vec<f64> = (0..d.len())
+        .map(|i| {
+            let (j_next, f_next) = if i + 1 == d.len() {
+                (j_end, 0.0)
+            } else {
+                (j(i + 1), shaping_potential(&d[i + 1].obs, w))
+            };
+            j_next - j(i) + f_next - shaping_potential(&d[i].obs, w)
+        })
+        .collect();
+    let n = n_step.max(1);
     (0..d.len())
         .map(|i| {
-            let done = i + 1 == d.len();
-            let (j_next, f_next, next) = if done {
-                (j_end, 0.0, &d[i])
-            } else {
-                (j(i + 1), shaping_potential(&d[i + 1].obs, w), &d[i + 1])
-            };
-            let reward = j_next - j(i) + f_next - shaping_potential(&d[i].obs, w);
+            let end = (i + n).min(d.len());
+            let done = end == d.len();
+            let next = if done { &d[end - 1] } else { &d[end] };
+            let reward: f64 = one[i..end].iter().sum();
             Transition {
                 obs: d[i].obs.features.to_vec(),
                 action: d[i].action.index(),
@@ -74,7 +97,7 @@ mod tests {
                 },
             )
             .unwrap();
-            let t = transitions(&run, &w);
+            let t = transitions(&run, &w, 1);
             assert_eq!(t.len(), run.decisions.len());
             assert!(t.len() > 10, "too few decisions: {}", t.len());
             assert_eq!(t.iter().filter(|t| t.done).count(), 1);
@@ -90,5 +113,50 @@ mod tests {
         }
         // Not a lossless run: the channel draws differ by seed.
         assert!(utilities.iter().any(|&u| u < 1.0), "{utilities:?}");
+    }
+
+    /// An n-step transition carries the one-step rewards of its window and
+    /// the state n epochs on; at the end of the handoff it is `done` with a
+    /// shorter window. Its reward is `J_{t+n} − J_t + F(x_{t+n}) − F(x_t)`.
+    #[test]
+    fn n_step_transitions_sum_the_window_and_bootstrap_n_epochs_on() {
+        let sc = TrainConfig::quick(1, 0).unwrap().eval_scenario;
+        let spec = scheme("priorityfec").unwrap();
+        let w = PotentialWeights::default();
+        let sched: Box<dyn RepairScheduler> = Box::new(DeficitHeuristic);
+        let run = run_handoff(
+            &sc,
+            spec,
+            spec.scheduler(Some(sched)).unwrap(),
+            1,
+            RunOptions {
+                record_decisions: true,
+                ..RunOptions::default()
+            },
+        )
+        .unwrap();
+        let one = transitions(&run, &w, 1);
+        let n = 5;
+        let many = transitions(&run, &w, n);
+        assert_eq!(many.len(), one.len());
+        assert!(one.len() > 2 * n, "too few decisions: {}", one.len());
+        for (i, t) in many.iter().enumerate() {
+            let end = (i + n).min(one.len());
+            let sum: f64 = one[i..end].iter().map(|t| f64::from(t.reward)).sum();
+            assert!((f64::from(t.reward) - sum).abs() < 1e-5, "epoch {i}");
+            assert_eq!(t.obs, one[i].obs);
+            assert_eq!(t.action, one[i].action);
+            assert_eq!(t.done, end == one.len(), "epoch {i}");
+            // The bootstrap state: epoch i + n's (the last one's when done).
+            assert_eq!(t.next_obs, one[end - 1].next_obs, "epoch {i}");
+            assert_eq!(t.next_mask, one[end - 1].next_mask, "epoch {i}");
+            if end < one.len() {
+                let f = |k: usize| shaping_potential(&run.decisions[k].obs, &w);
+                let expected = run.decision_utility[end] - run.decision_utility[i] + f(end) - f(i);
+                assert!((f64::from(t.reward) - expected).abs() < 1e-5, "epoch {i}");
+            }
+        }
+        // n = 1 and n = 0 are the paper's one-step transitions.
+        assert_eq!(transitions(&run, &w, 0), one);
     }
 }

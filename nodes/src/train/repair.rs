@@ -76,6 +76,17 @@ pub struct TrainRepairArgs {
     /// 1,0.5,0.25; 0,0,0: the plain change of recovered utility).
     #[arg(long, value_parser = parse_potential)]
     pub potential: Option<PotentialWeights>,
+    /// Epochs of reward in each transition before the DDQN target bootstraps
+    /// (default 32, about one RTT of decisions at the paper setting; 1: the
+    /// paper's one-step target, with which no training here beat the
+    /// deficit heuristic — README)
+    #[arg(long)]
+    pub n_step: Option<usize>,
+    /// Deadlines ρ of the checkpoint and final evaluations, comma-separated
+    /// (default 0.8, the paper's main setting): every seed runs at every ρ
+    /// and a checkpoint's score (for --keep-best) is the mean over all
+    #[arg(long, value_delimiter = ',')]
+    pub eval_rho: Option<Vec<f64>>,
     /// Write the checkpoint with the best mean on the checkpoint seeds
     /// instead of the last network (the final evaluation's seeds are
     /// disjoint from them).
@@ -152,6 +163,21 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
     }
     if let Some(w) = args.potential {
         cfg.potential = w;
+    }
+    if let Some(r) = &args.eval_rho {
+        if r.is_empty()
+            || r.iter()
+                .any(|x| !(x.is_finite() && *x > 0.0 && *x <= 100.0))
+        {
+            bail!("--eval-rho: deadlines in (0, 100] expected, got {r:?}");
+        }
+        cfg.eval_rhos = r.clone();
+    }
+    if let Some(n) = args.n_step {
+        if n == 0 {
+            bail!("--n-step must be at least 1 (1: the paper's one-step target)");
+        }
+        cfg.n_step = n;
     }
     if let Some(p) = &args.init {
         cfg.init = Some(
@@ -230,9 +256,18 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
     let wall = start.elapsed().as_secs_f64();
     let last = out.evaluations.last().cloned();
     let command = format!(
-        "edgemu train repair --episodes {} --seed {}{}{}{}{}{}{}{}",
+        "edgemu train repair --episodes {} --seed {} --n-step {} --eval-rho {} --eval-every {} --eval-seeds {} --final-seeds {}{}{}{}{}{}{}{}",
         cfg.episodes,
         cfg.seed,
+        cfg.n_step,
+        cfg.eval_rhos
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        cfg.eval_every,
+        cfg.eval_seeds,
+        cfg.final_seeds,
         if args.quick { " --quick" } else { "" },
         if args.paper_channel {
             " --paper-channel"
@@ -263,14 +298,24 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
     }
     if let Some(f) = &out.final_evaluation {
         println!("final held-out evaluation: {}", summary(f));
-        if let Some((m, lo, hi)) = crate::plots::stats::mean_ci95(&f.differences()) {
-            println!(
-                "paired difference ddqn - heuristic: {:+.3} points, 95 % CI [{:+.3}, {:+.3}] (Student t, n = {})",
-                100.0 * m,
-                100.0 * lo,
-                100.0 * hi,
-                f.ddqn.len()
+        let rhos = f.rhos();
+        let mut parts = vec![(String::new(), f.clone())];
+        if rhos.len() > 1 {
+            parts.extend(
+                rhos.iter()
+                    .map(|&r| (format!(" at rho = {r}"), f.at_rho(r))),
             );
+        }
+        for (label, e) in parts {
+            if let Some((m, lo, hi)) = crate::plots::stats::mean_ci95(&e.differences()) {
+                println!(
+                    "paired difference ddqn - heuristic{label}: {:+.3} points, 95 % CI [{:+.3}, {:+.3}] (Student t, n = {})",
+                    100.0 * m,
+                    100.0 * lo,
+                    100.0 * hi,
+                    e.ddqn.len()
+                );
+            }
         }
     }
     println!(
@@ -399,6 +444,8 @@ mod tests {
             paper_channel: false,
             init: None,
             potential: None,
+            n_step: None,
+            eval_rho: None,
             k: None,
             keep_best: false,
         }
@@ -458,6 +505,16 @@ mod tests {
         a.keep_best = true;
         let c = config(&a).expect("quick config");
         assert_eq!((c.k, c.keep_best, c.final_seeds), (Some(64), true, 0));
+        assert_eq!(c.n_step, edgemu_handoff::train::DEFAULT_N_STEP);
+        a.n_step = Some(0);
+        assert!(config(&a).is_err());
+        a.n_step = Some(1);
+        assert_eq!(config(&a).expect("one-step").n_step, 1);
+        assert_eq!(config(&a).expect("default rho").eval_rhos, vec![0.8]);
+        a.eval_rho = Some(vec![0.6, 1.2]);
+        assert_eq!(config(&a).expect("two rho").eval_rhos, vec![0.6, 1.2]);
+        a.eval_rho = Some(vec![0.0]);
+        assert!(config(&a).is_err());
     }
 
     #[test]
