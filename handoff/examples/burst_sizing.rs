@@ -85,7 +85,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spec = scheme("priorityfec")?;
 
     let mut rules: Vec<(String, Make)> = vec![
-        ("deficit heuristic".into(), Box::new(|| Box::new(DeficitHeuristic))),
+        (
+            "deficit heuristic".into(),
+            Box::new(|| Box::new(DeficitHeuristic)),
+        ),
         ("cap 1".into(), Box::new(|| Box::new(CappedBurst(1)))),
         ("cap 4".into(), Box::new(|| Box::new(CappedBurst(4)))),
         ("cap 16".into(), Box::new(|| Box::new(CappedBurst(16)))),
@@ -133,7 +136,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             base = util.clone();
             String::from("(baseline)")
         } else {
-            let d: Vec<f64> = util.iter().zip(&base).map(|(a, b)| 100.0 * (a - b)).collect();
+            let d: Vec<f64> = util
+                .iter()
+                .zip(&base)
+                .map(|(a, b)| 100.0 * (a - b))
+                .collect();
             let md = d.iter().sum::<f64>() / n;
             let sd = (d.iter().map(|x| (x - md).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
             let half = 2.0 * sd / n.sqrt();

@@ -83,8 +83,9 @@ pub struct TrainRepairArgs {
     #[arg(long)]
     pub n_step: Option<usize>,
     /// Deadlines ρ of the checkpoint and final evaluations, comma-separated
-    /// (default 0.8, the paper's main setting): every seed runs at every ρ
-    /// and a checkpoint's score (for --keep-best) is the mean over all
+    /// (default 0.6,0.8,1.0,1.2, the experiment's grid): every seed runs at
+    /// every ρ and a checkpoint's score (for --keep-best) is the mean over
+    /// all
     #[arg(long, value_delimiter = ',')]
     pub eval_rho: Option<Vec<f64>>,
     /// Write the checkpoint with the best mean on the checkpoint seeds
@@ -510,7 +511,14 @@ mod tests {
         assert!(config(&a).is_err());
         a.n_step = Some(1);
         assert_eq!(config(&a).expect("one-step").n_step, 1);
-        assert_eq!(config(&a).expect("default rho").eval_rhos, vec![0.8]);
+        // --quick evaluates at 0.8 only, the full configuration on the grid.
+        assert_eq!(config(&a).expect("quick rho").eval_rhos, vec![0.8]);
+        a.quick = false;
+        assert_eq!(
+            config(&a).expect("default rho").eval_rhos,
+            vec![0.6, 0.8, 1.0, 1.2]
+        );
+        a.quick = true;
         a.eval_rho = Some(vec![0.6, 1.2]);
         assert_eq!(config(&a).expect("two rho").eval_rhos, vec![0.6, 1.2]);
         a.eval_rho = Some(vec![0.0]);
