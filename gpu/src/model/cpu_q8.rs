@@ -1,8 +1,10 @@
 //! An int8 weight matrix with an AVX2/FMA kernel against F32 activations.
 //!
 //! candle's quantized matmul quantizes the activations to Q8_0 and runs one
-//! integer dot product per (row, column); at decode batch sizes of 4–32 that is
-//! compute-bound on a 2-core AVX2 machine (no VNNI). [`Q8Matrix`] quantizes each
+//! integer dot product per (row, column) with AVX2's 16-bit multiply-adds (it
+//! does not use AVX-512 VNNI, though the 2-core Zen 4 machine this was tuned on
+//! has it); at decode batch sizes of 4–32 that is compute-bound there, and it
+//! rounds the activations. [`Q8Matrix`] keeps them F32 and quantizes each
 //! weight row as blocks of 32 `i8` with one `f32` scale (absmax / 127, the Q8_0
 //! rule) and stores the rows interleaved in groups of 8: for every `k` the 8
 //! weights of a group's 8 rows are adjacent, so one 8-lane vector holds one
