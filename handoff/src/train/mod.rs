@@ -12,17 +12,26 @@
 //! Adam 1e-4, gradient-norm clip 5, learn every 16, ε from 0.25 to 0.05
 //! linearly over the first 80 % of the episodes (per episode), then 0.05.
 //!
+//! **n-step targets** ([`TrainConfig::n_step`], [`transitions`]): the
+//! n-step returns are those of the episode that produced them — ε-greedy or,
+//! in the seeded replay, the heuristic — with no off-policy correction, so
+//! over their window they estimate the behaviour policy's return, not the
+//! greedy one's; with ε ≤ 0.25 the two are close, and it is what made the
+//! DDQN beat the heuristic here (README).
+//!
 //! **Checkpoints.** Every [`TrainConfig::eval_every`] episodes (and after the
 //! last) the greedy policy runs `priorityfec` and the `deficit-heuristic`
-//! scheme on the evaluation scenario — the paper's main channel at ρ = 0.8,
-//! SmolLM2's layout (2 880 blocks) with [`crate::placeholder_utilities`] —
+//! scheme on the evaluation scenario — the paper's main channel, SmolLM2's
+//! layout (2 880 blocks) with [`crate::placeholder_utilities`] or a
+//! measured profile's, at every deadline of [`TrainConfig::eval_rhos`] —
 //! on the same held-out realization seeds (never used for training:
 //! training seeds come from the trainer's RNG, evaluation seeds are
-//! `EVAL_SEED_BASE + i`). The final network is the result, or with
-//! [`TrainConfig::keep_best`] the checkpoint with the best mean on those
-//! seeds; either way [`TrainConfig::final_seeds`] realizations from
-//! [`FINAL_SEED_BASE`], disjoint from the training and checkpoint seeds,
-//! test it against the heuristic (paired).
+//! `EVAL_SEED_BASE + i`; each seed runs at every ρ). The final network is
+//! the result, or with [`TrainConfig::keep_best`] the checkpoint with the
+//! best mean over those seeds and deadlines; either way
+//! [`TrainConfig::final_seeds`] realizations from [`FINAL_SEED_BASE`],
+//! disjoint from the training and checkpoint seeds, test it against the
+//! heuristic (paired).
 //!
 //! Everything is seeded from [`TrainConfig::seed`]; single-threaded, so a
 //! training is reproducible bit for bit.
@@ -53,8 +62,8 @@ pub const EVAL_SEED_BASE: u64 = 0xE7A1_0000;
 /// comparison is on seeds no choice was made on.
 pub const FINAL_SEED_BASE: u64 = 0xF1A1_0000;
 
-/// Epochs per transition of the n-step target (≈ one RTT of decisions at
-/// the paper setting; see [`transitions`]).
+/// Epochs per transition of the n-step target (a little over one RTT of
+/// decisions, ≈ 25 epochs, at the paper setting; see [`transitions`]).
 pub const DEFAULT_N_STEP: usize = 32;
 
 /// Deadlines of the evaluations: those of `edgemu experiment priorityfec`'s
@@ -77,7 +86,8 @@ pub struct TrainConfig {
     /// Realizations of the final evaluation (`FINAL_SEED_BASE + i`) of the
     /// final network; 0: none.
     pub final_seeds: u32,
-    /// The evaluation handoff (paper channel, ρ = 0.8).
+    /// The evaluation handoff (paper channel); its ρ is set to each of
+    /// [`Self::eval_rhos`] in turn.
     pub eval_scenario: HandoffScenario,
     pub learner: DdqnConfig,
     /// Keep the checkpoint with the best mean on the checkpoint seeds
@@ -176,7 +186,8 @@ impl TrainConfig {
 pub struct CurveRow {
     pub episode: u32,
     pub epsilon: f32,
-    /// Mean per-decision shaped reward.
+    /// Mean one-step shaped reward per decision (the n-step transitions'
+    /// windows overlap, so their rewards are not what is averaged).
     pub mean_reward: f64,
     /// Recovered utility of the training episode.
     pub recovered_utility: f64,
@@ -194,6 +205,9 @@ pub struct Evaluation {
     /// The deadline of each entry (every seed at every ρ of
     /// [`TrainConfig::eval_rhos`], ρ by ρ); the vectors below are parallel.
     pub rho: Vec<f64>,
+    /// The realization seed of each entry, as its index `i` (seed
+    /// `base + i`): the same index at two deadlines is the same channel draw.
+    pub seed: Vec<u64>,
     pub ddqn: Vec<f64>,
     pub heuristic: Vec<f64>,
     /// Repair packets sent, per seed.
@@ -222,6 +236,14 @@ impl Evaluation {
             .collect()
     }
 
+    /// The number of distinct seeds (entries are seeds × deadlines).
+    pub fn seeds(&self) -> usize {
+        let mut s = self.seed.clone();
+        s.sort_unstable();
+        s.dedup();
+        s.len()
+    }
+
     /// The distinct deadlines, in order.
     pub fn rhos(&self) -> Vec<f64> {
         let mut r: Vec<f64> = Vec::new();
@@ -241,6 +263,10 @@ impl Evaluation {
         Evaluation {
             episode: self.episode,
             rho: pick_f(&self.rho),
+            seed: (0..self.seed.len())
+                .filter(keep)
+                .map(|i| self.seed[i])
+                .collect(),
             ddqn: pick_f(&self.ddqn),
             heuristic: pick_f(&self.heuristic),
             ddqn_repairs: pick_u(&self.ddqn_repairs),
@@ -318,6 +344,7 @@ pub fn evaluate_on(
     let mut ev = Evaluation {
         episode,
         rho: Vec::new(),
+        seed: Vec::new(),
         ddqn: Vec::new(),
         heuristic: Vec::new(),
         ddqn_repairs: Vec::new(),
@@ -350,6 +377,7 @@ pub fn evaluate_on(
             RunOptions::default(),
         )?;
         ev.rho.push(rho);
+        ev.seed.push(i);
         ev.ddqn.push(d.report.recovered_utility);
         ev.heuristic.push(h.report.recovered_utility);
         ev.ddqn_repairs.push(d.sender.repair_sent);
@@ -389,6 +417,24 @@ pub fn train(
     if cfg.eval_rhos.is_empty() {
         return Err(HandoffError::Config(
             "no evaluation deadline rho given".into(),
+        ));
+    }
+    for (i, r) in cfg.eval_rhos.iter().enumerate() {
+        if !(r.is_finite() && *r > 0.0) {
+            return Err(HandoffError::Config(format!(
+                "evaluation deadline rho {r} is not a positive number"
+            )));
+        }
+        if cfg.eval_rhos[..i].contains(r) {
+            // The same seeds twice would count as twice the evidence.
+            return Err(HandoffError::Config(format!(
+                "evaluation deadline rho {r} is given twice"
+            )));
+        }
+    }
+    if cfg.keep_best && cfg.eval_seeds == 0 {
+        return Err(HandoffError::Config(
+            "keeping the best checkpoint needs checkpoint seeds (eval_seeds > 0)".into(),
         ));
     }
     if cfg.n_step > 1 && lcfg.gamma != 1.0 {
@@ -445,9 +491,10 @@ pub fn train(
             ep.seed,
             record,
         )?;
+        let one_step = transitions::one_step_rewards(&run, &cfg.potential);
         let t = transitions::transitions(&run, &cfg.potential, cfg.n_step);
         let n = t.len();
-        let reward: f64 = t.iter().map(|t| f64::from(t.reward)).sum();
+        let reward: f64 = one_step.iter().sum();
         let (mut loss, mut updates) = (0.0, 0u32);
         for tr in t {
             if let Some(l) = learner.observe(tr) {
@@ -471,7 +518,9 @@ pub fn train(
         progress(Progress::Episode(&row));
         curve.push(row);
         let last = e + 1 == cfg.episodes;
-        if last || (cfg.eval_every > 0 && (e + 1) % cfg.eval_every == 0) {
+        let due = last || (cfg.eval_every > 0 && (e + 1) % cfg.eval_every == 0);
+        // No checkpoint seeds: nothing to evaluate (or to keep) at a checkpoint.
+        if due && cfg.eval_seeds > 0 {
             let net = net_of(&learner)?;
             let ev = evaluate(cfg, &net, e + 1)?;
             progress(Progress::Evaluation(&ev));
@@ -597,6 +646,9 @@ mod tests {
         let ev = evaluate(&cfg, &net, 0).unwrap();
         assert_eq!(ev.rho, vec![0.7, 0.7, 1.1, 1.1]);
         assert_eq!(ev.rhos(), vec![0.7, 1.1]);
+        // Two channel draws, each at both deadlines.
+        assert_eq!(ev.seed, vec![0, 1, 0, 1]);
+        assert_eq!(ev.seeds(), 2);
         let (lo, hi) = (ev.at_rho(0.7), ev.at_rho(1.1));
         assert_eq!((lo.ddqn.len(), hi.heuristic_repairs.len()), (2, 2));
         // The same seeds at a later deadline: never less utility for the
@@ -633,6 +685,62 @@ mod tests {
             ..tiny(5)
         };
         assert!(train(&none, |_| {}).is_err());
+        // The same deadline twice would count its seeds twice.
+        let twice = TrainConfig {
+            eval_rhos: vec![0.8, 1.0, 0.8],
+            ..tiny(5)
+        };
+        let e = train(&twice, |_| {}).unwrap_err().to_string();
+        assert!(e.contains("0.8 is given twice"), "{e}");
+        let bad = TrainConfig {
+            eval_rhos: vec![f64::NAN],
+            ..tiny(5)
+        };
+        assert!(train(&bad, |_| {}).is_err());
+        // Keeping the best checkpoint needs checkpoints to score.
+        let blind = TrainConfig {
+            eval_seeds: 0,
+            keep_best: true,
+            ..tiny(5)
+        };
+        assert!(train(&blind, |_| {}).is_err());
+        // Without checkpoint seeds there are no (empty) checkpoints.
+        let out = train(
+            &TrainConfig {
+                eval_seeds: 0,
+                ..tiny(5)
+            },
+            |_| {},
+        )
+        .unwrap();
+        assert!(out.evaluations.is_empty());
+    }
+
+    /// The curve's reward is the mean one-step reward per decision, whatever
+    /// n: the n-step windows overlap, so their sum would count each reward
+    /// up to n times.
+    #[test]
+    fn curve_reward_is_per_decision_for_any_n() {
+        let one = train(
+            &TrainConfig {
+                n_step: 1,
+                ..tiny(5)
+            },
+            |_| {},
+        )
+        .unwrap();
+        let many = train(
+            &TrainConfig {
+                n_step: 32,
+                ..tiny(5)
+            },
+            |_| {},
+        )
+        .unwrap();
+        // The first episode is the same run (the network has not learned
+        // from different targets yet when its actions are drawn).
+        assert_eq!(one.curve[0].transitions, many.curve[0].transitions);
+        assert_eq!(one.curve[0].mean_reward, many.curve[0].mean_reward);
     }
 
     #[test]

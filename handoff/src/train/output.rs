@@ -31,12 +31,14 @@ fn one_line(e: &Evaluation) -> String {
     let (w, l) = e.wins_losses();
     let rhos: Vec<String> = e.rhos().iter().map(|r| r.to_string()).collect();
     format!(
-        "recovered utility at rho = {}: ddqn {:.4} vs deficit heuristic {:.4} ({:+.2} points; ddqn better on {w}, worse on {l} of {} paired seeds); repairs sent {:.0} vs {:.0}, redundant {:.0} vs {:.0}",
+        "recovered utility at rho = {}: ddqn {:.4} vs deficit heuristic {:.4} ({:+.2} points; ddqn better on {w}, worse on {l} of {} paired runs: {} seeds × {} rho); repairs sent {:.0} vs {:.0}, redundant {:.0} vs {:.0}",
         rhos.join("/"),
         e.ddqn_mean(),
         e.heuristic_mean(),
         100.0 * (e.ddqn_mean() - e.heuristic_mean()),
         e.ddqn.len(),
+        e.seeds(),
+        rhos.len(),
         mean_u32(&e.ddqn_repairs),
         mean_u32(&e.heuristic_repairs),
         mean_u32(&e.ddqn_redundant),
@@ -58,13 +60,10 @@ pub fn per_seed_csv(e: &Evaluation) -> String {
     let mut s = String::from(
         "rho,seed,ddqn_utility,heuristic_utility,difference,ddqn_repairs,heuristic_repairs,ddqn_redundant,heuristic_redundant\n",
     );
-    let mut index = std::collections::HashMap::<u64, usize>::new();
     for i in 0..e.ddqn.len() {
         let at = |v: &[u32]| v.get(i).copied().unwrap_or(0);
         let rho = e.rho.get(i).copied().unwrap_or(f64::NAN);
-        let n = index.entry(rho.to_bits()).or_default();
-        let seed = *n;
-        *n += 1;
+        let seed = e.seed.get(i).copied().unwrap_or(0);
         let _ = writeln!(
             s,
             "{rho},{seed},{:.6},{:.6},{:+.6},{},{},{},{}",
@@ -124,7 +123,7 @@ pub fn write_outputs(
             eval,
             "{},{},{:.6},{:.6},{:.1},{:.1},{:.1},{:.1}",
             e.episode,
-            e.ddqn.len(),
+            e.seeds(),
             e.ddqn_mean(),
             e.heuristic_mean(),
             mean_u32(&e.ddqn_repairs),

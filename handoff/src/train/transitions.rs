@@ -28,16 +28,14 @@ use edgemu_policies::rl::Transition;
 use crate::harness::HandoffRun;
 use crate::sender::{shaping_potential, PotentialWeights};
 
-/// The `n_step`-step transitions of a run recorded with `record_decisions`
-/// (module docs; 1 and 0: the paper's one-step ones), in order; the last
-/// has `done` set. `w` weighs the shaping potential (all zero: the plain
-/// `J_{t+1} − J_t`).
-pub fn transitions(run: &HandoffRun, w: &PotentialWeights, n_step: usize) -> Vec<Transition> {
+/// The one-step shaped rewards `r_t` of a run recorded with
+/// `record_decisions`, one per decision epoch (module docs). `w` weighs the
+/// shaping potential (all zero: the plain `J_{t+1} − J_t`).
+pub fn one_step_rewards(run: &HandoffRun, w: &PotentialWeights) -> Vec<f64> {
     let d = &run.decisions;
     let j_end = run.report.recovered_utility;
     let j = |i: usize| run.decision_utility.get(i).copied().unwrap_or(j_end);
-    // One-step rewards; the n-step reward sums them in epoch order.
-    let one: Vec<f64> = (0..d.len())
+    (0..d.len())
         .map(|i| {
             let (j_next, f_next) = if i + 1 == d.len() {
                 (j_end, 0.0)
@@ -46,11 +44,21 @@ pub fn transitions(run: &HandoffRun, w: &PotentialWeights, n_step: usize) -> Vec
             };
             j_next - j(i) + f_next - shaping_potential(&d[i].obs, w)
         })
-        .collect();
+        .collect()
+}
+
+/// The `n_step`-step transitions of a run recorded with `record_decisions`
+/// (module docs; 1 and 0: the paper's one-step ones), in order; those whose
+/// window reaches the end of the handoff (the last one, or the last `n`)
+/// have `done` set. `w` weighs the shaping potential.
+pub fn transitions(run: &HandoffRun, w: &PotentialWeights, n_step: usize) -> Vec<Transition> {
+    let d = &run.decisions;
+    // The n-step reward sums the one-step ones in epoch order.
+    let one = one_step_rewards(run, w);
     let n = n_step.max(1);
     (0..d.len())
         .map(|i| {
-            let end = (i + n).min(d.len());
+            let end = i.saturating_add(n).min(d.len());
             let done = end == d.len();
             let next = if done { &d[end - 1] } else { &d[end] };
             let reward: f64 = one[i..end].iter().sum();
@@ -147,16 +155,33 @@ mod tests {
             assert_eq!(t.obs, one[i].obs);
             assert_eq!(t.action, one[i].action);
             assert_eq!(t.done, end == one.len(), "epoch {i}");
-            // The bootstrap state: epoch i + n's (the last one's when done).
-            assert_eq!(t.next_obs, one[end - 1].next_obs, "epoch {i}");
-            assert_eq!(t.next_mask, one[end - 1].next_mask, "epoch {i}");
+            // The bootstrap state: epoch i + n's, read off the recorded run
+            // (not off the one-step transitions, which share the code).
             if end < one.len() {
+                assert_eq!(
+                    t.next_obs,
+                    run.decisions[i + n].obs.features.to_vec(),
+                    "epoch {i}"
+                );
+                assert_eq!(
+                    t.next_mask,
+                    run.decisions[i + n].mask.0.to_vec(),
+                    "epoch {i}"
+                );
                 let f = |k: usize| shaping_potential(&run.decisions[k].obs, &w);
                 let expected = run.decision_utility[end] - run.decision_utility[i] + f(end) - f(i);
                 assert!((f64::from(t.reward) - expected).abs() < 1e-5, "epoch {i}");
             }
         }
-        // n = 1 and n = 0 are the paper's one-step transitions.
+        // n = 1 and n = 0 are the paper's one-step transitions, whose
+        // rewards are `one_step_rewards`; an absurd n is the whole handoff.
         assert_eq!(transitions(&run, &w, 0), one);
+        let r = one_step_rewards(&run, &w);
+        assert_eq!(r.len(), one.len());
+        assert!(one.iter().zip(&r).all(|(t, r)| t.reward == *r as f32));
+        let whole = transitions(&run, &w, usize::MAX);
+        assert!(whole.iter().all(|t| t.done));
+        let total: f64 = r.iter().sum();
+        assert!((f64::from(whole[0].reward) - total).abs() < 1e-5);
     }
 }

@@ -4,19 +4,22 @@
 //!
 //! - `repair-ddqn.safetensors` (kind `repair-ddqn`, the format of
 //!   `policies/README.md`), loadable by `DdqnScheduler::load`;
-//! - `curve.csv`: episode, ε, mean shaped reward per decision, recovered
-//!   utility of the training episode, mean Huber loss, transitions, updates;
-//! - `eval.csv`: per checkpoint, mean recovered utility of the greedy DDQN
-//!   and of the deficit heuristic on the held-out seeds at ρ = 0.8.
-//!
+//! - `curve.csv`: episode, ε, mean one-step shaped reward per decision,
+//!   recovered utility of the training episode, mean Huber loss,
+//!   transitions, updates;
+//! - `eval.csv`: per checkpoint, the number of held-out seeds and the mean
+//!   recovered utility of the greedy DDQN and of the deficit heuristic over
+//!   those seeds at every `--eval-rho` deadline, with repairs sent and
+//!   redundant repairs;
 //! - `final.csv` (unless `--final-seeds 0`): the final network against the
-//!   deficit heuristic per held-out paired seed (disjoint from the training
-//!   and checkpoint seeds): both utilities, their difference, repairs sent
-//!   and redundant repairs (received but not innovative) of both;
-//!
+//!   deficit heuristic per deadline and held-out paired seed (disjoint from
+//!   the training and checkpoint seeds): both utilities, their difference,
+//!   repairs sent and redundant repairs (received but not innovative) of
+//!   both;
 //! - `curve.png` / `curve.svg`: recovered utility of the training episodes
 //!   (and their 10-episode moving mean) and, at each checkpoint, the greedy
-//!   DDQN and the deficit heuristic on the held-out seeds (mean, 95 % CI);
+//!   DDQN and the deficit heuristic on the held-out seeds (mean over the
+//!   deadlines per seed, then mean and 95 % CI over the seeds);
 //!   `reward.png` / `reward.svg`: mean shaped reward per decision and
 //!   Huber loss per episode.
 //!
@@ -77,9 +80,9 @@ pub struct TrainRepairArgs {
     #[arg(long, value_parser = parse_potential)]
     pub potential: Option<PotentialWeights>,
     /// Epochs of reward in each transition before the DDQN target bootstraps
-    /// (default 32, about one RTT of decisions at the paper setting; 1: the
-    /// paper's one-step target, with which no training here beat the
-    /// deficit heuristic — README)
+    /// (default 32, a little over one RTT of decisions — ≈ 25 epochs at the
+    /// paper setting; 1: the paper's one-step target, with which no training
+    /// here beat the deficit heuristic — README)
     #[arg(long)]
     pub n_step: Option<usize>,
     /// Deadlines ρ of the checkpoint and final evaluations, comma-separated
@@ -88,9 +91,9 @@ pub struct TrainRepairArgs {
     /// all
     #[arg(long, value_delimiter = ',')]
     pub eval_rho: Option<Vec<f64>>,
-    /// Write the checkpoint with the best mean on the checkpoint seeds
-    /// instead of the last network (the final evaluation's seeds are
-    /// disjoint from them).
+    /// Write the checkpoint with the best mean over the checkpoint seeds and
+    /// every --eval-rho deadline instead of the last network (the final
+    /// evaluation's seeds are disjoint from them; needs --eval-seeds > 0).
     #[arg(long)]
     pub keep_best: bool,
     /// Coding window limit K of the training episodes and of the evaluation
@@ -156,6 +159,9 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
     }
     cfg.final_seeds = args.final_seeds.unwrap_or(if args.quick { 0 } else { 32 });
     cfg.keep_best = args.keep_best;
+    if cfg.keep_best && cfg.eval_seeds == 0 {
+        bail!("--keep-best chooses among checkpoints on their seeds; it needs --eval-seeds > 0");
+    }
     if let Some(k) = args.k {
         if k == 0 {
             bail!("--k must be positive");
@@ -171,6 +177,9 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
                 .any(|x| !(x.is_finite() && *x > 0.0 && *x <= 100.0))
         {
             bail!("--eval-rho: deadlines in (0, 100] expected, got {r:?}");
+        }
+        if let Some(d) = r.iter().enumerate().find(|(i, x)| r[..*i].contains(x)) {
+            bail!("--eval-rho: {} is given twice", d.1);
         }
         cfg.eval_rhos = r.clone();
     }
@@ -239,15 +248,17 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
             ));
         }
         Progress::Evaluation(e) => bar.println(format!(
-            "checkpoint {:>4}: ddqn {:.4} vs deficit heuristic {:.4} (ρ = 0.8, {} held-out seeds)",
+            "checkpoint {:>4}: ddqn {:.4} vs deficit heuristic {:.4} (rho = {}, {} held-out seeds)",
             e.episode,
             e.ddqn_mean(),
             e.heuristic_mean(),
-            e.ddqn.len()
+            rho_list(e),
+            e.seeds()
         )),
         Progress::Final(e) => bar.println(format!(
-            "final network on {} held-out paired seeds: ddqn {:.4} vs deficit heuristic {:.4}",
-            e.ddqn.len(),
+            "final network on {} held-out paired seeds (rho = {}): ddqn {:.4} vs deficit heuristic {:.4}",
+            e.seeds(),
+            rho_list(e),
             e.ddqn_mean(),
             e.heuristic_mean()
         )),
@@ -308,13 +319,16 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
             );
         }
         for (label, e) in parts {
-            if let Some((m, lo, hi)) = crate::plots::stats::mean_ci95(&e.differences()) {
+            // A seed at several deadlines is one channel draw: the CI is
+            // over the seeds' means, not over seeds × deadlines.
+            let per_seed = seed_means(&e, &e.differences());
+            if let Some((m, lo, hi)) = crate::plots::stats::mean_ci95(&per_seed) {
                 println!(
-                    "paired difference ddqn - heuristic{label}: {:+.3} points, 95 % CI [{:+.3}, {:+.3}] (Student t, n = {})",
+                    "paired difference ddqn - heuristic{label}: {:+.3} points, 95 % CI [{:+.3}, {:+.3}] (Student t over seeds, n = {})",
                     100.0 * m,
                     100.0 * lo,
                     100.0 * hi,
-                    e.ddqn.len()
+                    per_seed.len()
                 );
             }
         }
@@ -340,6 +354,21 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
         Err(e) => eprintln!("training-curve plot: {e}"),
     }
     Ok(out)
+}
+
+/// The evaluation's deadlines, `0.6/0.8/…`.
+fn rho_list(e: &Evaluation) -> String {
+    e.rhos()
+        .iter()
+        .map(|r| r.to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Per seed, the mean of `values` (parallel to the evaluation's entries)
+/// over the seed's deadlines.
+fn seed_means(e: &Evaluation, values: &[f64]) -> Vec<f64> {
+    crate::plots::stats::cluster_means(e.seed.iter().copied().zip(values.iter().copied()))
 }
 
 /// Moving mean over the last `w` values (fewer at the start).
@@ -380,21 +409,25 @@ pub fn plot_curves(dir: &Path, out: &TrainOutcome) -> Result<Vec<PathBuf>, PlotE
             &moving_mean(&utility, 10),
         ),
     ];
+    let rhos = out.evaluations.first().map(rho_list).unwrap_or_default();
     for (label, pick) in [
         (
-            "greedy DDQN, held-out seeds (ρ = 0.8)",
+            format!("greedy DDQN, held-out seeds (ρ = {rhos})"),
             (|e: &Evaluation| &e.ddqn) as fn(&Evaluation) -> &Vec<f64>,
         ),
-        ("deficit heuristic, same seeds", |e: &Evaluation| {
-            &e.heuristic
-        }),
+        (
+            "deficit heuristic, same seeds".to_string(),
+            |e: &Evaluation| &e.heuristic,
+        ),
     ] {
         series.push(CiSeries {
-            label: label.into(),
+            label,
             points: out
                 .evaluations
                 .iter()
-                .filter_map(|e| CiPoint::from_samples(f64::from(e.episode), pick(e)))
+                .filter_map(|e| {
+                    CiPoint::from_samples(f64::from(e.episode), &seed_means(e, pick(e)))
+                })
                 .collect(),
         });
     }
@@ -411,7 +444,7 @@ pub fn plot_curves(dir: &Path, out: &TrainOutcome) -> Result<Vec<PathBuf>, PlotE
     )?;
     let reward = [
         line(
-            "mean shaped reward per decision",
+            "mean one-step shaped reward per decision",
             episodes(),
             &pick(|r| r.mean_reward),
         ),
@@ -523,6 +556,40 @@ mod tests {
         assert_eq!(config(&a).expect("two rho").eval_rhos, vec![0.6, 1.2]);
         a.eval_rho = Some(vec![0.0]);
         assert!(config(&a).is_err());
+        a.eval_rho = Some(vec![0.8, 0.8]);
+        let e = format!("{:#}", config(&a).unwrap_err());
+        assert!(e.contains("0.8 is given twice"), "{e}");
+        a.eval_rho = None;
+        a.keep_best = true;
+        a.eval_seeds = Some(0);
+        assert!(config(&a).is_err());
+        a.n_step = Some(usize::MAX);
+        a.keep_best = false;
+        assert!(config(&a).is_ok());
+    }
+
+    /// A seed evaluated at several deadlines is one draw: the interval is
+    /// over the seeds' means.
+    #[test]
+    fn seed_means_group_the_deadlines_of_a_seed() {
+        let e = Evaluation {
+            episode: 0,
+            rho: vec![0.6, 0.6, 1.0, 1.0],
+            seed: vec![0, 1, 0, 1],
+            ddqn: vec![0.5, 0.7, 0.9, 1.0],
+            heuristic: vec![0.4, 0.7, 0.9, 0.9],
+            ddqn_repairs: vec![0; 4],
+            heuristic_repairs: vec![0; 4],
+            ddqn_redundant: vec![0; 4],
+            heuristic_redundant: vec![0; 4],
+        };
+        let d = seed_means(&e, &e.differences());
+        assert_eq!(d.len(), 2);
+        assert!(
+            (d[0] - 0.05).abs() < 1e-12 && (d[1] - 0.05).abs() < 1e-12,
+            "{d:?}"
+        );
+        assert_eq!(rho_list(&e), "0.6/1");
     }
 
     #[test]
