@@ -28,6 +28,7 @@ fn args(tiny: bool, run: &str) -> PriorityFecArgs {
         tiny,
         decode_len: 8,
         batch: 8,
+        decode_weights: None,
         stepwise: false,
         results: std::env::temp_dir().join(format!("edgemu-pfec-test-{}", std::process::id())),
         run_id: Some(run.into()),
@@ -220,7 +221,7 @@ fn resumed_run_equals_straight_run() {
 #[test]
 fn bad_settings_are_refused_naming_the_flag() {
     type Set = fn(&mut PriorityFecArgs);
-    let cases: [(&str, Set); 9] = [
+    let cases: [(&str, Set); 10] = [
         ("--contexts 0", |a| a.contexts = Some(0)),
         ("--realizations 0", |a| a.realizations = Some(0)),
         ("--rho", |a| a.rho = Some(Vec::new())),
@@ -235,6 +236,9 @@ fn bad_settings_are_refused_naming_the_flag() {
         ("--decode-len 18446744073709551615", |a| {
             a.decode_len = usize::MAX
         }),
+        ("--decode-weights \"q4_1\"", |a| {
+            a.decode_weights = Some("q4_1".into())
+        }),
     ];
     for (i, (flag, set)) in cases.into_iter().enumerate() {
         let mut a = args(true, &format!("refused{i}"));
@@ -243,5 +247,48 @@ fn bad_settings_are_refused_naming_the_flag() {
         assert!(e.contains(flag), "{flag}: {e}");
         let dir = a.results.join(a.run_id.as_deref().unwrap_or_default());
         assert!(!dir.exists(), "{flag}: {} was created", dir.display());
+    }
+}
+
+/// `--decode-weights q8_int` decodes with int8 activations: the run works,
+/// its settings record the format (and only then, so older runs resume),
+/// the transport figures are the same and the quality ones are in range.
+#[test]
+fn int8_decode_weights_run_and_are_recorded() {
+    let mut rows = Vec::new();
+    for fmt in [None, Some("q8_int")] {
+        let run = format!("decode-{}", fmt.unwrap_or("default"));
+        let mut a = args(true, &run);
+        a.decode_weights = fmt.map(String::from);
+        check_keep(&a);
+        let dir = a.results.join(&run);
+        let settings = std::fs::read_to_string(dir.join("settings.json")).expect("settings");
+        let v: serde_json::Value = serde_json::from_str(&settings).expect("settings json");
+        assert_eq!(v.get("decode_weights").and_then(|x| x.as_str()), fmt, "{settings}");
+        let csv = std::fs::read_to_string(dir.join("handoffs.csv")).expect("handoffs.csv");
+        rows.push(csv);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let column = |csv: &str, name: &str| -> Vec<String> {
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+        let i = header.iter().position(|c| *c == name).expect("column");
+        lines
+            .map(|l| l.split(',').nth(i).unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(column(&rows[0], "utility"), column(&rows[1], "utility"));
+}
+
+/// [`check`]'s assertions, keeping the run folder.
+fn check_keep(a: &PriorityFecArgs) {
+    let v = report(a).expect("experiment runs");
+    for cells in v["rho"].as_object().expect("rho object").values() {
+        for (s, c) in cells.as_object().expect("cells") {
+            for k in ["utility", "f1", "top1"] {
+                let x = c[k].as_f64().unwrap_or(f64::NAN);
+                assert!((0.0..=1.0).contains(&x), "{s} {k} = {x}");
+            }
+        }
     }
 }

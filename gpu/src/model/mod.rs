@@ -4,6 +4,7 @@
 
 mod attend_rows;
 pub mod config;
+pub mod cpu_i8;
 pub mod cpu_q8;
 #[cfg(feature = "cuda")]
 mod cuda_decode_attend;

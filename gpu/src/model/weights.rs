@@ -27,6 +27,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CandleContext, Result};
+use crate::model::cpu_i8::I8Matrix;
 use crate::model::cpu_q8::Q8Matrix;
 
 /// In-memory format of one matrix.
@@ -46,10 +47,27 @@ pub enum WeightFormat {
     /// Int8 blocks with f32 scales, multiplied against F32 activations by this
     /// crate's AVX2 kernel ([`crate::model::cpu_q8`]); CPU only.
     Q8Cpu,
+    /// Int8 blocks with f32 scales, multiplied against activations quantized
+    /// the same way (Q8_0 rule) with integer dot products — AVX-512 VNNI where
+    /// the CPU has it ([`crate::model::cpu_i8`]); CPU only.
+    Q8Int,
 }
 
 impl WeightFormat {
-    /// Parses `keep`, `q4_0`, `q8_0`, `f32`, `f16`.
+    /// The name [`Self::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Keep => "keep",
+            WeightFormat::Q4_0 => "q4_0",
+            WeightFormat::Q8_0 => "q8_0",
+            WeightFormat::F32 => "f32",
+            WeightFormat::F16 => "f16",
+            WeightFormat::Q8Cpu => "q8_cpu",
+            WeightFormat::Q8Int => "q8_int",
+        }
+    }
+
+    /// Parses `keep`, `q4_0`, `q8_0`, `f32`, `f16`, `q8_cpu`, `q8_int`.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s.to_ascii_lowercase().as_str() {
             "keep" | "q4_1" => WeightFormat::Keep,
@@ -58,6 +76,7 @@ impl WeightFormat {
             "f32" => WeightFormat::F32,
             "f16" => WeightFormat::F16,
             "q8_cpu" | "q8cpu" => WeightFormat::Q8Cpu,
+            "q8_int" | "q8int" => WeightFormat::Q8Int,
             _ => return None,
         })
     }
@@ -97,15 +116,11 @@ impl WeightLayout {
 
     /// Short label, e.g. `prefill=f32,decode=q8_0`.
     pub fn label(&self) -> String {
-        let n = |f: WeightFormat| match f {
-            WeightFormat::Keep => "keep",
-            WeightFormat::Q4_0 => "q4_0",
-            WeightFormat::Q8_0 => "q8_0",
-            WeightFormat::F32 => "f32",
-            WeightFormat::F16 => "f16",
-            WeightFormat::Q8Cpu => "q8_cpu",
-        };
-        format!("prefill={},decode={}", n(self.prefill), n(self.decode))
+        format!(
+            "prefill={},decode={}",
+            self.prefill.name(),
+            self.decode.name()
+        )
     }
 }
 
@@ -114,15 +129,16 @@ impl WeightLayout {
 enum Mat {
     Candle(QMatMul),
     Q8(Q8Matrix),
+    I8(I8Matrix),
 }
 
 fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Result<Mat> {
     let ctx = |what: &str| format!("weight `{name}`: {what}");
-    if f == WeightFormat::Q8Cpu {
+    if matches!(f, WeightFormat::Q8Cpu | WeightFormat::Q8Int) {
         if !device.is_cpu() {
             return Err(crate::error::GpuError::Device {
                 device: format!("{device:?}"),
-                msg: format!("weight `{name}`: the q8_cpu format is CPU only"),
+                msg: format!("weight `{name}`: the {} format is CPU only", f.name()),
             });
         }
         let (n, k) = q.shape().dims2().ctx(&ctx("shape"))?;
@@ -131,7 +147,12 @@ fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Re
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1::<f32>())
             .ctx(&ctx("dequantize"))?;
-        return Q8Matrix::from_f32(&w, n, k).map(Mat::Q8).ok_or_else(|| {
+        let m = if f == WeightFormat::Q8Int {
+            I8Matrix::from_f32(&w, n, k).map(Mat::I8)
+        } else {
+            Q8Matrix::from_f32(&w, n, k).map(Mat::Q8)
+        };
+        return m.ok_or_else(|| {
             crate::error::GpuError::Engine(format!(
                 "weight `{name}`: {k} columns are not a multiple of 32"
             ))
@@ -172,7 +193,7 @@ fn convert(q: &Arc<QTensor>, f: WeightFormat, device: &Device, name: &str) -> Re
                 .and_then(|t| t.to_dtype(DType::F16))
                 .ctx(&ctx("dequantize f16"))?,
         ),
-        WeightFormat::Q8Cpu => unreachable!("handled above"),
+        WeightFormat::Q8Cpu | WeightFormat::Q8Int => unreachable!("handled above"),
     }))
 }
 
@@ -239,6 +260,15 @@ impl Linear {
         match m {
             Mat::Candle(q) => q.forward(x).ctx(&self.name),
             Mat::Q8(q) => {
+                let (rows, k) = x.dims2().ctx(&self.name)?;
+                let xs = x
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .ctx(&self.name)?;
+                debug_assert_eq!(k, q.cols());
+                Tensor::from_vec(q.matmul(&xs, rows), (rows, q.rows()), x.device()).ctx(&self.name)
+            }
+            Mat::I8(q) => {
                 let (rows, k) = x.dims2().ctx(&self.name)?;
                 let xs = x
                     .flatten_all()

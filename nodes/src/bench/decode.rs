@@ -22,7 +22,7 @@ pub struct ModelArgs {
     /// (default; SmolLM2-135M's shapes and quantized types, same time per token) or `tiny`.
     #[arg(long, value_name = "[ARCH:]SEED")]
     pub random_weights: Option<RandomWeights>,
-    /// Weight layout as PREFILL,DECODE (keep, q4_0, q8_0, f32, f16, q8_cpu); default: chosen per device.
+    /// Weight layout as PREFILL,DECODE (keep, q4_0, q8_0, f32, f16, q8_cpu, q8_int); default: chosen per device.
     #[arg(long, value_parser = parse_layout)]
     pub layout: Option<WeightLayout>,
 }
@@ -61,7 +61,7 @@ pub(crate) fn parse_layout(v: &str) -> Result<WeightLayout, String> {
     match (WeightFormat::parse(p), WeightFormat::parse(d)) {
         (Some(prefill), Some(decode)) => Ok(WeightLayout { prefill, decode }),
         _ => Err(format!(
-            "bad layout `{v}`: use PREFILL,DECODE with formats keep, q4_0, q8_0, f32, f16, q8_cpu"
+            "bad layout `{v}`: use PREFILL,DECODE with formats keep, q4_0, q8_0, f32, f16, q8_cpu, q8_int"
         )),
     }
 }
