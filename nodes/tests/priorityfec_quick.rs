@@ -264,7 +264,11 @@ fn int8_decode_weights_run_and_are_recorded() {
         let dir = a.results.join(&run);
         let settings = std::fs::read_to_string(dir.join("settings.json")).expect("settings");
         let v: serde_json::Value = serde_json::from_str(&settings).expect("settings json");
-        assert_eq!(v.get("decode_weights").and_then(|x| x.as_str()), fmt, "{settings}");
+        assert_eq!(
+            v.get("decode_weights").and_then(|x| x.as_str()),
+            fmt,
+            "{settings}"
+        );
         let csv = std::fs::read_to_string(dir.join("handoffs.csv")).expect("handoffs.csv");
         rows.push(csv);
         let _ = std::fs::remove_dir_all(dir);
