@@ -117,6 +117,7 @@ fn scale_of(amax: f32) -> (f32, f32) {
 /// One element on the grid: clamp to ±127 first (a NaN becomes 127, as
 /// `vminps` does), then round half to even (as `vcvtps2dq` does).
 #[inline]
+#[allow(clippy::manual_clamp)] // `clamp` keeps a NaN; `vminps` and this give 127
 fn grid(v: f32) -> i32 {
     v.min(127.0).max(-127.0).round_ties_even() as i32
 }
@@ -511,7 +512,7 @@ mod tests {
         let (n, k) = (9, 64);
         // Every block holds a ±127, so its scale is 1 and nothing rounds.
         let grid = |i: usize, a: usize| {
-            if i % 32 == 0 {
+            if i.is_multiple_of(32) {
                 127.0
             } else {
                 ((i * a % 255) as f32) - 127.0
