@@ -26,6 +26,8 @@
 
 use rayon::prelude::*;
 
+use super::column_chunks::by_column_chunks;
+
 const BLOCK: usize = 32;
 /// Output columns per interleaved group (sixteen `i32` lanes of a zmm register).
 const GROUP: usize = 16;
@@ -227,34 +229,12 @@ impl I8Matrix {
     /// `y = x Wᵀ` for quantized rows; returns `(m, n)` row-major.
     pub fn matmul_rows(&self, x: &I8Rows) -> Vec<f32> {
         assert_eq!(x.k, self.k, "activation width");
-        let m = x.rows();
-        let mut y = vec![0f32; m * self.n];
-        if m == 0 || self.n == 0 {
-            return y;
-        }
-        let nchunks = self.n.div_ceil(COL_CHUNK);
-        let chunks: Vec<Vec<f32>> = (0..nchunks)
-            .into_par_iter()
-            .map(|c| {
-                let g0 = c * COL_CHUNK / GROUP;
-                let ng = (self.n.div_ceil(GROUP) - g0).min(COL_CHUNK / GROUP);
-                let mut out = vec![0f32; m * ng * GROUP];
-                self.chunk(x, g0, ng, &mut out);
-                out
-            })
-            .collect();
-        for (c, part) in chunks.iter().enumerate() {
-            let j0 = c * COL_CHUNK;
-            let wp = part.len() / m;
-            let w = (self.n - j0).min(wp);
-            for r in 0..m {
-                y[r * self.n + j0..r * self.n + j0 + w].copy_from_slice(&part[r * wp..r * wp + w]);
-            }
-        }
-        y
+        by_column_chunks(self.n, x.rows(), GROUP, COL_CHUNK, |g0, ng, out| {
+            self.chunk(x, g0, ng, out)
+        })
     }
 
-    /// Groups `g0..g0 + ng` into `out`, `(m, 8·ng)` row-major.
+    /// Groups `g0..g0 + ng` into `out`, `(m, 16·ng)` row-major.
     fn chunk(&self, x: &I8Rows, g0: usize, ng: usize, out: &mut [f32]) {
         let ng = ng.min(self.n.div_ceil(GROUP).saturating_sub(g0));
         #[cfg(target_arch = "x86_64")]

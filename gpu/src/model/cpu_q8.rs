@@ -28,6 +28,8 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use super::column_chunks::by_column_chunks;
+
 const BLOCK: usize = 32;
 /// Output columns per interleaved group (one ymm register of f32).
 const GROUP: usize = 8;
@@ -95,13 +97,9 @@ impl Q8Matrix {
     /// `y = x Wᵀ` for `x` of shape `(m, k)`; returns `(m, n)` row-major.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(x.len(), m * self.k, "activation shape");
-        let mut y = vec![0f32; m * self.n];
-        if m == 0 || self.n == 0 {
-            return y;
-        }
-        let nchunks = self.n.div_ceil(COL_CHUNK);
         if m == 1 {
             // One row: the output row itself splits into disjoint column chunks.
+            let mut y = vec![0f32; self.n];
             y.par_chunks_mut(COL_CHUNK)
                 .enumerate()
                 .for_each(|(c, out)| {
@@ -112,25 +110,9 @@ impl Q8Matrix {
                 });
             return y;
         }
-        let chunks: Vec<Vec<f32>> = (0..nchunks)
-            .into_par_iter()
-            .map(|c| {
-                let g0 = c * COL_CHUNK / GROUP;
-                let ng = (self.n.div_ceil(GROUP) - g0).min(COL_CHUNK / GROUP);
-                let mut out = vec![0f32; m * ng * GROUP];
-                self.chunk(x, m, g0, ng, &mut out);
-                out
-            })
-            .collect();
-        for (c, part) in chunks.iter().enumerate() {
-            let j0 = c * COL_CHUNK;
-            let wp = part.len() / m;
-            let w = (self.n - j0).min(wp);
-            for r in 0..m {
-                y[r * self.n + j0..r * self.n + j0 + w].copy_from_slice(&part[r * wp..r * wp + w]);
-            }
-        }
-        y
+        by_column_chunks(self.n, m, GROUP, COL_CHUNK, |g0, ng, out| {
+            self.chunk(x, m, g0, ng, out)
+        })
     }
 
     /// Groups `g0..g0 + ng` (columns `8·g0..`) into `out`, `(m, 8·ng)` row-major;

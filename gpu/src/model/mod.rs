@@ -3,6 +3,7 @@
 //! model file is.
 
 mod attend_rows;
+mod column_chunks;
 pub mod config;
 pub mod cpu_i8;
 pub mod cpu_q8;

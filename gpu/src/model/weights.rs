@@ -250,6 +250,21 @@ impl Linear {
         })
     }
 
+    /// One of this crate's CPU matmuls, `f(x, rows) → (rows, n)`, on a tensor.
+    fn host_matmul(
+        &self,
+        x: &Tensor,
+        n: usize,
+        f: impl Fn(&[f32], usize) -> Vec<f32>,
+    ) -> Result<Tensor> {
+        let (rows, _) = x.dims2().ctx(&self.name)?;
+        let xs = x
+            .flatten_all()
+            .and_then(|t| t.to_vec1::<f32>())
+            .ctx(&self.name)?;
+        Tensor::from_vec(f(&xs, rows), (rows, n), x.device()).ctx(&self.name)
+    }
+
     /// Applies the layer for the given phase to `x` of shape `(rows, in)`.
     pub fn forward(&self, x: &Tensor, decode: bool) -> Result<Tensor> {
         let m = if decode {
@@ -259,24 +274,8 @@ impl Linear {
         };
         match m {
             Mat::Candle(q) => q.forward(x).ctx(&self.name),
-            Mat::Q8(q) => {
-                let (rows, k) = x.dims2().ctx(&self.name)?;
-                let xs = x
-                    .flatten_all()
-                    .and_then(|t| t.to_vec1::<f32>())
-                    .ctx(&self.name)?;
-                debug_assert_eq!(k, q.cols());
-                Tensor::from_vec(q.matmul(&xs, rows), (rows, q.rows()), x.device()).ctx(&self.name)
-            }
-            Mat::I8(q) => {
-                let (rows, k) = x.dims2().ctx(&self.name)?;
-                let xs = x
-                    .flatten_all()
-                    .and_then(|t| t.to_vec1::<f32>())
-                    .ctx(&self.name)?;
-                debug_assert_eq!(k, q.cols());
-                Tensor::from_vec(q.matmul(&xs, rows), (rows, q.rows()), x.device()).ctx(&self.name)
-            }
+            Mat::Q8(q) => self.host_matmul(x, q.rows(), |xs, m| q.matmul(xs, m)),
+            Mat::I8(q) => self.host_matmul(x, q.rows(), |xs, m| q.matmul(xs, m)),
         }
     }
 }
