@@ -1,28 +1,31 @@
 //! An int8 weight matrix multiplied against int8-quantized activations, with
-//! an AVX-512 VNNI kernel and a scalar path that gives the same bits.
+//! an AVX-512 VNNI kernel, an AVX2 kernel and a scalar path, all giving the
+//! same bits.
 //!
 //! [`crate::model::cpu_q8::Q8Matrix`] keeps the activations F32, so its inner
 //! loop is one F32 FMA per weight: 16 multiply-adds per cycle on a core with
 //! two 256-bit FMA pipes. Here each activation row is quantized like the
 //! weights — blocks of 32 `i8` with one `f32` scale, absmax / 127 (the Q8_0
-//! rule llama.cpp and candle use for their CPU quantized matmuls) — and a
-//! block's dot product is exact integer arithmetic: `vpdpbusd` multiplies 32
-//! byte pairs and adds them into 8 `i32` lanes in one instruction, four times
-//! the multiply-adds of an F32 FMA.
+//! rule llama.cpp and candle use for their CPU quantized matmuls), rounded
+//! half to even — and a block's dot product is exact integer arithmetic:
+//! `vpdpbusd` on a 512-bit register multiplies 64 byte pairs and adds them
+//! into 16 `i32` lanes in one instruction.
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes, so the activations go in
-//! offset by 128 (`u = q + 128`, in 1..=255) and each block's accumulator starts
-//! at `−128 · Σ w` of its column, which the matrix keeps per (block, column):
-//! the integer result is then exactly `Σ q·w`. Weights are stored in groups of 8
-//! output columns, four consecutive `k` of one column in one 32-bit lane, so one
-//! broadcast 32-bit word of activations meets 8 columns' weights (no horizontal
-//! reduction).
+//! offset by 128 (`u = q + 128`, in 1..=255) and each block's accumulator
+//! starts at `−128 · Σ w` of its column, which the matrix keeps per (block,
+//! column): the integer result is then exactly `Σ q·w`. Without VNNI an AVX2
+//! kernel (`pmaddubsw` on |q| and weights carrying q's sign: products ≤ 127²,
+//! so no saturation) computes the same integers, and so does the scalar path.
+//! Weights are stored in groups of 16 output columns, four consecutive `k` of
+//! one column in one 32-bit lane, so one broadcast 32-bit word of activations
+//! meets 16 columns' weights (no horizontal reduction).
 //!
 //! Every output element is the same chain over its blocks `b = 0, 1, …`:
 //! `acc = fma((i as f32) · w_scale[b], x_scale[b], acc)` with `i` the block's
 //! exact integer dot product — whatever kernel, tiling or batch computes it —
-//! so a sequence's result does not depend on its batch, and the scalar path
-//! (no VNNI) gives the same bits as the vector one.
+//! so a sequence's result does not depend on its batch or on the CPU's
+//! extensions.
 
 use rayon::prelude::*;
 
@@ -248,8 +251,104 @@ impl I8Matrix {
                 unsafe { self.chunk_vnni(x, g0, ng, out) };
                 return;
             }
+            if avx2_available() {
+                let m = x.rows();
+                assert!(out.len() >= m * ng * GROUP);
+                // SAFETY: as above, for AVX2 and FMA.
+                unsafe { self.chunk_avx2(x, g0, ng, out) };
+                return;
+            }
         }
         self.chunk_scalar(x, g0, ng, out)
+    }
+
+    /// Without VNNI: register tiles of up to 4 rows × one group (two 8-lane
+    /// halves), the block dot products with AVX2's `pmaddubsw` on |q_x| and
+    /// w signed like q_x (products ≤ 127², pair sums below `i16::MAX`, so
+    /// exact) — the same integers, hence the same bits, as the VNNI kernel.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available; `out` holds `m · 16 · ng` elements and
+    /// groups `g0..g0 + ng` exist.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chunk_avx2(&self, x: &I8Rows, g0: usize, ng: usize, out: &mut [f32]) {
+        let m = x.rows();
+        let wp = ng * GROUP;
+        for gi in 0..ng {
+            let mut r = 0;
+            while r < m {
+                let rt = (m - r).min(4);
+                let o = out.as_mut_ptr().add(r * wp + gi * GROUP);
+                match rt {
+                    4 => self.tile_avx2::<4>(x, r, g0 + gi, o, wp),
+                    3 => self.tile_avx2::<3>(x, r, g0 + gi, o, wp),
+                    2 => self.tile_avx2::<2>(x, r, g0 + gi, o, wp),
+                    _ => self.tile_avx2::<1>(x, r, g0 + gi, o, wp),
+                }
+                r += rt;
+            }
+        }
+    }
+
+    /// Rows `r0..r0 + R` × group `g` with AVX2 (see [`Self::chunk_avx2`]).
+    ///
+    /// # Safety
+    /// As [`Self::chunk_avx2`]; `out` points at `R` rows of 16 writable
+    /// elements with stride `ldo`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn tile_avx2<const R: usize>(
+        &self,
+        x: &I8Rows,
+        r0: usize,
+        g: usize,
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let (k, nb) = (self.k, self.k / BLOCK);
+        let xq = x.quants.as_ptr().add(r0 * k);
+        let xs = x.scales.as_ptr().add(r0 * nb);
+        let ones = _mm256_set1_epi16(1);
+        let flip = _mm256_set1_epi8(-128);
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for b in 0..nb {
+            let mut dot = [[_mm256_setzero_si256(); 2]; R];
+            for quad in 0..BLOCK / 4 {
+                let kq = b * (BLOCK / 4) + quad;
+                let wq = self.quants.as_ptr().add((g * (k / 4) + kq) * GROUP * 4);
+                let w = [
+                    _mm256_loadu_si256(wq as *const __m256i),
+                    _mm256_loadu_si256(wq.add(32) as *const __m256i),
+                ];
+                for (t, dt) in dot.iter_mut().enumerate() {
+                    // u = q + 128, so q = u XOR 0x80 as a signed byte.
+                    let u = (xq.add(t * k + kq * 4) as *const i32).read_unaligned();
+                    let q = _mm256_xor_si256(_mm256_set1_epi32(u), flip);
+                    let a = _mm256_abs_epi8(q);
+                    for (h, d) in dt.iter_mut().enumerate() {
+                        let p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(w[h], q));
+                        *d = _mm256_add_epi32(*d, _mm256_madd_epi16(p, ones));
+                    }
+                }
+            }
+            let sc = self.scales.as_ptr().add((g * nb + b) * GROUP);
+            for (t, at) in acc.iter_mut().enumerate() {
+                let s = _mm256_set1_ps(*xs.add(t * nb + b));
+                for (h, a) in at.iter_mut().enumerate() {
+                    let ws = _mm256_loadu_ps(sc.add(8 * h));
+                    let v = _mm256_mul_ps(_mm256_cvtepi32_ps(dot[t][h]), ws);
+                    *a = _mm256_fmadd_ps(v, s, *a);
+                }
+            }
+        }
+        for (t, at) in acc.iter().enumerate() {
+            for (h, a) in at.iter().enumerate() {
+                _mm256_storeu_ps(out.add(t * ldo + 8 * h), *a);
+            }
+        }
     }
 
     fn chunk_scalar(&self, x: &I8Rows, g0: usize, ng: usize, out: &mut [f32]) {
@@ -382,8 +481,20 @@ impl I8Matrix {
     }
 }
 
-/// Whether this CPU runs [`I8Matrix`]'s vector kernel (else the scalar path,
-/// same bits, far slower).
+/// Whether this CPU has AVX2 and FMA, for [`I8Matrix`]'s AVX2 kernel.
+fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU runs [`I8Matrix`]'s VNNI kernel (else the AVX2 one, or
+/// the scalar path; the same bits, slower).
 pub fn vnni_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -440,6 +551,14 @@ mod tests {
             for j in 0..n {
                 assert_eq!(scalar[r * ng * GROUP + j], y[r * n + j], "{r},{j}");
             }
+        }
+        // The AVX2 kernel (the one used without VNNI) gives the same bits.
+        #[cfg(target_arch = "x86_64")]
+        if avx2_available() {
+            let mut avx2 = vec![0f32; m * ng * GROUP];
+            // SAFETY: detected; `avx2` holds m · 16 · ng, groups 0..ng exist.
+            unsafe { q.chunk_avx2(&rows, 0, ng, &mut avx2) };
+            assert_eq!(avx2, scalar);
         }
         assert!(I8Matrix::from_f32(&w, n, k - 1).is_none());
         assert!(I8Rows::quantize(&x[..k - 1], 1, k - 1).is_none());
@@ -536,6 +655,31 @@ mod tests {
                 }
                 let tq = t.elapsed().as_secs_f64() / reps as f64;
                 println!("  quantize {:.3} ms", tq * 1e3);
+                #[cfg(target_arch = "x86_64")]
+                if avx2_available() {
+                    let rows = I8Rows::quantize(&x, m, k).unwrap();
+                    let t = std::time::Instant::now();
+                    for _ in 0..reps {
+                        std::hint::black_box(by_column_chunks(
+                            n,
+                            m,
+                            GROUP,
+                            COL_CHUNK,
+                            |g0, ng, o| {
+                                // SAFETY: detected; `o` and the groups come from the driver.
+                                unsafe {
+                                    b.chunk_avx2(&rows, g0, ng.min(n.div_ceil(GROUP) - g0), o)
+                                }
+                            },
+                        ));
+                    }
+                    let ta2 = t.elapsed().as_secs_f64() / reps as f64;
+                    println!(
+                        "  avx2 kernel (no VNNI) {:.3} ms, ratio to q8_cpu {:.2}",
+                        ta2 * 1e3,
+                        ta / ta2
+                    );
+                }
                 let gmac = (n * k * m) as f64 / 1e9;
                 println!(
                     "n {n} k {k} m {m}: q8_cpu {:.3} ms ({:.1} GMAC/s), i8 {:.3} ms ({:.1} GMAC/s), ratio {:.2}",

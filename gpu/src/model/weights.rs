@@ -48,8 +48,9 @@ pub enum WeightFormat {
     /// crate's AVX2 kernel ([`crate::model::cpu_q8`]); CPU only.
     Q8Cpu,
     /// Int8 blocks with f32 scales, multiplied against activations quantized
-    /// the same way (Q8_0 rule) with integer dot products — AVX-512 VNNI where
-    /// the CPU has it ([`crate::model::cpu_i8`]); CPU only.
+    /// the same way (Q8_0 rule) with exact integer dot products — AVX-512
+    /// VNNI where the CPU has it, else AVX2, the same bits
+    /// ([`crate::model::cpu_i8`]); CPU only.
     Q8Int,
 }
 
