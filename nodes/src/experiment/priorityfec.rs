@@ -152,10 +152,10 @@ pub struct PriorityFecArgs {
     /// Weight format of the decode-path matmuls (teacher-forced and
     /// free-running rows): q8_cpu (the default: int8 weights against F32
     /// activations) or q8_int (int8 weights against int8-quantized
-    /// activations, AVX-512 VNNI integer dot products: ≈ 0.8× the grid's
-    /// time on the development machine, quality figures within their noise
-    /// but not the same bits — README). Recorded in settings.json when not
-    /// the default.
+    /// activations, exact integer dot products with AVX-512 VNNI, else AVX2:
+    /// ≈ 0.8–0.95× the grid's time on a VNNI machine, quality figures within
+    /// their noise but not the same bits — README). Recorded in
+    /// settings.json when given.
     #[arg(long)]
     pub decode_weights: Option<String>,
     /// Score task quality with the direct computation (free-running decode of
