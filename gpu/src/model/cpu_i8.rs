@@ -56,6 +56,7 @@ pub struct I8Matrix {
 
 /// Activation rows quantized per block of 32: `u = round(x / d) + 128`.
 pub struct I8Rows {
+    m: usize,
     k: usize,
     /// `[row][k]`, offset by 128.
     quants: Vec<u8>,
@@ -75,7 +76,12 @@ impl I8Rows {
         let mut quants = vec![0u8; m * k];
         let mut scales = vec![0f32; m * nb];
         if k == 0 || m == 0 {
-            return Some(I8Rows { k, quants, scales });
+            return Some(I8Rows {
+                m,
+                k,
+                quants,
+                scales,
+            });
         }
         let simd = simd_quantize_available();
         let rows_per_task = (8192 / k).max(1);
@@ -99,11 +105,16 @@ impl I8Rows {
                     *sb = quantize_block(blk, qb);
                 }
             });
-        Some(I8Rows { k, quants, scales })
+        Some(I8Rows {
+            m,
+            k,
+            quants,
+            scales,
+        })
     }
 
     pub fn rows(&self) -> usize {
-        self.quants.len() / self.k.max(1)
+        self.m
     }
 }
 
