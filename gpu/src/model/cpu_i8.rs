@@ -25,7 +25,8 @@
 //! `acc = fma((i as f32) · w_scale[b], x_scale[b], acc)` with `i` the block's
 //! exact integer dot product — whatever kernel, tiling or batch computes it —
 //! so a sequence's result does not depend on its batch or on the CPU's
-//! extensions.
+//! extensions (NaN and infinite activations included: a block holding one
+//! has a non-finite scale in every path).
 
 use rayon::prelude::*;
 
@@ -54,7 +55,8 @@ pub struct I8Matrix {
     quants: Vec<i8>,
 }
 
-/// Activation rows quantized per block of 32: `u = round(x / d) + 128`.
+/// Activation rows quantized per block of 32: `u = q + 128` with
+/// `q = round_half_even(clamp(x · (1/d), ±127))`, `d = absmax / 127`.
 pub struct I8Rows {
     m: usize,
     k: usize,
@@ -69,7 +71,7 @@ impl I8Rows {
     /// parallel, each block with the AVX-512 path where there is one (same
     /// bits as the scalar one for finite activations).
     pub fn quantize(x: &[f32], m: usize, k: usize) -> Option<I8Rows> {
-        if !k.is_multiple_of(BLOCK) || x.len() != m * k {
+        if !k.is_multiple_of(BLOCK) || m.checked_mul(k) != Some(x.len()) {
             return None;
         }
         let nb = k / BLOCK;
@@ -118,16 +120,25 @@ impl I8Rows {
     }
 }
 
-/// The Q8_0 rule: scale absmax / 127 and its inverse (0 for an all-zero
-/// block; a non-finite element makes the scale non-finite, as in F32).
+/// The Q8_0 rule: scale absmax / 127 and its inverse. A NaN element makes
+/// the scale NaN (so the outputs it reaches are NaN, as in F32) and an
+/// infinite one infinite; a block whose scale has no finite inverse (all
+/// zero, or subnormal) quantizes to zeros.
 fn block_scale(blk: &[f32]) -> (f32, f32) {
-    let amax = blk.iter().fold(0f32, |a, x| a.max(x.abs()));
+    let amax = blk.iter().fold(0f32, |a, x| {
+        if x.is_nan() || a.is_nan() {
+            f32::NAN
+        } else {
+            a.max(x.abs())
+        }
+    });
     scale_of(amax)
 }
 
 fn scale_of(amax: f32) -> (f32, f32) {
     let d = amax / 127.0;
-    (d, if d > 0.0 { 1.0 / d } else { 0.0 })
+    let inv = 1.0 / d;
+    (d, if d > 0.0 && inv.is_finite() { inv } else { 0.0 })
 }
 
 /// One element on the grid: clamp to ±127 first (a NaN becomes 127, as
@@ -170,8 +181,14 @@ unsafe fn quantize_block_avx512(blk: &[f32], out: &mut [u8]) -> f32 {
     debug_assert!(blk.len() == BLOCK && out.len() == BLOCK);
     let a = _mm512_loadu_ps(blk.as_ptr());
     let b = _mm512_loadu_ps(blk.as_ptr().add(16));
-    // max is exact, so the order of the reduction does not matter.
-    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    // max is exact, so the order of the reduction does not matter; a NaN
+    // anywhere makes the scale NaN, as in `block_scale`.
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b, b);
+    let amax = if nan != 0 {
+        f32::NAN
+    } else {
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)))
+    };
     let (d, id) = scale_of(amax);
     let idv = _mm512_set1_ps(id);
     let (hi, lo) = (_mm512_set1_ps(127.0), _mm512_set1_ps(-127.0));
@@ -190,7 +207,7 @@ unsafe fn quantize_block_avx512(blk: &[f32], out: &mut [u8]) -> f32 {
 impl I8Matrix {
     /// Quantizes a row-major `(n, k)` F32 matrix; `k` must be a multiple of 32.
     pub fn from_f32(w: &[f32], n: usize, k: usize) -> Option<Self> {
-        if !k.is_multiple_of(BLOCK) || w.len() != n * k {
+        if !k.is_multiple_of(BLOCK) || n.checked_mul(k) != Some(w.len()) {
             return None;
         }
         let nb = k / BLOCK;
@@ -233,10 +250,13 @@ impl I8Matrix {
     /// `y = x Wᵀ` for `x` of shape `(m, k)`: quantizes the rows, then
     /// [`Self::matmul_rows`].
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        assert_eq!(x.len(), m * self.k, "activation shape");
         match I8Rows::quantize(x, m, self.k) {
             Some(rows) => self.matmul_rows(&rows),
-            None => unreachable!("k is a multiple of 32 (checked at construction)"),
+            None => panic!(
+                "activation shape: {} values are not {m} rows of {}",
+                x.len(),
+                self.k
+            ),
         }
     }
 
@@ -251,20 +271,27 @@ impl I8Matrix {
     /// Groups `g0..g0 + ng` into `out`, `(m, 16·ng)` row-major.
     fn chunk(&self, x: &I8Rows, g0: usize, ng: usize, out: &mut [f32]) {
         let ng = ng.min(self.n.div_ceil(GROUP).saturating_sub(g0));
+        // `quantize` built the rows with a checked `m · k`; the kernels rely
+        // on exactly that many bytes and scales.
+        assert!(
+            x.k == self.k
+                && x.m.checked_mul(x.k) == Some(x.quants.len())
+                && x.m.checked_mul(x.k / BLOCK) == Some(x.scales.len())
+                && x.m
+                    .checked_mul(ng * GROUP)
+                    .is_some_and(|need| out.len() >= need),
+            "int8 matmul: inconsistent shapes"
+        );
         #[cfg(target_arch = "x86_64")]
         {
             if vnni_available() {
-                let m = x.rows();
-                assert!(out.len() >= m * ng * GROUP);
                 // SAFETY: the features were just detected; `out` holds
-                // `m · 8 · ng` elements, `x` `m` rows of `k` (checked by the
-                // caller) and the groups are inside the matrix (clamped above).
+                // `m · 16 · ng` elements, `x` `m` rows of `k` (asserted above)
+                // and the groups are inside the matrix (clamped above).
                 unsafe { self.chunk_vnni(x, g0, ng, out) };
                 return;
             }
             if avx2_available() {
-                let m = x.rows();
-                assert!(out.len() >= m * ng * GROUP);
                 // SAFETY: as above, for AVX2 and FMA.
                 unsafe { self.chunk_avx2(x, g0, ng, out) };
                 return;
@@ -563,6 +590,9 @@ mod tests {
                 assert_eq!(scalar[r * ng * GROUP + j], y[r * n + j], "{r},{j}");
             }
         }
+        if !vnni_available() {
+            eprintln!("note: no AVX-512 VNNI here; its kernel is not exercised");
+        }
         // The AVX2 kernel (the one used without VNNI) gives the same bits.
         #[cfg(target_arch = "x86_64")]
         if avx2_available() {
@@ -571,7 +601,7 @@ mod tests {
             unsafe { q.chunk_avx2(&rows, 0, ng, &mut avx2) };
             assert_eq!(avx2, scalar);
         }
-        assert!(I8Matrix::from_f32(&w, n, k - 1).is_none());
+        assert!(I8Matrix::from_f32(&w[..n * (k - 1)], n, k - 1).is_none());
         assert!(I8Rows::quantize(&x[..k - 1], 1, k - 1).is_none());
     }
 
@@ -592,6 +622,18 @@ mod tests {
         );
         blocks.push(vec![0.0; 32]);
         blocks.push((0..32).map(|i| -(i as f32) * 1e-3).collect());
+        // Non-finite elements in either half, and a subnormal scale.
+        for (at, v) in [
+            (3, f32::NAN),
+            (20, f32::NAN),
+            (7, f32::INFINITY),
+            (31, -f32::INFINITY),
+        ] {
+            let mut b: Vec<f32> = (0..32).map(|i| i as f32 - 9.0).collect();
+            b[at] = v;
+            blocks.push(b);
+        }
+        blocks.push((0..32).map(|i| if i == 5 { 1e-40 } else { 0.0 }).collect());
         let mut state = 0x2545_f491_4f6c_dd1du64;
         for _ in 0..2000 {
             blocks.push(
@@ -610,9 +652,27 @@ mod tests {
             let da = quantize_block(blk, &mut a);
             // SAFETY: detected above; 32 elements each.
             let db = unsafe { quantize_block_avx512(blk, &mut b) };
-            assert_eq!(da.to_bits(), db.to_bits(), "{blk:?}");
+            assert!(
+                da.to_bits() == db.to_bits() || (da.is_nan() && db.is_nan()),
+                "{blk:?}: {da} vs {db}"
+            );
             assert_eq!(a, b, "{blk:?}");
         }
+    }
+
+    /// A NaN activation reaches every output of its row as NaN (as in F32),
+    /// and the other rows are untouched.
+    #[test]
+    fn nan_activations_propagate() {
+        let (n, k, m) = (20, 64, 3);
+        let (w, mut x) = data(n, k, m);
+        let q = I8Matrix::from_f32(&w, n, k).unwrap();
+        let clean = q.matmul(&x, m);
+        x[k + 40] = f32::NAN;
+        let y = q.matmul(&x, m);
+        assert!(y[n..2 * n].iter().all(|v| v.is_nan()), "{:?}", &y[n..2 * n]);
+        assert_eq!(&y[..n], &clean[..n]);
+        assert_eq!(&y[2 * n..], &clean[2 * n..]);
     }
 
     /// The integer dot product is exact: activations and weights that are

@@ -251,14 +251,21 @@ impl Linear {
         })
     }
 
-    /// One of this crate's CPU matmuls, `f(x, rows) → (rows, n)`, on a tensor.
+    /// One of this crate's CPU matmuls, `f(x, rows) → (rows, n)` for a
+    /// `(n, k)` matrix, on a tensor.
     fn host_matmul(
         &self,
         x: &Tensor,
-        n: usize,
+        (n, k): (usize, usize),
         f: impl Fn(&[f32], usize) -> Vec<f32>,
     ) -> Result<Tensor> {
-        let (rows, _) = x.dims2().ctx(&self.name)?;
+        let (rows, width) = x.dims2().ctx(&self.name)?;
+        if width != k {
+            return Err(crate::error::GpuError::Engine(format!(
+                "weight `{}`: activations of width {width}, the matrix takes {k}",
+                self.name
+            )));
+        }
         let xs = x
             .flatten_all()
             .and_then(|t| t.to_vec1::<f32>())
@@ -275,8 +282,8 @@ impl Linear {
         };
         match m {
             Mat::Candle(q) => q.forward(x).ctx(&self.name),
-            Mat::Q8(q) => self.host_matmul(x, q.rows(), |xs, m| q.matmul(xs, m)),
-            Mat::I8(q) => self.host_matmul(x, q.rows(), |xs, m| q.matmul(xs, m)),
+            Mat::Q8(q) => self.host_matmul(x, (q.rows(), q.cols()), |xs, m| q.matmul(xs, m)),
+            Mat::I8(q) => self.host_matmul(x, (q.rows(), q.cols()), |xs, m| q.matmul(xs, m)),
         }
     }
 }

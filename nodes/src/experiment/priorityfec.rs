@@ -152,10 +152,10 @@ pub struct PriorityFecArgs {
     /// Weight format of the decode-path matmuls (teacher-forced and
     /// free-running rows): q8_cpu (the default: int8 weights against F32
     /// activations) or q8_int (int8 weights against int8-quantized
-    /// activations, exact integer dot products with AVX-512 VNNI, else AVX2:
-    /// ≈ 0.8–0.95× the grid's time on a VNNI machine, quality figures within
-    /// their noise but not the same bits — README). Recorded in
-    /// settings.json when given.
+    /// activations, exact integer dot products with AVX-512 VNNI, else AVX2,
+    /// else scalar code, the same bits: ≈ 0.8–0.95× the grid's time on a VNNI
+    /// machine, quality figures within their noise but not q8_cpu's bits —
+    /// README). Recorded in settings.json when not the default.
     #[arg(long)]
     pub decode_weights: Option<String>,
     /// Score task quality with the direct computation (free-running decode of
@@ -867,9 +867,13 @@ fn run_settings(
             None => serde_json::Value::Null,
         },
     });
-    // Only when asked for, so runs from before the option resume as they were.
+    // Only when it is not the default, so runs from before the option (and
+    // `--decode-weights q8_cpu`, the default spelled out) resume as they were.
+    let default = WeightLayout::for_device(&parse_device("cpu")?).decode;
     if let (Some(layout), Some(o)) = (decode_layout(a)?, settings.as_object_mut()) {
-        o.insert("decode_weights".into(), layout.decode.name().into());
+        if layout.decode != default {
+            o.insert("decode_weights".into(), layout.decode.name().into());
+        }
     }
     Ok(settings)
 }
@@ -1202,6 +1206,8 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         "context_prefill_s": ctx_wall,
         "context_prefill_cpu_s": ctx_cpu,
         "quality_path": if a.stepwise { "stepwise" } else { "shared" },
+        // As the loaded model holds its matrices (`--decode-weights`).
+        "weight_layout": w.model.layout().label(),
         "contexts_finished": finished.len(),
         "contexts_this_session": todo.len(),
         "contexts_resumed": done.len(),
