@@ -96,7 +96,8 @@ impl Q8Matrix {
 
     /// `y = x Wᵀ` for `x` of shape `(m, k)`; returns `(m, n)` row-major.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        assert_eq!(x.len(), m * self.k, "activation shape");
+        // Checked: a wrapped `m · k` would let a huge `m` past into the kernels.
+        assert_eq!(m.checked_mul(self.k), Some(x.len()), "activation shape");
         if m == 1 {
             // One row: the output row itself splits into disjoint column chunks.
             let mut y = vec![0f32; self.n];
@@ -127,7 +128,10 @@ impl Q8Matrix {
                 // SAFETY: the features were just detected; `out` holds
                 // `m · 8 · ng` elements, `x` `m · k` (checked by `matmul`),
                 // and the groups are inside the matrix (clamped above).
-                assert!(out.len() >= m * ng * GROUP && x.len() >= m * self.k);
+                assert!(
+                    m.checked_mul(ng * GROUP).is_some_and(|o| out.len() >= o)
+                        && m.checked_mul(self.k).is_some_and(|i| x.len() >= i)
+                );
                 if m < ROW_TILE {
                     unsafe { self.few_rows_avx2(x, m, g0, ng, out) };
                 } else {
