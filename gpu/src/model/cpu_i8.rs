@@ -31,6 +31,7 @@
 use rayon::prelude::*;
 
 use super::column_chunks::by_column_chunks;
+use super::cpu_q8::{block_scale, scale_of};
 
 const BLOCK: usize = 32;
 /// Output columns per interleaved group (sixteen `i32` lanes of a zmm register).
@@ -118,27 +119,6 @@ impl I8Rows {
     pub fn rows(&self) -> usize {
         self.m
     }
-}
-
-/// The Q8_0 rule: scale absmax / 127 and its inverse. A NaN element makes
-/// the scale NaN (so the outputs it reaches are NaN, as in F32) and an
-/// infinite one infinite; a block whose scale has no finite inverse (all
-/// zero, or subnormal) quantizes to zeros.
-fn block_scale(blk: &[f32]) -> (f32, f32) {
-    let amax = blk.iter().fold(0f32, |a, x| {
-        if x.is_nan() || a.is_nan() {
-            f32::NAN
-        } else {
-            a.max(x.abs())
-        }
-    });
-    scale_of(amax)
-}
-
-fn scale_of(amax: f32) -> (f32, f32) {
-    let d = amax / 127.0;
-    let inv = 1.0 / d;
-    (d, if d > 0.0 && inv.is_finite() { inv } else { 0.0 })
 }
 
 /// One element on the grid: clamp to ±127 first (a NaN becomes 127, as

@@ -55,6 +55,29 @@ pub struct Q8Matrix {
     quants: Vec<i8>,
 }
 
+/// The Q8_0 rule of both int8 formats (weights here, weights and
+/// activations in [`super::cpu_i8`]): scale absmax / 127 and its inverse. A
+/// NaN element makes the scale NaN (so the outputs it reaches are NaN, as in
+/// F32) and an infinite one infinite; a block whose scale has no finite
+/// inverse (all zero, or subnormal) quantizes to zeros.
+pub(super) fn block_scale(blk: &[f32]) -> (f32, f32) {
+    let amax = blk.iter().fold(0f32, |a, x| {
+        if x.is_nan() || a.is_nan() {
+            f32::NAN
+        } else {
+            a.max(x.abs())
+        }
+    });
+    scale_of(amax)
+}
+
+/// [`block_scale`] from the block's absolute maximum.
+pub(super) fn scale_of(amax: f32) -> (f32, f32) {
+    let d = amax / 127.0;
+    let inv = 1.0 / d;
+    (d, if d > 0.0 && inv.is_finite() { inv } else { 0.0 })
+}
+
 impl Q8Matrix {
     /// Quantizes a row-major `(n, k)` F32 matrix; `k` must be a multiple of 32.
     pub fn from_f32(w: &[f32], n: usize, k: usize) -> Option<Self> {
@@ -68,9 +91,7 @@ impl Q8Matrix {
         for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
             let (g, l) = (j / GROUP, j % GROUP);
             for (b, blk) in row.chunks_exact(BLOCK).enumerate() {
-                let amax = blk.iter().fold(0f32, |a, x| a.max(x.abs()));
-                let d = amax / 127.0;
-                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                let (d, id) = block_scale(blk);
                 scales[(g * nb + b) * GROUP + l] = d;
                 for (i, x) in blk.iter().enumerate() {
                     let kk = b * BLOCK + i;
