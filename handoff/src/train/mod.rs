@@ -172,6 +172,36 @@ impl TrainConfig {
         })
     }
 
+    /// Checks what `train` cannot work with: the evaluation deadlines (at
+    /// least one, each in (0, 100], none twice — the same seeds twice would
+    /// count as twice the evidence) and `keep_best` without checkpoint seeds.
+    /// `train` calls it; a front end may call it first to fail early.
+    pub fn validate(&self) -> Result<(), HandoffError> {
+        if self.eval_rhos.is_empty() {
+            return Err(HandoffError::Config(
+                "no evaluation deadline rho given".into(),
+            ));
+        }
+        for (i, r) in self.eval_rhos.iter().enumerate() {
+            if !(r.is_finite() && *r > 0.0 && *r <= 100.0) {
+                return Err(HandoffError::Config(format!(
+                    "evaluation deadline rho {r} is not in (0, 100]"
+                )));
+            }
+            if self.eval_rhos[..i].contains(r) {
+                return Err(HandoffError::Config(format!(
+                    "evaluation deadline rho {r} is given twice"
+                )));
+            }
+        }
+        if self.keep_best && self.eval_seeds == 0 {
+            return Err(HandoffError::Config(
+                "keeping the best checkpoint needs checkpoint seeds (eval_seeds > 0)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// ε of episode `e` (0-based): 0.25 → 0.05 over the first 80 %.
     pub fn epsilon(&self, e: u32) -> f32 {
         let (hi, lo) = (self.learner.eps_start, self.learner.eps_end);
@@ -414,29 +444,7 @@ pub fn train(
         seed: cfg.seed,
         ..cfg.learner.clone()
     };
-    if cfg.eval_rhos.is_empty() {
-        return Err(HandoffError::Config(
-            "no evaluation deadline rho given".into(),
-        ));
-    }
-    for (i, r) in cfg.eval_rhos.iter().enumerate() {
-        if !(r.is_finite() && *r > 0.0) {
-            return Err(HandoffError::Config(format!(
-                "evaluation deadline rho {r} is not a positive number"
-            )));
-        }
-        if cfg.eval_rhos[..i].contains(r) {
-            // The same seeds twice would count as twice the evidence.
-            return Err(HandoffError::Config(format!(
-                "evaluation deadline rho {r} is given twice"
-            )));
-        }
-    }
-    if cfg.keep_best && cfg.eval_seeds == 0 {
-        return Err(HandoffError::Config(
-            "keeping the best checkpoint needs checkpoint seeds (eval_seeds > 0)".into(),
-        ));
-    }
+    cfg.validate()?;
     if cfg.n_step > 1 && lcfg.gamma != 1.0 {
         return Err(HandoffError::Config(format!(
             "an {}-step target sums undiscounted rewards; it needs gamma = 1, not {}",
@@ -492,7 +500,7 @@ pub fn train(
             record,
         )?;
         let one_step = transitions::one_step_rewards(&run, &cfg.potential);
-        let t = transitions::transitions(&run, &cfg.potential, cfg.n_step);
+        let t = transitions::n_step_transitions(&run, &one_step, cfg.n_step);
         let n = t.len();
         let reward: f64 = one_step.iter().sum();
         let (mut loss, mut updates) = (0.0, 0u32);

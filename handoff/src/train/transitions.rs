@@ -52,14 +52,20 @@ pub fn one_step_rewards(run: &HandoffRun, w: &PotentialWeights) -> Vec<f64> {
 /// window reaches the end of the handoff (the last one, or the last `n`)
 /// have `done` set. `w` weighs the shaping potential.
 pub fn transitions(run: &HandoffRun, w: &PotentialWeights, n_step: usize) -> Vec<Transition> {
+    n_step_transitions(run, &one_step_rewards(run, w), n_step)
+}
+
+/// [`transitions`] from the run's [`one_step_rewards`] `one` (one per
+/// decision), for a caller that needs those rewards too.
+pub fn n_step_transitions(run: &HandoffRun, one: &[f64], n_step: usize) -> Vec<Transition> {
     let d = &run.decisions;
     // The n-step reward sums the one-step ones in epoch order.
-    let one = one_step_rewards(run, w);
     let n = n_step.max(1);
-    (0..d.len())
+    let one = &one[..one.len().min(d.len())];
+    (0..one.len())
         .map(|i| {
-            let end = i.saturating_add(n).min(d.len());
-            let done = end == d.len();
+            let end = i.saturating_add(n).min(one.len());
+            let done = end == one.len();
             let next = if done { &d[end - 1] } else { &d[end] };
             let reward: f64 = one[i..end].iter().sum();
             Transition {

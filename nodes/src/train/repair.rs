@@ -159,9 +159,6 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
     }
     cfg.final_seeds = args.final_seeds.unwrap_or(if args.quick { 0 } else { 32 });
     cfg.keep_best = args.keep_best;
-    if cfg.keep_best && cfg.eval_seeds == 0 {
-        bail!("--keep-best chooses among checkpoints on their seeds; it needs --eval-seeds > 0");
-    }
     if let Some(k) = args.k {
         if k == 0 {
             bail!("--k must be positive");
@@ -172,15 +169,6 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
         cfg.potential = w;
     }
     if let Some(r) = &args.eval_rho {
-        if r.is_empty()
-            || r.iter()
-                .any(|x| !(x.is_finite() && *x > 0.0 && *x <= 100.0))
-        {
-            bail!("--eval-rho: deadlines in (0, 100] expected, got {r:?}");
-        }
-        if let Some(d) = r.iter().enumerate().find(|(i, x)| r[..*i].contains(x)) {
-            bail!("--eval-rho: {} is given twice", d.1);
-        }
         cfg.eval_rhos = r.clone();
     }
     if let Some(n) = args.n_step {
@@ -219,6 +207,8 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
         cfg.ranges.token_blocks = layout.blocks_per_layer();
         cfg.ranges.profile = Some(utilities);
     }
+    cfg.validate()
+        .context("checking --eval-rho, --eval-seeds and --keep-best")?;
     Ok(cfg)
 }
 
