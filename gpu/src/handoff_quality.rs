@@ -18,8 +18,11 @@
 //!
 //! **Task quality** ([`QualityEvaluator`]). Agent B's prompt is the handed-off
 //! context (whose KV is the rebuilt cache) followed by a short cue (e.g. the
-//! ChatML `<|im_end|>\n<|im_start|>assistant\n`, [`chatml_cue`]); only the cue is
-//! prefilled. The reference is the greedy continuation decoded from the *full*
+//! ChatML `<|im_end|>\n<|im_start|>assistant\n`, [`chatml_cue`]); only the cue
+//! runs, as decode rows ([`Llama::forward_as_decode_from`]: each cue token with
+//! the arithmetic of one decode step, the rows of all handoffs in one pass), so
+//! free-running decoding, teacher forcing and the reference share it bit for
+//! bit. The reference is the greedy continuation decoded from the *full*
 //! handed-off cache (every block complete, i.e. the BF16 cache as sent). Two
 //! measures, against that reference of `decode_len` tokens (32 by default):
 //! * token-level F1 ([`token_f1`]): the free-running greedy continuation from the
@@ -115,6 +118,30 @@ pub fn rebuild_on(
     mode: MissingRows,
     base: Option<&KvBase>,
 ) -> Result<SeqKv> {
+    rebuild_arrived(config, device, n_tokens, blocks, None, mode, base)
+}
+
+/// [`rebuild_on`], with `arrived[i]` instead of `blocks[i].present` when
+/// given (one entry per block): what a transport outcome says arrived of a
+/// context's blocks, without a copy of their bytes per outcome.
+fn rebuild_arrived(
+    config: &LlamaConfig,
+    device: &Device,
+    n_tokens: usize,
+    blocks: &[PartialBlock],
+    arrived_override: Option<&[Vec<Range<usize>>]>,
+    mode: MissingRows,
+    base: Option<&KvBase>,
+) -> Result<SeqKv> {
+    if let Some(a) = arrived_override {
+        if a.len() != blocks.len() {
+            return Err(GpuError::KvTransfer(format!(
+                "{} arrival lists for {} blocks",
+                a.len(),
+                blocks.len()
+            )));
+        }
+    }
     let (nh, hd) = (config.n_kv_heads, config.head_dim);
     let esz = KvDtype::Bf16.size();
     let mut arrived = Vec::with_capacity(blocks.len());
@@ -135,8 +162,8 @@ pub fn rebuild_on(
             )));
         }
         // `expected` is the length of a buffer, so `2 * expected` cannot overflow.
-        if let Some(r) = b
-            .present
+        let present = arrived_override.map_or(&b.present, |a| &a[bi]);
+        if let Some(r) = present
             .iter()
             .find(|r| r.start > r.end || r.end > 2 * expected)
         {
@@ -145,7 +172,7 @@ pub fn rebuild_on(
                 2 * expected
             )));
         }
-        arrived.push(merged(&b.present));
+        arrived.push(merged(present));
     }
     let views = blocks.iter().zip(&arrived).map(|(b, got)| BlockBytes {
         layer: b.layer,
@@ -218,6 +245,10 @@ pub struct HandoffCase<'a> {
     pub n_tokens: usize,
     /// What arrived.
     pub blocks: &'a [PartialBlock],
+    /// When given, what arrived of each of `blocks` (one list per block, as
+    /// [`PartialBlock::present`]) in place of their own `present`: e.g. the
+    /// complete blocks of a context shared by all of its handoffs.
+    pub arrived: Option<&'a [Vec<Range<usize>>]>,
     pub mode: MissingRows,
     /// Agent B's prompt: the `n_tokens` context tokens, then the cue (≥ 1 token).
     pub prompt: &'a [u32],
@@ -295,16 +326,18 @@ pub struct EvalStats {
     pub handoffs: u64,
     /// Rebuilding caches from partial blocks (import to F32).
     pub rebuild_s: f64,
-    /// Prefilling the cue on the rebuilt caches.
+    /// Running the cue on the rebuilt caches (the stepwise path and
+    /// [`QualityEvaluator::continuations`]; [`QualityEvaluator::evaluate`] runs
+    /// the cue's rows in its teacher-forced pass and counts them there).
     pub cue_s: f64,
-    /// Teacher-forced positions: one forward of every position
+    /// Teacher-forced positions (and the cue's rows): one forward of every position
     /// ([`QualityEvaluator::evaluate`]), or one decode step per position
     /// ([`QualityEvaluator::evaluate_stepwise`]).
     pub forced_s: f64,
     /// Free-running decode steps (after the divergence point in
     /// [`QualityEvaluator::evaluate`]; all of them in the stepwise path).
     pub free_s: f64,
-    /// Teacher-forced rows computed.
+    /// Teacher-forced rows computed (with the cue's rows in the fast path).
     pub forced_rows: u64,
     /// Free-running tokens decoded one step at a time.
     pub free_tokens: u64,
@@ -351,7 +384,8 @@ impl QualityEvaluator {
     /// handoffs per engine iteration.
     pub fn new(model: Llama, decode_len: usize, max_batch: usize) -> Self {
         let engine = BatchEngine::new(
-            RealBackend::new(model, KvDtype::Bf16, None),
+            // The cue runs as decode rows, as teacher forcing runs it.
+            RealBackend::new(model, KvDtype::Bf16, None).prefill_as_decode(true),
             EngineConfig {
                 kv_capacity_bytes: u64::MAX / 4,
                 max_batch: max_batch.max(1),
@@ -376,12 +410,14 @@ impl QualityEvaluator {
         self.base = None;
         if let Some(case) = full {
             let t0 = Stopwatch::start();
-            let kv = rebuild(
+            let kv = rebuild_arrived(
                 self.model().config(),
                 self.model().device(),
                 case.n_tokens,
                 case.blocks,
+                case.arrived,
                 case.mode,
+                None,
             )?;
             self.base = kv.kv_base();
             t0.add(&mut self.stats.rebuild_s, &mut self.stats.rebuild_cpu_s);
@@ -437,7 +473,17 @@ impl QualityEvaluator {
         let base = self.base.as_ref();
         let kvs = cases
             .par_iter()
-            .map(|case| rebuild_on(&cfg, device, case.n_tokens, case.blocks, case.mode, base))
+            .map(|case| {
+                rebuild_arrived(
+                    &cfg,
+                    device,
+                    case.n_tokens,
+                    case.blocks,
+                    case.arrived,
+                    case.mode,
+                    base,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         t0.add(&mut self.stats.rebuild_s, &mut self.stats.rebuild_cpu_s);
         Ok(kvs)
@@ -516,10 +562,11 @@ impl QualityEvaluator {
             .collect())
     }
 
-    /// The argmax at every teacher-forced position of each case: position 0
-    /// from prefilling the cue, positions `1..len` from one forward of the
-    /// reference tokens `0..len-1` ([`Llama::forward_rows_as_decode`]).
-    /// Leaves each cache holding the cue and the forced tokens.
+    /// The argmax at every teacher-forced position of each case, from one
+    /// forward of the cue and the reference tokens `0..len-1` as decode rows
+    /// ([`Llama::forward_as_decode_from`]): position 0 is the cue's last row,
+    /// positions `1..len` the reference's rows. Leaves each cache holding the
+    /// cue and the forced tokens.
     fn forced_argmax(
         &mut self,
         cases: &[HandoffCase<'_>],
@@ -527,47 +574,41 @@ impl QualityEvaluator {
         kvs: &mut [SeqKv],
     ) -> Result<Vec<Vec<u32>>> {
         let t0 = Stopwatch::start();
-        let first = {
-            let mut batch: Vec<SeqInput<'_>> = kvs
-                .iter_mut()
-                .zip(cases)
-                .map(|(kv, c)| SeqInput {
-                    tokens: &c.prompt[c.n_tokens..],
-                    kv,
-                })
-                .collect();
-            self.forward(&mut batch, Phase::Prefill)?
-        };
-        t0.add(&mut self.stats.cue_s, &mut self.stats.cue_cpu_s);
-        let t1 = Stopwatch::start();
-        let mut out: Vec<Vec<u32>> = first.into_iter().map(|a| vec![a]).collect();
-        let mut active = Vec::new();
-        let mut batch: Vec<SeqInput<'_>> = Vec::new();
-        for (i, kv) in kvs.iter_mut().enumerate() {
-            let r = &references[i];
-            if r.len() >= 2 {
-                active.push(i);
-                batch.push(SeqInput {
-                    tokens: &r[..r.len() - 1],
-                    kv,
-                });
-            }
+        let inputs: Vec<Vec<u32>> = cases
+            .iter()
+            .zip(references)
+            .map(|(c, r)| {
+                let forced = &r[..r.len().saturating_sub(1)];
+                c.prompt[c.n_tokens..]
+                    .iter()
+                    .chain(forced)
+                    .copied()
+                    .collect()
+            })
+            .collect();
+        let from: Vec<usize> = cases
+            .iter()
+            .map(|c| c.prompt.len() - c.n_tokens - 1)
+            .collect();
+        let mut batch: Vec<SeqInput<'_>> = kvs
+            .iter_mut()
+            .zip(&inputs)
+            .map(|(kv, tokens)| SeqInput { tokens, kv })
+            .collect();
+        let rows: u64 = inputs.iter().map(|t| t.len() as u64).sum();
+        self.stats.forward_calls += 1;
+        self.stats.forward_rows += rows;
+        self.stats.forced_rows += rows;
+        let logits = self.model().forward_as_decode_from(&mut batch, &from)?;
+        let argmax = argmax_rows(&logits, "teacher-forced argmax")?;
+        let mut out = Vec::with_capacity(cases.len());
+        let mut at = 0;
+        for (t, f) in inputs.iter().zip(&from) {
+            let n = t.len() - f;
+            out.push(argmax[at..at + n].to_vec());
+            at += n;
         }
-        if !batch.is_empty() {
-            let rows: u64 = batch.iter().map(|s| s.tokens.len() as u64).sum();
-            self.stats.forward_calls += 1;
-            self.stats.forward_rows += rows;
-            self.stats.forced_rows += rows;
-            let logits = self.model().forward_rows_as_decode(&mut batch)?;
-            let argmax = argmax_rows(&logits, "teacher-forced argmax")?;
-            let mut at = 0;
-            for &i in &active {
-                let n = references[i].len() - 1;
-                out[i].extend_from_slice(&argmax[at..at + n]);
-                at += n;
-            }
-        }
-        t1.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
+        t0.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
         Ok(out)
     }
 
@@ -705,12 +746,16 @@ impl QualityEvaluator {
                 active.push(i);
                 batch.push(SeqInput { tokens, kv });
             }
-            let phase = if step == 0 {
-                Phase::Prefill
+            let argmax = if step == 0 {
+                // The cue as decode rows, as the engine runs it here.
+                let from: Vec<usize> = batch.iter().map(|s| s.tokens.len() - 1).collect();
+                self.stats.forward_calls += 1;
+                self.stats.forward_rows += batch.iter().map(|s| s.tokens.len() as u64).sum::<u64>();
+                let logits = self.model().forward_as_decode_from(&mut batch, &from)?;
+                argmax_rows(&logits, "cue argmax")?
             } else {
-                Phase::Decode
+                self.forward(&mut batch, Phase::Decode)?
             };
-            let argmax = self.forward(&mut batch, phase)?;
             for (&i, &a) in active.iter().zip(&argmax) {
                 if a == references[i][step] {
                     hits[i] += 1;

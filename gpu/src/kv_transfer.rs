@@ -164,6 +164,12 @@ pub fn export(
             kv.len()
         )));
     }
+    if kv.f32_start > 0 {
+        // Its F32 storage lacks the rows a lazy rebuild kept elsewhere.
+        let mut full = kv.clone();
+        full.materialize_f32()?;
+        return export(&full, layers, tokens, dtype);
+    }
     let len = tokens.end - tokens.start;
     let mut out = Vec::with_capacity(layers.len());
     for layer in layers {
@@ -291,11 +297,23 @@ pub(crate) fn assemble<'a>(
             PresenceMask::none(nl, nh, n_tokens),
         )
     });
+    // With a base, where the CPU row kernels do all the reading (AVX2+FMA,
+    // head dim 64), the rebuild is lazy: the imported rows do not go into the
+    // F32 storage at all, which then starts at token `n_tokens`
+    // (`SeqKv::f32_start`); the kernels read them from the BF16 copy or the
+    // base, and only rows that differ from the base are written into the
+    // copy, a layer's copy allocated only when one does. Rebuilding a handoff
+    // of a 1 536-token SmolLM2 context then allocates and writes about what
+    // was lost instead of 130 MB.
+    let lazy = base.is_some() && hd == 64 && crate::model::kv::has_avx2_fma();
     let cap = SeqKv::capacity_for(n_tokens + 64);
+    let f32_start = if lazy { n_tokens } else { 0 };
     // One zeroed allocation per layer (`vec![v; n]` would copy the first one's
     // zeros into every clone; fresh ones are zero pages until written).
     let zeros = |n: usize| (0..nl).map(|_| vec![0f32; n]).collect::<Vec<_>>();
-    let (mut k, mut v) = (zeros(nh * cap * hd), zeros(nh * cap * hd));
+    let rows = cap - f32_start;
+    let (mut k, mut v) = (zeros(nh * rows * hd), zeros(nh * rows * hd));
+    let copy_len = nh * n_tokens * hd;
     // Per (layer, head, token): a block covered it / a block covered it but
     // not all of its K and V bytes arrived.
     let mut covered = vec![false; nl * nh * n_tokens];
@@ -305,7 +323,13 @@ pub(crate) fn assemble<'a>(
     let copy = || {
         device.is_cpu().then(|| {
             (0..nl)
-                .map(|_| vec![0u16; nh * n_tokens * hd])
+                .map(|_| {
+                    if lazy {
+                        Vec::new()
+                    } else {
+                        vec![0u16; copy_len]
+                    }
+                })
                 .collect::<Vec<_>>()
         })
     };
@@ -325,6 +349,12 @@ pub(crate) fn assemble<'a>(
             )));
         }
         if b.dtype != KvDtype::Bf16 {
+            if lazy {
+                return Err(GpuError::KvTransfer(format!(
+                    "block {bi}: a rebuild on a base takes BF16 blocks, not {:?}",
+                    b.dtype
+                )));
+            }
             (mk, mv) = (None, None);
         }
         let esz = b.dtype.size();
@@ -379,6 +409,39 @@ pub(crate) fn assemble<'a>(
                     let s = (h * b.len + t) * hd;
                     let d = (h * cap + b.start + t) * hd;
                     let (a, e) = (s * esz, (s + hd) * esz);
+                    let m = (h * n_tokens + b.start + t) * hd;
+                    if lazy {
+                        // `lazy` implies BF16 blocks, a copy and a base.
+                        let (Some(mr), Some(br), Some(same)) =
+                            (mirror.as_mut(), base_rows, same.as_mut())
+                        else {
+                            return Err(GpuError::KvTransfer("lazy rebuild without a base".into()));
+                        };
+                        let mut row = [0u16; 64];
+                        let whole = kept(half + a, half + e);
+                        if whole {
+                            for (o, c) in row.iter_mut().zip(src[a..e].chunks_exact(2)) {
+                                *o = u16::from_le_bytes([c[0], c[1]]);
+                            }
+                        } else {
+                            torn[(b.layer * nh + h) * n_tokens + b.start + t] = true;
+                            for (i, o) in row.iter_mut().enumerate() {
+                                let at = a + i * 2;
+                                if kept(half + at, half + at + 2) {
+                                    *o = u16::from_le_bytes([src[at], src[at + 1]]);
+                                }
+                            }
+                        }
+                        if row[..] == br[m..m + hd] {
+                            same.set(b.layer, h, b.start + t, true);
+                        } else {
+                            if mr.is_empty() {
+                                mr.resize(copy_len, 0);
+                            }
+                            mr[m..m + hd].copy_from_slice(&row);
+                        }
+                        continue;
+                    }
                     let out = &mut dst[d..d + hd];
                     if kept(half + a, half + e) {
                         // The common case, a whole row: one tight loop.
@@ -398,7 +461,6 @@ pub(crate) fn assemble<'a>(
                     }
                     if let Some(mr) = mirror.as_mut() {
                         // Exact: a BF16 value widened to F32 has 16 zero low bits.
-                        let m = (h * n_tokens + b.start + t) * hd;
                         for (c, o) in mr[m..m + hd].iter_mut().zip(out.iter()) {
                             *c = (o.to_bits() >> 16) as u16;
                         }
@@ -426,12 +488,16 @@ pub(crate) fn assemble<'a>(
                     && presence.is_none_or(|p| p.is_present(l, h, t));
                 if !present {
                     any_missing = true;
-                    let r = (h * cap + t) * hd;
-                    kl[r..r + hd].iter_mut().for_each(|x| *x = 0.0);
-                    vl[r..r + hd].iter_mut().for_each(|x| *x = 0.0);
+                    if !lazy {
+                        let r = (h * cap + t) * hd;
+                        kl[r..r + hd].iter_mut().for_each(|x| *x = 0.0);
+                        vl[r..r + hd].iter_mut().for_each(|x| *x = 0.0);
+                    }
                     let m = (h * n_tokens + t) * hd;
                     for mirror in [&mut mk, &mut mv].into_iter().flatten() {
-                        mirror[l][m..m + hd].iter_mut().for_each(|x| *x = 0);
+                        if let Some(row) = mirror[l].get_mut(m..m + hd) {
+                            row.iter_mut().for_each(|x| *x = 0);
+                        }
                     }
                     if let Some((sk, sv)) = same.as_mut() {
                         sk.set(l, h, t, false);
@@ -452,6 +518,7 @@ pub(crate) fn assemble<'a>(
         (Some(k), Some(v)) => Some(Bf16Prefix {
             tokens: n_tokens,
             valid: n_tokens,
+            sparse: lazy,
             k: k.into_iter().map(Arc::new).collect(),
             v: v.into_iter().map(Arc::new).collect(),
             shared: base.zip(same).map(|(b, (same_k, same_v))| SharedRows {
@@ -465,12 +532,14 @@ pub(crate) fn assemble<'a>(
     let mut out = Vec::with_capacity(nl);
     for ((kl, vl), bias) in k.into_iter().zip(v).zip(layers) {
         out.push(LayerKv {
-            k: Tensor::from_vec(kl, (nh, cap, hd), device).ctx("kv import")?,
-            v: Tensor::from_vec(vl, (nh, cap, hd), device).ctx("kv import")?,
+            k: Tensor::from_vec(kl, (nh, rows, hd), device).ctx("kv import")?,
+            v: Tensor::from_vec(vl, (nh, rows, hd), device).ctx("kv import")?,
             bias,
         });
     }
-    Ok(SeqKv::from_layers(config, out, bf16, n_tokens, cap, device))
+    Ok(SeqKv::from_layers(
+        config, out, bf16, n_tokens, cap, device, f32_start,
+    ))
 }
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ fn full_cache_agrees_and_lost_cache_does_not() {
     prompt.extend(chatml_cue(&lm.tokenizer));
     let mut ev = QualityEvaluator::new(lm.model, 32, 16);
     let case = |blocks, mode| HandoffCase {
+        arrived: None,
         n_tokens: n,
         blocks,
         mode,

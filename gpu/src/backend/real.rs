@@ -19,6 +19,8 @@ pub struct RealBackend {
     seqs: HashMap<SeqId, SeqKv>,
     kv_dtype: KvDtype,
     eos: Option<u32>,
+    /// Prompts run as decode rows ([`RealBackend::prefill_as_decode`]).
+    prefill_as_decode: bool,
 }
 
 impl RealBackend {
@@ -29,7 +31,19 @@ impl RealBackend {
             seqs: HashMap::new(),
             kv_dtype,
             eos,
+            prefill_as_decode: false,
         }
+    }
+
+    /// Runs every prompt's new tokens as decode rows
+    /// ([`Llama::forward_as_decode_from`]) instead of a prefill: the same
+    /// arithmetic as feeding them one decode step at a time, as teacher
+    /// forcing computes them — what scoring a continuation against teacher
+    /// forcing needs. Cheap for the few tokens of a cue on a long cache, slow
+    /// for long prompts.
+    pub fn prefill_as_decode(mut self, on: bool) -> Self {
+        self.prefill_as_decode = on;
+        self
     }
 
     /// The model.
@@ -84,7 +98,12 @@ impl RealBackend {
             .zip(inputs)
             .map(|(kv, t)| SeqInput { tokens: t, kv })
             .collect();
-        let res = self.model.greedy(&mut batch, phase);
+        let res = if phase == Phase::Prefill && self.prefill_as_decode {
+            let from: Vec<usize> = inputs.iter().map(|t| t.len().saturating_sub(1)).collect();
+            self.model.greedy_as_decode(&mut batch, &from)
+        } else {
+            self.model.greedy(&mut batch, phase)
+        };
         let duration_s = t0.elapsed().as_secs_f64();
         drop(batch);
         self.put_back(ids.iter().copied().zip(kvs).collect());

@@ -187,6 +187,7 @@ fn full_cache_scores_one_and_wrong_reference_scores_zero() {
     let vocab = lm.model.config().vocab_size as u32;
     let mut ev = QualityEvaluator::new(lm.model, 8, 16);
     let case = |blocks, mode| HandoffCase {
+        arrived: None,
         n_tokens: N,
         blocks,
         mode,
@@ -252,6 +253,7 @@ fn shared_evaluation_equals_stepwise_bit_for_bit() {
         let mut slow = QualityEvaluator::new(tiny().model, decode_len, 16);
         for mode in [MissingRows::ZeroFill, MissingRows::Mask] {
             let case = |blocks| HandoffCase {
+                arrived: None,
                 n_tokens: N,
                 blocks,
                 mode,

@@ -76,18 +76,25 @@ impl SeqKv {
             return Ok(());
         }
         let l = &self.layers[layer];
+        // The F32 storage holds tokens `fs..cap` (`SeqKv::f32_start`).
+        let fs = self.f32_start;
         let (ks, kl) = l.k.storage_and_layout();
         let (vs, vl) = l.v.storage_and_layout();
-        let kd = cpu_f32(&ks, kl, nkv * cap * hd)?;
-        let vd = cpu_f32(&vs, vl, nkv * cap * hd)?;
+        let kd = cpu_f32(&ks, kl, nkv * (cap - fs) * hd)?;
+        let vd = cpu_f32(&vs, vl, nkv * (cap - fs) * hd)?;
         let bias = l.bias.as_ref().map(|b| b.storage_and_layout());
         let bd = match &bias {
             Some((bs, bl)) => Some(cpu_f32(bs, bl, nkv * cap)?),
             None => None,
         };
         let nmax = n0 + t - 1;
-        let kh = &kd[h * cap * hd..][..nmax * hd];
-        let vh = &vd[h * cap * hd..][..nmax * hd];
+        if nmax < fs || self.bf16.as_ref().is_some_and(|p| p.valid < fs) {
+            return Err(GpuError::Engine(
+                "attention rows below the F32 storage's first token".into(),
+            ));
+        }
+        let kh = &kd[h * (cap - fs) * hd..][..(nmax - fs) * hd];
+        let vh = &vd[h * (cap - fs) * hd..][..(nmax - fs) * hd];
         let bh = bd.map(|b| &b[h * cap..][..nmax]);
         // Rows below `frozen` are read from the BF16 copy (module docs of `kv`);
         // of those, the rows marked equal to a base, from the base.
@@ -95,6 +102,8 @@ impl SeqKv {
             Some(p) if layer < p.k.len() => {
                 let f = p.valid.min(nmax);
                 let at = h * p.tokens * hd;
+                // A sparse copy's layer without own rows is empty (zeros).
+                let own = |c: &'s [u16]| if c.is_empty() { c } else { &c[at..][..f * hd] };
                 let shared = |rows: &'s [f32], same: &'s PresenceMask| Shared {
                     rows: &rows[at..][..f * hd],
                     same,
@@ -109,10 +118,15 @@ impl SeqKv {
                     None => (None, None),
                 };
                 (
-                    Some((&p.k[layer][at..][..f * hd], sk)),
-                    Some((&p.v[layer][at..][..f * hd], sv)),
+                    Some((own(&p.k[layer]), sk)),
+                    Some((own(&p.v[layer]), sv)),
                     f,
                 )
+            }
+            _ if fs > 0 => {
+                return Err(GpuError::Engine(
+                    "a cache whose F32 rows start past token 0 has no BF16 copy".into(),
+                ))
             }
             _ => (None, None, 0),
         };
@@ -123,7 +137,7 @@ impl SeqKv {
         let qrow = |i: usize, r: usize| &q[i * hs + (h * rep + r) * hd..][..hd];
         for p0 in (0..nmax).step_by(TILE) {
             let p1 = (p0 + TILE).min(nmax);
-            let kt = rows(kh, kb, frozen, p0, p1, hd, &mut tile);
+            let kt = rows(kh, fs, kb, frozen, p0, p1, hd, &mut tile);
             for i in 0..t {
                 let pe = p1.min(n0 + i);
                 if pe <= p0 {
@@ -160,7 +174,7 @@ impl SeqKv {
         out.fill(0.0);
         for p0 in (0..nmax).step_by(TILE) {
             let p1 = (p0 + TILE).min(nmax);
-            let vt = rows(vh, vb, frozen, p0, p1, hd, &mut tile);
+            let vt = rows(vh, fs, vb, frozen, p0, p1, hd, &mut tile);
             for i in 0..t {
                 let pe = p1.min(n0 + i);
                 if pe <= p0 {
@@ -238,14 +252,17 @@ impl Shared<'_> {
 }
 
 /// Rows `p0..p1` of one head's keys or values (`hd` wide): straight from the
-/// F32 storage `f`, or — for the rows below `frozen` — converted from the
+/// F32 storage `f` (whose row `r` is token `fs + r`), or — for the rows below `frozen` — converted from the
 /// BF16 copy `b` into `buf` (exact: those F32 values are BF16 numbers), so a
 /// tile is read from memory at two bytes an element and used from L1. Rows
 /// marked equal to the base's are the base's (the same values): a tile of
 /// such rows is used where it lies in the base, which a batch of handoffs of
-/// one context shares and so mostly finds in cache.
+/// one context shares and so mostly finds in cache. An empty `b` (a sparse
+/// copy's layer with no own row) reads as zeros.
+#[allow(clippy::too_many_arguments)]
 fn rows<'a>(
     f: &'a [f32],
+    fs: usize,
     b: Option<(&'a [u16], Option<Shared<'a>>)>,
     frozen: usize,
     p0: usize,
@@ -266,16 +283,20 @@ fn rows<'a>(
                         let row = p * hd..(p + 1) * hd;
                         if s.has(p) {
                             buf.extend_from_slice(&s.rows[row]);
+                        } else if b.is_empty() {
+                            buf.resize(buf.len() + hd, 0.0);
                         } else {
                             buf.extend(b[row].iter().map(widen));
                         }
                     }
                 }
             }
-            buf.extend_from_slice(&f[m * hd..p1 * hd]);
+            if m < p1 {
+                buf.extend_from_slice(&f[(m - fs) * hd..(p1 - fs) * hd]);
+            }
             buf
         }
-        _ => &f[p0 * hd..p1 * hd],
+        _ => &f[(p0 - fs) * hd..(p1 - fs) * hd],
     }
 }
 
@@ -643,9 +664,60 @@ mod tests {
             let (n_shared, n_foreign) = (shared(&on_base), shared(&on_foreign));
             assert!(n_shared > 900 && n_shared < 2 * 2 * 3 * 150, "{n_shared}");
             assert_eq!(n_foreign, 0);
-            // The base's own shared copy is the full cache again.
-            let again = on_base.kv_base();
-            assert!(again.is_some());
+            // With the row kernels at hand the rebuild on a base is lazy: no
+            // imported row in F32, only differing rows in the copy; every
+            // other path sees the values of the plain rebuild.
+            let lazy = crate::model::kv::has_avx2_fma();
+            assert_eq!(on_base.f32_start, if lazy { len } else { 0 });
+            let f32_rows = |kv: &SeqKv, layer: usize| -> Vec<u32> {
+                let mut kv = kv.clone();
+                kv.materialize_f32().unwrap();
+                assert_eq!(kv.f32_start, 0);
+                let l = &kv.layers[layer];
+                [&l.k, &l.v]
+                    .iter()
+                    .flat_map(|x| {
+                        x.narrow(1, 0, len)
+                            .unwrap()
+                            .flatten_all()
+                            .unwrap()
+                            .to_vec1::<f32>()
+                            .unwrap()
+                    })
+                    .map(f32::to_bits)
+                    .collect()
+            };
+            for layer in 0..2 {
+                assert_eq!(f32_rows(&on_base, layer), f32_rows(&alone, layer));
+                assert_eq!(f32_rows(&on_foreign, layer), f32_rows(&alone, layer));
+            }
+            let exported = |kv: &SeqKv| {
+                crate::kv_transfer::export(kv, 0..2, 0..len, crate::model::config::KvDtype::Bf16)
+                    .unwrap()
+            };
+            assert_eq!(exported(&on_base), exported(&alone));
+            // The base's own shared copy is the full cache again, and a
+            // damaged cache's base holds its own values.
+            let again = on_base.kv_base().unwrap();
+            let want = alone.kv_base().unwrap();
+            assert_eq!((&again.k16, &again.v16), (&want.k16, &want.v16));
+            assert_eq!((&again.k, &again.v), (&want.k, &want.v));
+            // Damage in layer 0 only: layer 1 has no own row, no copy.
+            let one_layer: Vec<PartialBlock> = damaged
+                .iter()
+                .zip(&full)
+                .map(|(d, f)| if d.layer == 0 { d.clone() } else { f.clone() })
+                .collect();
+            let alone_1 = rebuild(&c, &dev, len, &one_layer, mode).unwrap();
+            let on_base_1 = rebuild_on(&c, &dev, len, &one_layer, mode, Some(&base)).unwrap();
+            if lazy {
+                let copy = on_base_1.bf16.as_ref().unwrap();
+                assert!(copy.k[1].is_empty() && copy.v[1].is_empty());
+                assert!(!copy.k[0].is_empty());
+            }
+            for layer in 0..2 {
+                assert_eq!(f32_rows(&on_base_1, layer), f32_rows(&alone_1, layer));
+            }
             let same = |mut a: SeqKv, mut b: SeqKv, cut: Option<usize>| {
                 for kv in [&mut a, &mut b] {
                     if let Some(n) = cut {
@@ -673,6 +745,8 @@ mod tests {
                 }
             };
             same(alone.clone(), on_base.clone(), None);
+            same(alone_1.clone(), on_base_1.clone(), None);
+            same(alone_1.clone(), on_base_1.clone(), Some(len - 40));
             same(alone.clone(), on_foreign.clone(), None);
             // Written over inside the imported tokens: those rows are the
             // cache's own again.

@@ -50,6 +50,10 @@ pub struct LayerKv {
 pub(crate) struct Bf16Prefix {
     pub(crate) tokens: usize,
     pub(crate) valid: usize,
+    /// The copy holds only the rows that differ from the base ([`SharedRows`]):
+    /// zeros where a row is shared, and a layer of which no row differs may
+    /// be empty (all zeros).
+    pub(crate) sparse: bool,
     pub(crate) k: Vec<Arc<Vec<u16>>>,
     pub(crate) v: Vec<Arc<Vec<u16>>>,
     /// Rows equal to a base's, read from it (module docs).
@@ -97,6 +101,12 @@ pub struct SeqKv {
     pub(crate) n_kv_heads: usize,
     pub(crate) head_dim: usize,
     pub(crate) device: Device,
+    /// The F32 storage starts at this token: its row `r` holds token
+    /// `f32_start + r`, and the tokens below live only in the BF16 copy and
+    /// its base (a lazy rebuild, see [`crate::kv_transfer`]), where the row
+    /// kernels read them. Paths that need every F32 row call
+    /// [`SeqKv::materialize_f32`] first. 0 for every other cache.
+    pub(crate) f32_start: usize,
 }
 
 const MIN_CAPACITY: usize = 64;
@@ -122,6 +132,7 @@ impl SeqKv {
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
             device: device.clone(),
+            f32_start: 0,
         })
     }
 
@@ -131,7 +142,8 @@ impl SeqKv {
     }
 
     /// A cache of `len` valid tokens over layers already laid out
-    /// `(n_kv_heads, capacity, head_dim)` (see [`crate::kv_transfer::import`]).
+    /// `(n_kv_heads, capacity − f32_start, head_dim)` (see
+    /// [`crate::kv_transfer::import`] and [`SeqKv::f32_start`]).
     pub(crate) fn from_layers(
         config: &LlamaConfig,
         layers: Vec<LayerKv>,
@@ -139,6 +151,7 @@ impl SeqKv {
         len: usize,
         capacity: usize,
         device: &Device,
+        f32_start: usize,
     ) -> Self {
         SeqKv {
             layers,
@@ -148,6 +161,7 @@ impl SeqKv {
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
             device: device.clone(),
+            f32_start,
         }
     }
 
@@ -160,6 +174,39 @@ impl SeqKv {
         if p.valid != p.tokens {
             return None;
         }
+        // A lazy rebuild's copy holds zeros where it shares the base's rows:
+        // those come from the base.
+        let merged = |copy: &[Arc<Vec<u16>>], k: bool| -> Vec<Arc<Vec<u16>>> {
+            let Some(s) = p.shared.as_ref().filter(|_| p.sparse) else {
+                return copy.to_vec();
+            };
+            let (hd, nh) = (self.head_dim, self.n_kv_heads);
+            copy.iter()
+                .enumerate()
+                .map(|(li, own)| {
+                    let (base, same) = if k {
+                        (&s.base.k16[li], &s.same_k)
+                    } else {
+                        (&s.base.v16[li], &s.same_v)
+                    };
+                    let mut out = if own.is_empty() {
+                        vec![0; nh * p.tokens * hd]
+                    } else {
+                        own.as_ref().clone()
+                    };
+                    for h in 0..nh {
+                        for t in 0..p.tokens {
+                            if same.is_present(li, h, t) {
+                                let r = (h * p.tokens + t) * hd;
+                                out[r..r + hd].copy_from_slice(&base[r..r + hd]);
+                            }
+                        }
+                    }
+                    Arc::new(out)
+                })
+                .collect()
+        };
+        let (k16, v16) = (merged(&p.k, true), merged(&p.v, false));
         let side = |copy: &[Arc<Vec<u16>>]| -> Vec<Arc<Vec<f32>>> {
             copy.iter()
                 .map(|l| {
@@ -171,15 +218,74 @@ impl SeqKv {
                 })
                 .collect()
         };
-        // The copy holds exactly the F32 values (BF16 numbers), also where
-        // this cache reads rows from another base (its own rows equal those).
+        // The copy holds exactly the F32 values (BF16 numbers).
         Some(KvBase {
             tokens: p.tokens,
-            k: side(&p.k),
-            v: side(&p.v),
-            k16: p.k.clone(),
-            v16: p.v.clone(),
+            k: side(&k16),
+            v: side(&v16),
+            k16,
+            v16,
         })
+    }
+
+    /// Gives the F32 storage every row again ([`SeqKv::f32_start`] → 0): the
+    /// rows below the start from the BF16 copy and its base. A no-op for any
+    /// other cache. Paths that read F32 rows below the start (the multi-row
+    /// tensor attention, export, an append below it) call it first.
+    pub(crate) fn materialize_f32(&mut self) -> Result<()> {
+        let fs = self.f32_start;
+        if fs == 0 {
+            return Ok(());
+        }
+        let p = self
+            .bf16
+            .as_ref()
+            .filter(|p| p.valid >= fs)
+            .ok_or_else(|| {
+                GpuError::Engine("a cache's F32 rows start past its BF16 copy".into())
+            })?;
+        let (nh, hd, cap) = (self.n_kv_heads, self.head_dim, self.capacity);
+        let widen = |x: u16| f32::from_bits(u32::from(x) << 16);
+        let own_rows = self.len.saturating_sub(fs);
+        for (li, l) in self.layers.iter_mut().enumerate() {
+            for (side, t) in [&mut l.k, &mut l.v].into_iter().enumerate() {
+                let tail: Vec<f32> = t
+                    .flatten_all()
+                    .and_then(|x| x.to_vec1())
+                    .ctx("kv materialize")?;
+                let mut data = vec![0f32; nh * cap * hd];
+                let copy = if side == 0 { &p.k[li] } else { &p.v[li] };
+                let shared = p.shared.as_ref().map(|s| {
+                    if side == 0 {
+                        (&s.base.k[li], &s.same_k)
+                    } else {
+                        (&s.base.v[li], &s.same_v)
+                    }
+                });
+                for h in 0..nh {
+                    for tok in 0..fs {
+                        let src = (h * p.tokens + tok) * hd;
+                        let dst = &mut data[(h * cap + tok) * hd..][..hd];
+                        match shared {
+                            Some((base, same)) if same.is_present(li, h, tok) => {
+                                dst.copy_from_slice(&base[src..src + hd]);
+                            }
+                            _ if copy.is_empty() => {}
+                            _ => {
+                                for (d, &x) in dst.iter_mut().zip(&copy[src..src + hd]) {
+                                    *d = widen(x);
+                                }
+                            }
+                        }
+                    }
+                    let from = &tail[h * (cap - fs) * hd..][..own_rows * hd];
+                    data[(h * cap + fs) * hd..][..own_rows * hd].copy_from_slice(from);
+                }
+                *t = Tensor::from_vec(data, (nh, cap, hd), &self.device).ctx("kv materialize")?;
+            }
+        }
+        self.f32_start = 0;
+        Ok(())
     }
 
     /// Number of cached tokens (= the position of the next token).
@@ -211,13 +317,14 @@ impl SeqKv {
         while cap < needed {
             cap *= 2;
         }
-        let shape = (self.n_kv_heads, cap, self.head_dim);
+        let shape = (self.n_kv_heads, cap - self.f32_start, self.head_dim);
+        let rows = self.len.saturating_sub(self.f32_start);
         for l in &mut self.layers {
             let k = Tensor::zeros(shape, DType::F32, &self.device).ctx("kv grow")?;
             let v = Tensor::zeros(shape, DType::F32, &self.device).ctx("kv grow")?;
-            if self.len > 0 {
+            if rows > 0 {
                 k.slice_set(
-                    &l.k.narrow(1, 0, self.len)
+                    &l.k.narrow(1, 0, rows)
                         .ctx("kv grow")?
                         .contiguous()
                         .ctx("kv grow")?,
@@ -226,7 +333,7 @@ impl SeqKv {
                 )
                 .ctx("kv grow")?;
                 v.slice_set(
-                    &l.v.narrow(1, 0, self.len)
+                    &l.v.narrow(1, 0, rows)
                         .ctx("kv grow")?
                         .contiguous()
                         .ctx("kv grow")?,
@@ -251,12 +358,17 @@ impl SeqKv {
     /// Writes `k`, `v` of shape `(n_kv_heads, t, head_dim)` for `layer` at the end
     /// (does not advance `len`; see [`SeqKv::advance`]).
     pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        if self.len < self.f32_start {
+            // Overwriting tokens that only the BF16 copy holds.
+            self.materialize_f32()?;
+        }
         if let Some(p) = &mut self.bf16 {
             p.valid = p.valid.min(self.len);
         }
+        let at = self.len - self.f32_start;
         let l = &mut self.layers[layer];
-        l.k.slice_set(k, 1, self.len).ctx("kv append k")?;
-        l.v.slice_set(v, 1, self.len).ctx("kv append v")?;
+        l.k.slice_set(k, 1, at).ctx("kv append k")?;
+        l.v.slice_set(v, 1, at).ctx("kv append v")?;
         Ok(())
     }
 
@@ -272,6 +384,11 @@ impl SeqKv {
         layer: usize,
         extra: usize,
     ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+        if self.f32_start > 0 {
+            return Err(GpuError::Engine(
+                "a tensor view of F32 storage that starts past token 0".into(),
+            ));
+        }
         let l = &self.layers[layer];
         let n = self.len + extra;
         let k = l.k.narrow(1, 0, n).ctx("kv view")?;
@@ -310,6 +427,11 @@ impl SeqKv {
         let (hd, nkv, cap) = (self.head_dim, self.n_kv_heads, self.capacity);
         if q.len() != nkv * rep * hd || out.len() != q.len() || n > cap || n == 0 {
             return Err(GpuError::Engine("attention row shape".into()));
+        }
+        if self.f32_start > 0 {
+            return Err(GpuError::Engine(
+                "row attention on F32 storage that starts past token 0".into(),
+            ));
         }
         let (ks, kl) = l.k.storage_and_layout();
         let (vs, vl) = l.v.storage_and_layout();

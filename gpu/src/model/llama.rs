@@ -190,7 +190,7 @@ impl Llama {
     /// Runs the new tokens of every sequence; returns logits `(batch, vocab)` for
     /// the last new token of each sequence and extends every cache.
     pub fn forward(&self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Tensor> {
-        self.run(batch, phase, false)
+        self.run(batch, phase, None)
     }
 
     /// Runs the new tokens of every sequence *as decode steps* and returns the
@@ -203,18 +203,59 @@ impl Llama {
     /// per token. On other devices the rows go through the causal multi-row
     /// attention (equal up to rounding).
     pub fn forward_rows_as_decode(&self, batch: &mut [SeqInput<'_>]) -> Result<Tensor> {
-        self.run(batch, Phase::Decode, true)
+        let from = vec![0; batch.len()];
+        self.run(batch, Phase::Decode, Some(&from))
     }
 
-    /// [`Llama::forward`]; `every_row`: see [`Llama::forward_rows_as_decode`].
-    fn run(&self, batch: &mut [SeqInput<'_>], phase: Phase, every_row: bool) -> Result<Tensor> {
+    /// [`Llama::forward_rows_as_decode`], returning the logits of sequence
+    /// `s`'s new rows from its row `from[s]` on (`from[s] < tokens`), in batch
+    /// order: e.g. a prompt's continuation fed as decode rows, of which only
+    /// the last row's logits are wanted (`from[s] = tokens − 1`). Each row's
+    /// logits are the same bits whichever rows are returned.
+    pub fn forward_as_decode_from(
+        &self,
+        batch: &mut [SeqInput<'_>],
+        from: &[usize],
+    ) -> Result<Tensor> {
+        if from.len() != batch.len() {
+            return Err(GpuError::Engine(format!(
+                "{} first rows for {} sequences",
+                from.len(),
+                batch.len()
+            )));
+        }
+        self.run(batch, Phase::Decode, Some(from))
+    }
+
+    /// [`Llama::forward`]; with `from`, every row as a decode step and the
+    /// logits of the rows [`Llama::forward_as_decode_from`] names.
+    fn run(
+        &self,
+        batch: &mut [SeqInput<'_>],
+        phase: Phase,
+        from: Option<&[usize]>,
+    ) -> Result<Tensor> {
         let c = &self.config;
+        let every_row = from.is_some();
         if batch.is_empty() {
             return Err(GpuError::Engine("forward on an empty batch".into()));
         }
+        // Rows whose logits are returned.
+        let mut keep: Vec<u32> = Vec::with_capacity(batch.len());
+        let mut at = 0usize;
+        for (i, s) in batch.iter().enumerate() {
+            let t = s.tokens.len();
+            let first = from.map_or(t.saturating_sub(1), |f| f[i]);
+            if t > 0 && first >= t {
+                return Err(GpuError::Engine(format!(
+                    "first returned row {first} of a sequence of {t} new tokens"
+                )));
+            }
+            keep.extend((at + first..at + t).map(|r| r as u32));
+            at += t;
+        }
         let mut ids = Vec::new();
         let mut pos = Vec::new();
-        let mut last = Vec::with_capacity(batch.len());
         for s in batch.iter_mut() {
             if s.tokens.is_empty() {
                 return Err(GpuError::Engine("a sequence has no new tokens".into()));
@@ -236,7 +277,6 @@ impl Llama {
             s.kv.reserve(start + s.tokens.len())?;
             ids.extend_from_slice(s.tokens);
             pos.extend((start..start + s.tokens.len()).map(|p| p as u32));
-            last.push((ids.len() - 1) as u32);
         }
         let n = ids.len();
         let dev = &self.device;
@@ -332,11 +372,11 @@ impl Llama {
         for s in batch.iter_mut() {
             s.kv.advance(s.tokens.len());
         }
-        let x = if every_row {
+        let x = if keep.len() == n {
             x
         } else {
-            let last = Tensor::new(last.as_slice(), dev).ctx("last rows")?;
-            x.index_select(&last, 0).ctx("last rows")?
+            let keep = Tensor::new(keep.as_slice(), dev).ctx("returned rows")?;
+            x.index_select(&keep, 0).ctx("returned rows")?
         };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, eps).ctx("final norm")?;
         self.lm_head.forward(&x, true)
@@ -436,6 +476,8 @@ impl Llama {
     ) -> Result<Tensor> {
         let c = &self.config;
         let (nkv, rep, hd) = (c.n_kv_heads, c.n_rep(), c.head_dim);
+        // The tensor attention reads every F32 row.
+        kv.materialize_f32()?;
         append_new_rows(kv, layer, k, v, off, t)?;
         let (kc, vc, bias) = kv.view(layer, t)?;
         let l = kv.len() + t;
@@ -480,6 +522,16 @@ impl Llama {
     /// Greedy next token (argmax of the logits) of every sequence.
     pub fn greedy(&self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Vec<u32>> {
         let logits = self.forward(batch, phase)?;
+        logits
+            .argmax(D::Minus1)
+            .and_then(|t| t.to_dtype(DType::U32))
+            .and_then(|t| t.to_vec1::<u32>())
+            .ctx("argmax")
+    }
+
+    /// Greedy next token of every row [`Llama::forward_as_decode_from`] returns.
+    pub fn greedy_as_decode(&self, batch: &mut [SeqInput<'_>], from: &[usize]) -> Result<Vec<u32>> {
+        let logits = self.forward_as_decode_from(batch, from)?;
         logits
             .argmax(D::Minus1)
             .and_then(|t| t.to_dtype(DType::U32))

@@ -751,18 +751,6 @@ fn context_blocks(model: &Llama, tokens: &[u32]) -> Result<Vec<KvBlock>> {
     Ok(edgemu_gpu::kv_cache::export_context_blocks(model, tokens)?)
 }
 
-fn partial(blocks: &[KvBlock], present: &[Vec<Range<usize>>]) -> Vec<PartialBlock> {
-    blocks
-        .iter()
-        .zip(present)
-        .map(|(b, p)| {
-            let mut pb = PartialBlock::complete(b);
-            pb.present = p.clone();
-            pb
-        })
-        .collect()
-}
-
 /// `handoffs.csv` rows of context `ci`: one per transport run, with the
 /// context's scores (a complete cache scores 1 by definition).
 fn context_rows(
@@ -1099,6 +1087,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
                 .with_context(|| format!("prefilling evaluation context {ci}"))?;
             let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
             let full_case = HandoffCase {
+                arrived: None,
                 n_tokens: ctx.len(),
                 blocks: &full,
                 mode,
@@ -1121,13 +1110,13 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
             // outcome key -> (f1, top1)
             let mut scores: HashMap<u64, (f64, f64)> = HashMap::new();
             for chunk in distinct.chunks(a.batch.max(1)) {
-                let parts: Vec<Vec<PartialBlock>> =
-                    chunk.iter().map(|t| partial(&blocks, &t.present)).collect();
-                let cases: Vec<HandoffCase<'_>> = parts
+                // Each outcome names what arrived of the context's blocks.
+                let cases: Vec<HandoffCase<'_>> = chunk
                     .iter()
-                    .map(|p| HandoffCase {
+                    .map(|t| HandoffCase {
+                        arrived: Some(&t.present),
                         n_tokens: ctx.len(),
-                        blocks: p,
+                        blocks: &full,
                         mode,
                         prompt: &prompt,
                     })
@@ -1238,7 +1227,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         wall_s
     ));
     report.push_str(&format!(
-        "quality ({} path), wall / CPU s: contexts (prefill + reference) {:.1} / {:.1}; handoffs: rebuild {:.1} / {:.1}, cue prefill {:.1} / {:.1}, teacher-forced {:.1} / {:.1} ({} rows), free-running {:.1} / {:.1} ({} tokens); {} forwards, mean {:.1} rows each\n",
+        "quality ({} path), wall / CPU s: contexts (prefill + reference) {:.1} / {:.1}; handoffs: rebuild {:.1} / {:.1}, cue {:.1} / {:.1}, teacher-forced {:.1} / {:.1} ({} rows, the shared path's with the cue's), free-running {:.1} / {:.1} ({} tokens); {} forwards, mean {:.1} rows each\n",
         if a.stepwise { "stepwise" } else { "shared" },
         ctx_wall,
         ctx_cpu,
