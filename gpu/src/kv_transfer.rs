@@ -115,6 +115,11 @@ impl PresenceMask {
             .is_some_and(|i| self.present[i])
     }
 
+    /// `(layers, KV heads, tokens)`.
+    pub fn shape(&self) -> (usize, usize, usize) {
+        (self.n_layers, self.n_kv_heads, self.n_tokens)
+    }
+
     /// Number of missing rows.
     pub fn missing(&self) -> usize {
         self.present.iter().filter(|p| !**p).count()
@@ -516,16 +521,14 @@ pub(crate) fn assemble<'a>(
     }
     let bf16 = match (mk, mv) {
         (Some(k), Some(v)) => Some(Bf16Prefix {
+            shared: base
+                .zip(same)
+                .map(|(b, (same_k, same_v))| SharedRows::new(b.clone(), same_k, same_v)),
             tokens: n_tokens,
             valid: n_tokens,
             sparse: lazy,
             k: k.into_iter().map(Arc::new).collect(),
             v: v.into_iter().map(Arc::new).collect(),
-            shared: base.zip(same).map(|(b, (same_k, same_v))| SharedRows {
-                base: b.clone(),
-                same_k,
-                same_v,
-            }),
         }),
         _ => None,
     };

@@ -250,12 +250,13 @@ fn bad_settings_are_refused_naming_the_flag() {
     }
 }
 
-/// `--decode-weights q8_int` decodes with int8 activations: the run works,
-/// its settings record the format (only when it is not the default, so older
-/// runs and `--decode-weights q8_cpu` resume as before), the transport
-/// figures are the same, and the loaded model holds the asked format
-/// (`weight_layout` in summary.json); a q8_int run does not resume without
-/// the flag.
+/// `--decode-weights` picks the decode matmuls' format (q8_int, int8
+/// activations, by default; q8_cpu, F32 activations): each run works, its
+/// settings record the format and the quality path's arithmetic, the
+/// transport figures are the same, and the loaded model holds the asked
+/// format (`weight_layout` in summary.json); a q8_cpu run does not resume
+/// without the flag, nor a run whose settings lack the arithmetic (older
+/// code's bits).
 #[test]
 fn int8_decode_weights_run_and_are_recorded() {
     let mut rows = Vec::new();
@@ -267,26 +268,41 @@ fn int8_decode_weights_run_and_are_recorded() {
         let dir = a.results.join(&run);
         let settings = std::fs::read_to_string(dir.join("settings.json")).expect("settings");
         let v: serde_json::Value = serde_json::from_str(&settings).expect("settings json");
-        let recorded = fmt.filter(|f| *f != "q8_cpu");
         assert_eq!(
             v.get("decode_weights").and_then(|x| x.as_str()),
-            recorded,
+            Some(fmt.unwrap_or("q8_int")),
             "{settings}"
         );
+        assert_eq!(v["cue"].as_str(), Some("decode-rows"), "{settings}");
         let summary = std::fs::read_to_string(dir.join("summary.json")).expect("summary");
         let v: serde_json::Value = serde_json::from_str(&summary).expect("summary json");
         let layout = v["weight_layout"].as_str().unwrap_or_default().to_string();
-        let expect = format!("decode={}", fmt.unwrap_or("q8_cpu"));
+        let expect = format!("decode={}", fmt.unwrap_or("q8_int"));
         assert!(layout.ends_with(&expect), "{layout} for {fmt:?}");
         let csv = std::fs::read_to_string(dir.join("handoffs.csv")).expect("handoffs.csv");
         rows.push(csv);
-        if fmt == Some("q8_int") {
+        if fmt == Some("q8_cpu") {
             // Resuming it without the flag would mix arithmetics: refused.
             let mut again = args(true, &run);
             again.run_id = None;
             again.resume = Some(dir.clone());
             let e = format!("{:#}", report(&again).expect_err("resume without the flag"));
             assert!(e.contains("decode_weights"), "{e}");
+        }
+        if fmt.is_none() {
+            // A run of older code (no record of the cue's arithmetic): refused.
+            let path = dir.join("settings.json");
+            let mut old: serde_json::Value = serde_json::from_str(&settings).expect("json");
+            old.as_object_mut().expect("object").remove("cue");
+            std::fs::write(&path, old.to_string()).expect("write settings");
+            let mut again = args(true, &run);
+            again.run_id = None;
+            again.resume = Some(dir.clone());
+            let e = format!(
+                "{:#}",
+                report(&again).expect_err("resume of older code's run")
+            );
+            assert!(e.contains("cue"), "{e}");
         }
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -298,8 +314,8 @@ fn int8_decode_weights_run_and_are_recorded() {
             .map(|l| l.split(',').nth(i).unwrap_or_default().to_string())
             .collect()
     };
-    assert_eq!(rows[0], rows[1], "q8_cpu spelled out is the default");
-    assert_eq!(column(&rows[0], "utility"), column(&rows[2], "utility"));
+    assert_eq!(rows[0], rows[2], "q8_int spelled out is the default");
+    assert_eq!(column(&rows[0], "utility"), column(&rows[1], "utility"));
 }
 
 /// [`check`]'s assertions, keeping the run folder.

@@ -21,7 +21,6 @@
 //! for a head dimension other than 64, each row goes through `attend_row`.
 
 use crate::error::{GpuError, Result};
-use crate::kv_transfer::PresenceMask;
 use crate::model::kv::{cpu_f32, exp_shifted, has_avx2_fma, SeqKv};
 
 /// Keys (and values) per tile.
@@ -33,9 +32,10 @@ impl SeqKv {
     /// row last), as [`SeqKv::attend_row`] with `n = n0 + i`. `q` holds the `t`
     /// rows of all `n_kv_heads · rep` heads (scaled and rotated); `out`
     /// receives, per row, the `rep` heads of KV head `h`: `(t, rep, head_dim)`.
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn attend_rows_head<'s>(
-        &'s self,
+    pub(crate) fn attend_rows_head(
+        &self,
         layer: usize,
         n0: usize,
         t: usize,
@@ -45,45 +45,60 @@ impl SeqKv {
         scores: &mut Vec<f32>,
         out: &mut [f32],
     ) -> Result<()> {
+        attend_rows_head_group(
+            &[GroupRows { kv: self, n0, t, q }],
+            layer,
+            h,
+            rep,
+            scores,
+            out,
+        )
+    }
+
+    /// Checks the shape of rows `n0 − 1 .. n0 + t − 1` of KV head `h` of
+    /// `layer` (see [`SeqKv::attend_rows_head`]).
+    fn check_rows(
+        &self,
+        layer: usize,
+        n0: usize,
+        t: usize,
+        q: &[f32],
+        h: usize,
+        rep: usize,
+    ) -> Result<()> {
         let (hd, nkv, cap) = (self.head_dim, self.n_kv_heads, self.capacity);
-        let hs = nkv * rep * hd;
-        let gw = rep * hd;
-        if t == 0 {
-            return Ok(());
-        }
         if n0 == 0
+            || t == 0
             || h >= nkv
-            || q.len() != t * hs
-            || out.len() != t * gw
+            || q.len() != t * nkv * rep * hd
             || n0 + t - 1 > cap
             || layer >= self.layers.len()
         {
             return Err(GpuError::Engine("attention rows shape".into()));
         }
-        if !(hd == 64 && has_avx2_fma()) {
-            let mut full = vec![0f32; hs];
-            for i in 0..t {
-                self.attend_row(
-                    layer,
-                    n0 + i,
-                    &q[i * hs..(i + 1) * hs],
-                    rep,
-                    scores,
-                    &mut full,
-                )?;
-                out[i * gw..(i + 1) * gw].copy_from_slice(&full[h * gw..(h + 1) * gw]);
-            }
-            return Ok(());
-        }
-        let l = &self.layers[layer];
+        Ok(())
+    }
+
+    /// The row kernel's view of KV head `h` of `layer` for checked rows
+    /// ([`SeqKv::check_rows`]), over the storage `locks` holds.
+    #[allow(clippy::too_many_arguments)]
+    fn head_view<'s, G: std::ops::Deref<Target = candle_core::Storage>>(
+        &'s self,
+        locks: &'s LayerLocks<'s, G>,
+        layer: usize,
+        n0: usize,
+        t: usize,
+        q: &'s [f32],
+        h: usize,
+        rep: usize,
+    ) -> Result<HeadView<'s>> {
+        let (hd, nkv, cap) = (self.head_dim, self.n_kv_heads, self.capacity);
+        let hs = nkv * rep * hd;
         // The F32 storage holds tokens `fs..cap` (`SeqKv::f32_start`).
         let fs = self.f32_start;
-        let (ks, kl) = l.k.storage_and_layout();
-        let (vs, vl) = l.v.storage_and_layout();
-        let kd = cpu_f32(&ks, kl, nkv * (cap - fs) * hd)?;
-        let vd = cpu_f32(&vs, vl, nkv * (cap - fs) * hd)?;
-        let bias = l.bias.as_ref().map(|b| b.storage_and_layout());
-        let bd = match &bias {
+        let kd = cpu_f32(&locks.k.0, locks.k.1, nkv * (cap - fs) * hd)?;
+        let vd = cpu_f32(&locks.v.0, locks.v.1, nkv * (cap - fs) * hd)?;
+        let bd = match &locks.bias {
             Some((bs, bl)) => Some(cpu_f32(bs, bl, nkv * cap)?),
             None => None,
         };
@@ -104,16 +119,14 @@ impl SeqKv {
                 let at = h * p.tokens * hd;
                 // A sparse copy's layer without own rows is empty (zeros).
                 let own = |c: &'s [u16]| if c.is_empty() { c } else { &c[at..][..f * hd] };
-                let shared = |rows: &'s [f32], same: &'s PresenceMask| Shared {
+                let shared = |rows: &'s [f32], own: &'s [Vec<std::ops::Range<u32>>]| Shared {
                     rows: &rows[at..][..f * hd],
-                    same,
-                    layer,
-                    head: h,
+                    own: &own[layer * nkv + h],
                 };
                 let (sk, sv) = match &p.shared {
                     Some(s) => (
-                        Some(shared(&s.base.k[layer], &s.same_k)),
-                        Some(shared(&s.base.v[layer], &s.same_v)),
+                        Some(shared(&s.base.k[layer], &s.own_k)),
+                        Some(shared(&s.base.v[layer], &s.own_v)),
                     ),
                     None => (None, None),
                 };
@@ -130,73 +143,227 @@ impl SeqKv {
             }
             _ => (None, None, 0),
         };
-        let mut tile = Vec::with_capacity(TILE * hd);
-        // Score rows, one per (row, query head), `nmax` apart.
-        scores.clear();
-        scores.resize(t * rep * nmax, 0.0);
-        let qrow = |i: usize, r: usize| &q[i * hs + (h * rep + r) * hd..][..hd];
-        for p0 in (0..nmax).step_by(TILE) {
-            let p1 = (p0 + TILE).min(nmax);
-            let kt = rows(kh, fs, kb, frozen, p0, p1, hd, &mut tile);
-            for i in 0..t {
-                let pe = p1.min(n0 + i);
-                if pe <= p0 {
-                    continue;
-                }
-                for r in 0..rep {
-                    let s = &mut scores[(i * rep + r) * nmax..][p0..pe];
-                    // SAFETY: AVX2 and FMA were detected; head dim 64, `kt`
-                    // holds rows `p0..p1` ⊇ `p0..pe` of 64.
-                    unsafe { scores64_avx2(qrow(i, r), &kt[..(pe - p0) * hd], s) };
-                    if let Some(b) = bh {
-                        for (x, bb) in s.iter_mut().zip(&b[p0..pe]) {
-                            *x += bb;
+        Ok(HeadView {
+            kh,
+            vh,
+            bh,
+            kb,
+            vb,
+            fs,
+            frozen,
+            nmax,
+            n0,
+            t,
+            qs: q,
+            hs,
+            h,
+        })
+    }
+
+    /// Read locks on `layer`'s K, V and bias storage.
+    fn lock_layer(
+        &self,
+        layer: usize,
+    ) -> LayerLocks<'_, impl std::ops::Deref<Target = candle_core::Storage> + '_> {
+        let l = &self.layers[layer];
+        LayerLocks {
+            k: l.k.storage_and_layout(),
+            v: l.v.storage_and_layout(),
+            bias: l.bias.as_ref().map(|b| b.storage_and_layout()),
+        }
+    }
+}
+
+/// A layer's storage, read-locked (guards `G`) while the kernel reads it.
+struct LayerLocks<'a, G> {
+    k: (G, &'a candle_core::Layout),
+    v: (G, &'a candle_core::Layout),
+    bias: Option<(G, &'a candle_core::Layout)>,
+}
+
+/// One sequence's rows in [`attend_rows_head_group`].
+#[derive(Clone)]
+pub(crate) struct GroupRows<'a> {
+    pub(crate) kv: &'a SeqKv,
+    /// Row `i` attends to the first `n0 + i` tokens.
+    pub(crate) n0: usize,
+    pub(crate) t: usize,
+    /// `t` rows of every query head, as [`SeqKv::attend_rows_head`] takes them.
+    pub(crate) q: &'a [f32],
+}
+
+/// What the kernel reads for one sequence's rows of one KV head.
+struct HeadView<'s> {
+    kh: &'s [f32],
+    vh: &'s [f32],
+    bh: Option<&'s [f32]>,
+    kb: Option<(&'s [u16], Option<Shared<'s>>)>,
+    vb: Option<(&'s [u16], Option<Shared<'s>>)>,
+    fs: usize,
+    frozen: usize,
+    nmax: usize,
+    n0: usize,
+    t: usize,
+    qs: &'s [f32],
+    hs: usize,
+    h: usize,
+}
+
+/// [`SeqKv::attend_rows_head`] for several sequences' rows at once: each
+/// sequence's outputs are bit for bit those of its own call, written one
+/// after the other into `out` (`(Σ t, rep, head_dim)`). Tile by tile, every
+/// sequence uses a tile of keys (values) before the next tile is read, so
+/// caches that share a base's rows ([`crate::model::kv::SharedRows`]) — a
+/// decode step's handoffs of one context — read each shared tile from
+/// memory once for the group, not once per sequence.
+pub(crate) fn attend_rows_head_group(
+    items: &[GroupRows<'_>],
+    layer: usize,
+    h: usize,
+    rep: usize,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<()> {
+    let Some(first) = items.first() else {
+        return Ok(());
+    };
+    let hd = first.kv.head_dim;
+    let gw = rep * hd;
+    let total: usize = items.iter().map(|g| g.t).sum();
+    if out.len() != total * gw || items.iter().any(|g| g.kv.head_dim != hd) {
+        return Err(GpuError::Engine("attention rows shape".into()));
+    }
+    let items: Vec<&GroupRows<'_>> = items.iter().filter(|g| g.t > 0).collect();
+    for g in &items {
+        g.kv.check_rows(layer, g.n0, g.t, g.q, h, rep)?;
+    }
+    if !(hd == 64 && has_avx2_fma()) {
+        // The plain row kernel, one sequence and row at a time.
+        let mut at = 0;
+        for g in &items {
+            let hs = g.q.len() / g.t;
+            let mut full = vec![0f32; hs];
+            for i in 0..g.t {
+                g.kv.attend_row(
+                    layer,
+                    g.n0 + i,
+                    &g.q[i * hs..(i + 1) * hs],
+                    rep,
+                    scores,
+                    &mut full,
+                )?;
+                out[(at + i) * gw..(at + i + 1) * gw].copy_from_slice(&full[h * gw..(h + 1) * gw]);
+            }
+            at += g.t;
+        }
+        return Ok(());
+    }
+    let locks: Vec<_> = items.iter().map(|g| g.kv.lock_layer(layer)).collect();
+    let views = items
+        .iter()
+        .zip(&locks)
+        .map(|(g, l)| g.kv.head_view(l, layer, g.n0, g.t, g.q, h, rep))
+        .collect::<Result<Vec<_>>>()?;
+    // Per sequence: where its score rows start (one per (row, query head),
+    // `nmax` apart) and where its output rows start.
+    let mut score_at = Vec::with_capacity(views.len());
+    let mut out_at = Vec::with_capacity(views.len());
+    let (mut sa, mut oa) = (0, 0);
+    for v in &views {
+        score_at.push(sa);
+        out_at.push(oa);
+        sa += v.t * rep * v.nmax;
+        oa += v.t * gw;
+    }
+    scores.clear();
+    scores.resize(sa, 0.0);
+    let pmax = views.iter().map(|v| v.nmax).max().unwrap_or(0);
+    let mut tile = Vec::with_capacity(TILE * hd);
+    let mut segs = Vec::new();
+    fn qrow<'a>(v: &HeadView<'a>, i: usize, r: usize, rep: usize) -> &'a [f32] {
+        &v.qs[i * v.hs + (v.h * rep + r) * 64..][..64]
+    }
+    for p0 in (0..pmax).step_by(TILE) {
+        for (v, &sa) in views.iter().zip(&score_at) {
+            if p0 >= v.nmax {
+                continue;
+            }
+            let p1 = (p0 + TILE).min(v.nmax);
+            segments(v.kb, v.frozen, p0, p1, hd, &mut tile, &mut segs);
+            for &run in &segs {
+                let (pa, pb, _) = run;
+                let kt = run_rows(v.kh, v.fs, v.kb, &tile, hd, run);
+                for i in 0..v.t {
+                    let pe = pb.min(v.n0 + i);
+                    if pe <= pa {
+                        continue;
+                    }
+                    for r in 0..rep {
+                        let s = &mut scores[sa + (i * rep + r) * v.nmax..][pa..pe];
+                        // SAFETY: AVX2 and FMA were detected (`head_view`);
+                        // head dim 64, `kt` holds rows `pa..pb` ⊇ `pa..pe`.
+                        unsafe { scores64_avx2(qrow(v, i, r, rep), &kt[..(pe - pa) * hd], s) };
+                        if let Some(b) = v.bh {
+                            for (x, bb) in s.iter_mut().zip(&b[pa..pe]) {
+                                *x += bb;
+                            }
                         }
                     }
                 }
             }
         }
-        // Softmax numerators per row, in key order as `attend_row`.
-        for i in 0..t {
+    }
+    // Softmax numerators per row, in key order as `attend_row`.
+    for (v, &sa) in views.iter().zip(&score_at) {
+        for i in 0..v.t {
             for r in 0..rep {
-                let s = &mut scores[(i * rep + r) * nmax..][..n0 + i];
-                // SAFETY: AVX2 was detected (checked above).
+                let s = &mut scores[sa + (i * rep + r) * v.nmax..][..v.n0 + i];
+                // SAFETY: AVX2 was detected (`head_view`).
                 let max = unsafe { max_avx2(s) };
-                // `true`: AVX2 and FMA were detected (checked above).
+                // `true`: AVX2 and FMA were detected (`head_view`).
                 exp_shifted(true, s, max);
             }
         }
-        // Each row's sum of numerators, `sum += s[p]` in key order as in
-        // `attend_row`, is taken while the weighted sum walks the same keys in
-        // the same order: its chain of dependent additions then runs beside
-        // the FMAs instead of on its own.
-        let mut sums = vec![0f32; t * rep];
-        out.fill(0.0);
-        for p0 in (0..nmax).step_by(TILE) {
-            let p1 = (p0 + TILE).min(nmax);
-            let vt = rows(vh, fs, vb, frozen, p0, p1, hd, &mut tile);
-            for i in 0..t {
-                let pe = p1.min(n0 + i);
-                if pe <= p0 {
-                    continue;
-                }
-                for r in 0..rep {
-                    let w = &scores[(i * rep + r) * nmax..][p0..pe];
-                    let o = &mut out[(i * rep + r) * hd..][..hd];
-                    let sum = &mut sums[i * rep + r];
-                    // SAFETY: as above; `o` is 64 long, `vt` holds rows `p0..pe`.
-                    unsafe { weighted_sum64_acc_avx2(o, w, &vt[..(pe - p0) * hd], sum) };
-                }
-            }
-        }
-        for (o, s) in out.chunks_exact_mut(hd).zip(&sums) {
-            let inv = 1.0 / s;
-            for x in o.iter_mut() {
-                *x *= inv;
-            }
-        }
-        Ok(())
     }
+    // Each row's sum of numerators, `sum += s[p]` in key order as in
+    // `attend_row`, is taken while the weighted sum walks the same keys in
+    // the same order: its chain of dependent additions then runs beside
+    // the FMAs instead of on its own.
+    let mut sums = vec![0f32; total * rep];
+    out.fill(0.0);
+    for p0 in (0..pmax).step_by(TILE) {
+        for ((v, &sa), &oa) in views.iter().zip(&score_at).zip(&out_at) {
+            if p0 >= v.nmax {
+                continue;
+            }
+            let p1 = (p0 + TILE).min(v.nmax);
+            segments(v.vb, v.frozen, p0, p1, hd, &mut tile, &mut segs);
+            for &run in &segs {
+                let (pa, pb, _) = run;
+                let vt = run_rows(v.vh, v.fs, v.vb, &tile, hd, run);
+                for i in 0..v.t {
+                    let pe = pb.min(v.n0 + i);
+                    if pe <= pa {
+                        continue;
+                    }
+                    for r in 0..rep {
+                        let w = &scores[sa + (i * rep + r) * v.nmax..][pa..pe];
+                        let o = &mut out[oa + (i * rep + r) * hd..][..hd];
+                        let sum = &mut sums[oa / hd + i * rep + r];
+                        // SAFETY: as above; `o` is 64 long, `vt` holds rows `pa..pe`.
+                        unsafe { weighted_sum64_acc_avx2(o, w, &vt[..(pe - pa) * hd], sum) };
+                    }
+                }
+            }
+        }
+    }
+    for (o, s) in out.chunks_exact_mut(hd).zip(&sums) {
+        let inv = 1.0 / s;
+        for x in o.iter_mut() {
+            *x *= inv;
+        }
+    }
+    Ok(())
 }
 
 /// The largest of `s` (−∞ if empty), NaNs skipped as `f32::max` skips them.
@@ -234,69 +401,104 @@ unsafe fn max_avx2(s: &[f32]) -> f32 {
 #[derive(Clone, Copy)]
 struct Shared<'a> {
     rows: &'a [f32],
-    same: &'a PresenceMask,
-    layer: usize,
-    head: usize,
+    /// The runs of rows that are not the base's, in order.
+    own: &'a [std::ops::Range<u32>],
 }
 
-impl Shared<'_> {
-    /// Whether row `p` equals the base's.
-    fn has(&self, p: usize) -> bool {
-        self.same.is_present(self.layer, self.head, p)
-    }
-
-    /// Whether rows `p0..p1` all equal the base's.
-    fn all(&self, p0: usize, p1: usize) -> bool {
-        (p0..p1).all(|p| self.has(p))
-    }
+/// Where a run of a tile's rows is read from ([`segments`]).
+#[derive(Clone, Copy)]
+enum Source {
+    /// The F32 storage.
+    Own,
+    /// The shared base, where it lies.
+    Base,
+    /// Widened (or zero) rows in the tile buffer, from this row of it.
+    Buffer(usize),
 }
 
-/// Rows `p0..p1` of one head's keys or values (`hd` wide): straight from the
-/// F32 storage `f` (whose row `r` is token `fs + r`), or — for the rows below `frozen` — converted from the
-/// BF16 copy `b` into `buf` (exact: those F32 values are BF16 numbers), so a
-/// tile is read from memory at two bytes an element and used from L1. Rows
-/// marked equal to the base's are the base's (the same values): a tile of
-/// such rows is used where it lies in the base, which a batch of handoffs of
-/// one context shares and so mostly finds in cache. An empty `b` (a sparse
-/// copy's layer with no own row) reads as zeros.
+/// Rows `p0..p1` of one head's keys or values (`hd` wide) as runs of
+/// consecutive rows, each a slice where it can be read: straight from the F32
+/// storage `f` (whose row `r` is token `fs + r`); for the rows below
+/// `frozen`, converted from the BF16 copy `b` into `buf` (exact: those F32
+/// values are BF16 numbers), so they are read from memory at two bytes an
+/// element and used from L1; and the rows marked equal to the base's where
+/// they lie in the base (the same values) — which a group of handoffs of one
+/// context shares, so each is read from memory once for all of them. An
+/// empty `b` (a sparse copy's layer with no own row) reads as zeros.
+/// `runs` receives `(first row, end row, source)`, [`run_rows`] the slice.
 #[allow(clippy::too_many_arguments)]
-fn rows<'a>(
-    f: &'a [f32],
-    fs: usize,
-    b: Option<(&'a [u16], Option<Shared<'a>>)>,
+fn segments(
+    b: Option<(&[u16], Option<Shared<'_>>)>,
     frozen: usize,
     p0: usize,
     p1: usize,
     hd: usize,
-    buf: &'a mut Vec<f32>,
-) -> &'a [f32] {
-    let widen = |x: &u16| f32::from_bits(u32::from(*x) << 16);
-    match b {
-        Some((b, shared)) if p0 < frozen => {
-            let m = p1.min(frozen);
-            buf.clear();
-            match shared {
-                None => buf.extend(b[p0 * hd..m * hd].iter().map(widen)),
-                Some(s) if m == p1 && s.all(p0, p1) => return &s.rows[p0 * hd..p1 * hd],
-                Some(s) => {
-                    for p in p0..m {
-                        let row = p * hd..(p + 1) * hd;
-                        if s.has(p) {
-                            buf.extend_from_slice(&s.rows[row]);
-                        } else if b.is_empty() {
-                            buf.resize(buf.len() + hd, 0.0);
-                        } else {
-                            buf.extend(b[row].iter().map(widen));
-                        }
-                    }
-                }
-            }
-            if m < p1 {
-                buf.extend_from_slice(&f[(m - fs) * hd..(p1 - fs) * hd]);
-            }
-            buf
+    buf: &mut Vec<f32>,
+    runs: &mut Vec<(usize, usize, Source)>,
+) {
+    buf.clear();
+    runs.clear();
+    // Rows `p0..m` are below the copy's end, `m..p1` in the F32 storage.
+    let m = p1.min(frozen).max(p0);
+    let widen_into = |buf: &mut Vec<f32>, b: &[u16], a: usize, e: usize| {
+        let at = buf.len() / hd;
+        if b.is_empty() {
+            buf.resize(buf.len() + (e - a) * hd, 0.0);
+        } else {
+            buf.extend(
+                b[a * hd..e * hd]
+                    .iter()
+                    .map(|x| f32::from_bits(u32::from(*x) << 16)),
+            );
         }
-        _ => &f[(p0 - fs) * hd..(p1 - fs) * hd],
+        Source::Buffer(at)
+    };
+    match b {
+        Some((b, Some(s))) if p0 < m => {
+            let mut p = p0;
+            let first = s.own.partition_point(|r| r.end as usize <= p0);
+            for r in &s.own[first..] {
+                let (a, e) = ((r.start as usize).max(p0), (r.end as usize).min(m));
+                if a >= m {
+                    break;
+                }
+                if a > p {
+                    runs.push((p, a, Source::Base));
+                }
+                let src = widen_into(buf, b, a, e);
+                runs.push((a, e, src));
+                p = e;
+            }
+            if p < m {
+                runs.push((p, m, Source::Base));
+            }
+        }
+        Some((b, None)) if p0 < m => {
+            let src = widen_into(buf, b, p0, m);
+            runs.push((p0, m, src));
+        }
+        _ => {}
+    }
+    if m < p1 {
+        runs.push((m, p1, Source::Own));
+    }
+}
+
+/// The rows of a run of [`segments`].
+fn run_rows<'a>(
+    f: &'a [f32],
+    fs: usize,
+    b: Option<(&'a [u16], Option<Shared<'a>>)>,
+    buf: &'a [f32],
+    hd: usize,
+    (pa, pb, src): (usize, usize, Source),
+) -> &'a [f32] {
+    match (src, b) {
+        (Source::Own, _) => &f[(pa - fs) * hd..(pb - fs) * hd],
+        (Source::Base, Some((_, Some(s)))) => &s.rows[pa * hd..pb * hd],
+        (Source::Buffer(o), _) => &buf[o * hd..(o + pb - pa) * hd],
+        // `Base` runs come only from a shared base.
+        (Source::Base, _) => &[],
     }
 }
 
@@ -745,6 +947,48 @@ mod tests {
                 }
             };
             same(alone.clone(), on_base.clone(), None);
+            // A group of sequences (of different lengths, on a base and not)
+            // gives each sequence its own call's bits.
+            let mut seqs = [
+                alone.clone(),
+                on_base.clone(),
+                on_base_1.clone(),
+                on_foreign.clone(),
+            ];
+            for (j, kv) in seqs.iter_mut().enumerate() {
+                if j == 2 {
+                    kv.truncate(len - 40);
+                }
+                for layer in 0..2 {
+                    kv.append(layer, &kt, &kt).unwrap();
+                }
+            }
+            let mut sc = Vec::new();
+            for layer in 0..2 {
+                for h in 0..nkv {
+                    let items: Vec<GroupRows<'_>> = seqs
+                        .iter()
+                        .map(|kv| GroupRows {
+                            kv,
+                            n0: kv.len() + 1,
+                            t,
+                            q: &q,
+                        })
+                        .collect();
+                    let mut all = vec![f32::NAN; seqs.len() * t * rep * hd];
+                    attend_rows_head_group(&items, layer, h, rep, &mut sc, &mut all).unwrap();
+                    for (j, kv) in seqs.iter().enumerate() {
+                        let mut one = vec![f32::NAN; t * rep * hd];
+                        kv.attend_rows_head(layer, kv.len() + 1, t, &q, h, rep, &mut sc, &mut one)
+                            .unwrap();
+                        let got = &all[j * t * rep * hd..(j + 1) * t * rep * hd];
+                        assert!(
+                            one.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{mode:?}, sequence {j}, layer {layer}, head {h}"
+                        );
+                    }
+                }
+            }
             same(alone_1.clone(), on_base_1.clone(), None);
             same(alone_1.clone(), on_base_1.clone(), Some(len - 40));
             same(alone.clone(), on_foreign.clone(), None);

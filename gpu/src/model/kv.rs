@@ -88,6 +88,45 @@ pub(crate) struct SharedRows {
     pub(crate) base: KvBase,
     pub(crate) same_k: PresenceMask,
     pub(crate) same_v: PresenceMask,
+    /// Per (layer, head), at `layer · n_kv_heads + head`: the runs of tokens
+    /// whose K (V) is *not* the base's, in order — what the row kernels walk
+    /// instead of asking the masks row by row.
+    pub(crate) own_k: Vec<Vec<std::ops::Range<u32>>>,
+    pub(crate) own_v: Vec<Vec<std::ops::Range<u32>>>,
+}
+
+impl SharedRows {
+    /// Shares `base`'s rows marked in `same_k` / `same_v`.
+    pub(crate) fn new(base: KvBase, same_k: PresenceMask, same_v: PresenceMask) -> Self {
+        let runs = |same: &PresenceMask| -> Vec<Vec<std::ops::Range<u32>>> {
+            let (nl, nh, nt) = same.shape();
+            let mut out = Vec::with_capacity(nl * nh);
+            for l in 0..nl {
+                for h in 0..nh {
+                    let mut runs: Vec<std::ops::Range<u32>> = Vec::new();
+                    for t in 0..nt {
+                        if same.is_present(l, h, t) {
+                            continue;
+                        }
+                        let t = t as u32;
+                        match runs.last_mut() {
+                            Some(r) if r.end == t => r.end = t + 1,
+                            _ => runs.push(t..t + 1),
+                        }
+                    }
+                    out.push(runs);
+                }
+            }
+            out
+        };
+        SharedRows {
+            own_k: runs(&same_k),
+            own_v: runs(&same_v),
+            base,
+            same_k,
+            same_v,
+        }
+    }
 }
 
 /// The KV cache of one sequence.

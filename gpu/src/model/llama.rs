@@ -20,6 +20,7 @@ use candle_core::{DType, Device, Tensor, D};
 use rayon::prelude::*;
 
 use crate::error::{CandleContext, GpuError, Result};
+use crate::model::attend_rows::{attend_rows_head_group, GroupRows};
 use crate::model::config::LlamaConfig;
 use crate::model::gguf::GgufFile;
 use crate::model::kv::SeqKv;
@@ -421,41 +422,61 @@ impl Llama {
             }
             off += t;
         }
-        // Per (sequence, KV head): its rows' first row, count, cache. Each task
-        // runs the tiled multi-row kernel (bit for bit `SeqKv::attend_row` per
-        // row, see `attend_rows`), in parallel; the results are scattered into
-        // `out` by head afterwards.
+        // Tasks of (KV head, consecutive sequences with up to `GROUP_ROWS`
+        // rows together — one sequence if it has more): each runs the tiled
+        // multi-row kernel over its sequences at once (bit for bit
+        // `SeqKv::attend_row` per row, see `attend_rows`), which reads a tile
+        // of rows that the sequences share from a base once for all of them;
+        // in parallel, and the results are scattered into `out` by head.
+        const GROUP_ROWS: usize = 8;
         let rep = c.n_rep();
         let gw = rep * hd;
-        let mut tasks: Vec<(usize, usize, &SeqKv, usize)> = Vec::new();
+        let mut groups: Vec<Vec<(usize, GroupRows<'_>)>> = Vec::new();
+        let mut rows_in_last = GROUP_ROWS;
         let mut off = 0;
         for s in batch.iter() {
             let t = s.tokens.len();
             if t == 1 || rowwise {
-                tasks.extend((0..nkv).map(|h| (off, t, &*s.kv, h)));
+                if rows_in_last + t > GROUP_ROWS {
+                    groups.push(Vec::new());
+                    rows_in_last = 0;
+                }
+                rows_in_last += t;
+                if let Some(g) = groups.last_mut() {
+                    g.push((
+                        off,
+                        GroupRows {
+                            kv: &*s.kv,
+                            n0: s.kv.len() + 1,
+                            t,
+                            q: &qs[off * hs..(off + t) * hs],
+                        },
+                    ));
+                }
             }
             off += t;
         }
+        let tasks: Vec<(usize, usize)> = (0..groups.len())
+            .flat_map(|g| (0..nkv).map(move |h| (g, h)))
+            .collect();
         let parts: Vec<Vec<f32>> = tasks
             .par_iter()
-            .map_init(Vec::new, |scores, &(off, t, kv, h)| {
-                let mut o = vec![0f32; t * gw];
-                kv.attend_rows_head(
-                    layer,
-                    kv.len() + 1,
-                    t,
-                    &qs[off * hs..(off + t) * hs],
-                    h,
-                    rep,
-                    scores,
-                    &mut o,
-                )?;
+            .map_init(Vec::new, |scores, &(g, h)| {
+                let items: Vec<GroupRows<'_>> = groups[g].iter().map(|(_, r)| r.clone()).collect();
+                let rows: usize = items.iter().map(|r| r.t).sum();
+                let mut o = vec![0f32; rows * gw];
+                attend_rows_head_group(&items, layer, h, rep, scores, &mut o)?;
                 Ok(o)
             })
             .collect::<Result<_>>()?;
-        for (&(off, t, _, h), o) in tasks.iter().zip(&parts) {
-            for i in 0..t {
-                out[(off + i) * hs + h * gw..][..gw].copy_from_slice(&o[i * gw..(i + 1) * gw]);
+        for (&(g, h), o) in tasks.iter().zip(&parts) {
+            let mut at = 0;
+            for (off, r) in &groups[g] {
+                for i in 0..r.t {
+                    out[(off + i) * hs + h * gw..][..gw]
+                        .copy_from_slice(&o[(at + i) * gw..(at + i + 1) * gw]);
+                }
+                at += r.t;
             }
         }
         Tensor::from_vec(out, (n, hs), q.device()).ctx("attn rows")

@@ -149,13 +149,13 @@ pub struct PriorityFecArgs {
     /// Handoffs decoded together.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
-    /// Weight format of the decode-path matmuls (teacher-forced and
-    /// free-running rows): q8_cpu (the default: int8 weights against F32
-    /// activations) or q8_int (int8 weights against int8-quantized
-    /// activations, exact integer dot products with AVX-512 VNNI, else AVX2,
-    /// else scalar code, the same bits: ≈ 0.8–0.95× the grid's time on a VNNI
-    /// machine, quality figures within their noise but not q8_cpu's bits —
-    /// README). Recorded in settings.json when not the default.
+    /// Weight format of the decode-path matmuls (cue, teacher-forced and
+    /// free-running rows): q8_int (the default: int8 weights against
+    /// int8-quantized activations, exact integer dot products with AVX-512
+    /// VNNI, else AVX2, else scalar code, the same bits everywhere) or q8_cpu
+    /// (int8 weights against F32 activations, what runs before session 16
+    /// used: ≈ 1.25× the grid's time on this machine, quality figures within
+    /// their noise but not q8_int's bits — README). Recorded in settings.json.
     #[arg(long)]
     pub decode_weights: Option<String>,
     /// Score task quality with the direct computation (free-running decode of
@@ -656,6 +656,9 @@ struct Workload {
     tiny: bool,
 }
 
+/// The decode-path weight format when `--decode-weights` is not given.
+const DEFAULT_DECODE_WEIGHTS: &str = "q8_int";
+
 fn load_model(a: &PriorityFecArgs) -> Result<(LoadedModel, String)> {
     let device = parse_device("cpu")?;
     if a.tiny {
@@ -675,11 +678,12 @@ fn load_model(a: &PriorityFecArgs) -> Result<(LoadedModel, String)> {
     ))
 }
 
-/// The weight layout `--decode-weights` asks for (`None`: the device's).
+/// The weight layout `--decode-weights` asks for (default q8_int).
 fn decode_layout(a: &PriorityFecArgs) -> Result<Option<WeightLayout>> {
-    let Some(name) = &a.decode_weights else {
-        return Ok(None);
-    };
+    let name = a
+        .decode_weights
+        .as_deref()
+        .unwrap_or(DEFAULT_DECODE_WEIGHTS);
     match WeightFormat::parse(name) {
         Some(f @ (WeightFormat::Q8Cpu | WeightFormat::Q8Int)) => Ok(Some(WeightLayout {
             prefill: WeightFormat::F32,
@@ -855,13 +859,12 @@ fn run_settings(
             None => serde_json::Value::Null,
         },
     });
-    // Only when it is not the default, so runs from before the option (and
-    // `--decode-weights q8_cpu`, the default spelled out) resume as they were.
-    let default = WeightLayout::for_device(&parse_device("cpu")?).decode;
+    // Always recorded, with the arithmetic of the quality path: runs from
+    // before the cue ran as decode rows (and q8_int became the default) had
+    // other bits, and must not be resumed by this code.
     if let (Some(layout), Some(o)) = (decode_layout(a)?, settings.as_object_mut()) {
-        if layout.decode != default {
-            o.insert("decode_weights".into(), layout.decode.name().into());
-        }
+        o.insert("decode_weights".into(), layout.decode.name().into());
+        o.insert("cue".into(), "decode-rows".into());
     }
     Ok(settings)
 }
