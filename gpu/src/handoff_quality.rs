@@ -39,17 +39,17 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::Instant;
 
-use candle_core::{DType, Device, D};
+use candle_core::Device;
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::backend::RealBackend;
 use crate::engine::{BatchEngine, EngineConfig, Request};
-use crate::error::{CandleContext, GpuError, Result};
+use crate::error::{GpuError, Result};
 use crate::kv_transfer::{assemble, BlockBytes, KvBlock, MissingRows};
 use crate::model::config::{KvDtype, LlamaConfig};
 use crate::model::kv::{KvBase, SeqKv};
-use crate::model::llama::{Llama, Phase, SeqInput};
+use crate::model::llama::{argmax_rows, Llama, Phase, SeqInput};
 use crate::tokenizer::Tokenizer;
 
 /// What arrived of one BF16 transport block (module docs).
@@ -369,14 +369,6 @@ pub struct QualityEvaluator {
     stats: EvalStats,
     /// Rows equal to this base are read from it ([`QualityEvaluator::set_base`]).
     base: Option<KvBase>,
-}
-
-fn argmax_rows(logits: &candle_core::Tensor, what: &str) -> Result<Vec<u32>> {
-    logits
-        .argmax(D::Minus1)
-        .and_then(|t| t.to_dtype(DType::U32))
-        .and_then(|t| t.to_vec1::<u32>())
-        .ctx(what)
 }
 
 impl QualityEvaluator {

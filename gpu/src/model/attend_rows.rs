@@ -277,42 +277,32 @@ pub(crate) fn attend_rows_head_group(
     }
     scores.clear();
     scores.resize(sa, 0.0);
-    let pmax = views.iter().map(|v| v.nmax).max().unwrap_or(0);
     let mut tile = Vec::with_capacity(TILE * hd);
     let mut segs = Vec::new();
     fn qrow<'a>(v: &HeadView<'a>, i: usize, r: usize, rep: usize) -> &'a [f32] {
         &v.qs[i * v.hs + (v.h * rep + r) * 64..][..64]
     }
-    for p0 in (0..pmax).step_by(TILE) {
-        for (v, &sa) in views.iter().zip(&score_at) {
-            if p0 >= v.nmax {
-                continue;
-            }
-            let p1 = (p0 + TILE).min(v.nmax);
-            segments(v.kb, v.frozen, p0, p1, hd, &mut tile, &mut segs);
-            for &run in &segs {
-                let (pa, pb, _) = run;
-                let kt = run_rows(v.kh, v.fs, v.kb, &tile, hd, run);
-                for i in 0..v.t {
-                    let pe = pb.min(v.n0 + i);
-                    if pe <= pa {
-                        continue;
-                    }
-                    for r in 0..rep {
-                        let s = &mut scores[sa + (i * rep + r) * v.nmax..][pa..pe];
-                        // SAFETY: AVX2 and FMA were detected (`head_view`);
-                        // head dim 64, `kt` holds rows `pa..pb` ⊇ `pa..pe`.
-                        unsafe { scores64_avx2(qrow(v, i, r, rep), &kt[..(pe - pa) * hd], s) };
-                        if let Some(b) = v.bh {
-                            for (x, bb) in s.iter_mut().zip(&b[pa..pe]) {
-                                *x += bb;
-                            }
-                        }
+    for_each_run(
+        &views,
+        true,
+        hd,
+        &mut tile,
+        &mut segs,
+        |j, i, pa, pe, kt| {
+            let v = &views[j];
+            for r in 0..rep {
+                let s = &mut scores[score_at[j] + (i * rep + r) * v.nmax..][pa..pe];
+                // SAFETY: AVX2 and FMA were detected (`head_view`); head dim 64,
+                // `kt` holds rows `pa..pe`.
+                unsafe { scores64_avx2(qrow(v, i, r, rep), kt, s) };
+                if let Some(b) = v.bh {
+                    for (x, bb) in s.iter_mut().zip(&b[pa..pe]) {
+                        *x += bb;
                     }
                 }
             }
-        }
-    }
+        },
+    );
     // Softmax numerators per row, in key order as `attend_row`.
     for (v, &sa) in views.iter().zip(&score_at) {
         for i in 0..v.t {
@@ -331,32 +321,23 @@ pub(crate) fn attend_rows_head_group(
     // the FMAs instead of on its own.
     let mut sums = vec![0f32; total * rep];
     out.fill(0.0);
-    for p0 in (0..pmax).step_by(TILE) {
-        for ((v, &sa), &oa) in views.iter().zip(&score_at).zip(&out_at) {
-            if p0 >= v.nmax {
-                continue;
+    for_each_run(
+        &views,
+        false,
+        hd,
+        &mut tile,
+        &mut segs,
+        |j, i, pa, pe, vt| {
+            let (v, oa) = (&views[j], out_at[j]);
+            for r in 0..rep {
+                let w = &scores[score_at[j] + (i * rep + r) * v.nmax..][pa..pe];
+                let o = &mut out[oa + (i * rep + r) * hd..][..hd];
+                let sum = &mut sums[oa / hd + i * rep + r];
+                // SAFETY: as above; `o` is 64 long, `vt` holds rows `pa..pe`.
+                unsafe { weighted_sum64_acc_avx2(o, w, vt, sum) };
             }
-            let p1 = (p0 + TILE).min(v.nmax);
-            segments(v.vb, v.frozen, p0, p1, hd, &mut tile, &mut segs);
-            for &run in &segs {
-                let (pa, pb, _) = run;
-                let vt = run_rows(v.vh, v.fs, v.vb, &tile, hd, run);
-                for i in 0..v.t {
-                    let pe = pb.min(v.n0 + i);
-                    if pe <= pa {
-                        continue;
-                    }
-                    for r in 0..rep {
-                        let w = &scores[sa + (i * rep + r) * v.nmax..][pa..pe];
-                        let o = &mut out[oa + (i * rep + r) * hd..][..hd];
-                        let sum = &mut sums[oa / hd + i * rep + r];
-                        // SAFETY: as above; `o` is 64 long, `vt` holds rows `pa..pe`.
-                        unsafe { weighted_sum64_acc_avx2(o, w, &vt[..(pe - pa) * hd], sum) };
-                    }
-                }
-            }
-        }
-    }
+        },
+    );
     for (o, s) in out.chunks_exact_mut(hd).zip(&sums) {
         let inv = 1.0 / s;
         for x in o.iter_mut() {
@@ -364,6 +345,41 @@ pub(crate) fn attend_rows_head_group(
         }
     }
     Ok(())
+}
+
+/// Walks the keys (`keys`) or values of every view tile by tile — each view
+/// uses a tile before the next is read — and within a tile run by run
+/// ([`segments`]): `f(view, row, pa, pe, rows)` for every query row `row` of
+/// view `view` that sees keys `pa..pe` of the run, `rows` their 64-wide rows.
+fn for_each_run(
+    views: &[HeadView<'_>],
+    keys: bool,
+    hd: usize,
+    tile: &mut Vec<f32>,
+    segs: &mut Vec<(usize, usize, Source)>,
+    mut f: impl FnMut(usize, usize, usize, usize, &[f32]),
+) {
+    let pmax = views.iter().map(|v| v.nmax).max().unwrap_or(0);
+    for p0 in (0..pmax).step_by(TILE) {
+        for (j, v) in views.iter().enumerate() {
+            if p0 >= v.nmax {
+                continue;
+            }
+            let p1 = (p0 + TILE).min(v.nmax);
+            let (own, copy) = if keys { (v.kh, v.kb) } else { (v.vh, v.vb) };
+            segments(copy, v.frozen, p0, p1, hd, tile, segs);
+            for &run in segs.iter() {
+                let (pa, pb, _) = run;
+                let rows = run_rows(own, v.fs, copy, tile, hd, run);
+                for i in 0..v.t {
+                    let pe = pb.min(v.n0 + i);
+                    if pe > pa {
+                        f(j, i, pa, pe, &rows[..(pe - pa) * hd]);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The largest of `s` (−∞ if empty), NaNs skipped as `f32::max` skips them.

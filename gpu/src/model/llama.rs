@@ -542,22 +542,12 @@ impl Llama {
 
     /// Greedy next token (argmax of the logits) of every sequence.
     pub fn greedy(&self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Vec<u32>> {
-        let logits = self.forward(batch, phase)?;
-        logits
-            .argmax(D::Minus1)
-            .and_then(|t| t.to_dtype(DType::U32))
-            .and_then(|t| t.to_vec1::<u32>())
-            .ctx("argmax")
+        argmax_rows(&self.forward(batch, phase)?, "argmax")
     }
 
     /// Greedy next token of every row [`Llama::forward_as_decode_from`] returns.
     pub fn greedy_as_decode(&self, batch: &mut [SeqInput<'_>], from: &[usize]) -> Result<Vec<u32>> {
-        let logits = self.forward_as_decode_from(batch, from)?;
-        logits
-            .argmax(D::Minus1)
-            .and_then(|t| t.to_dtype(DType::U32))
-            .and_then(|t| t.to_vec1::<u32>())
-            .ctx("argmax")
+        argmax_rows(&self.forward_as_decode_from(batch, from)?, "argmax")
     }
 
     /// Prefills `prompt` into a fresh cache and greedily decodes `n` tokens alone
@@ -663,6 +653,16 @@ fn batched_decode_attention(
 /// `(n_kv_heads, t, head_dim)`. One row (every decode step, per layer and
 /// sequence) is already in that order: a view, no copy; several rows are a
 /// transposed copy.
+/// The argmax of every row of `logits` `(rows, vocab)`; `what` names the
+/// step in an error.
+pub(crate) fn argmax_rows(logits: &Tensor, what: &str) -> Result<Vec<u32>> {
+    logits
+        .argmax(D::Minus1)
+        .and_then(|t| t.to_dtype(DType::U32))
+        .and_then(|t| t.to_vec1::<u32>())
+        .ctx(what)
+}
+
 fn append_new_rows(
     kv: &mut SeqKv,
     layer: usize,
