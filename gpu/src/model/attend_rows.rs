@@ -27,11 +27,7 @@ use crate::model::kv::{cpu_f32, exp_shifted, has_avx2_fma, SeqKv};
 const TILE: usize = 64;
 
 impl SeqKv {
-    /// Attention of KV head `h`'s query heads for `t` consecutive rows: row `i`
-    /// attends to `layer`'s first `n0 + i` tokens (its own, freshly appended,
-    /// row last), as [`SeqKv::attend_row`] with `n = n0 + i`. `q` holds the `t`
-    /// rows of all `n_kv_heads · rep` heads (scaled and rotated); `out`
-    /// receives, per row, the `rep` heads of KV head `h`: `(t, rep, head_dim)`.
+    /// [`attend_rows_head_group`] of this one sequence (the tests' entry).
     #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attend_rows_head(
@@ -56,7 +52,7 @@ impl SeqKv {
     }
 
     /// Checks the shape of rows `n0 − 1 .. n0 + t − 1` of KV head `h` of
-    /// `layer` (see [`SeqKv::attend_rows_head`]).
+    /// `layer` (see [`attend_rows_head_group`]).
     fn check_rows(
         &self,
         layer: usize,
@@ -188,7 +184,7 @@ pub(crate) struct GroupRows<'a> {
     /// Row `i` attends to the first `n0 + i` tokens.
     pub(crate) n0: usize,
     pub(crate) t: usize,
-    /// `t` rows of every query head, as [`SeqKv::attend_rows_head`] takes them.
+    /// `t` rows of all `n_kv_heads · rep` query heads (scaled and rotated).
     pub(crate) q: &'a [f32],
 }
 
@@ -209,9 +205,12 @@ struct HeadView<'s> {
     h: usize,
 }
 
-/// [`SeqKv::attend_rows_head`] for several sequences' rows at once: each
-/// sequence's outputs are bit for bit those of its own call, written one
-/// after the other into `out` (`(Σ t, rep, head_dim)`). Tile by tile, every
+/// Attention of KV head `h`'s query heads for `t` consecutive rows of each of
+/// several sequences: row `i` of a sequence attends to `layer`'s first
+/// `n0 + i` tokens (its own, freshly appended, row last), as
+/// [`SeqKv::attend_row`] with `n = n0 + i`. `out` receives, per row, the `rep`
+/// heads of KV head `h`, sequence after sequence: `(Σ t, rep, head_dim)`. Each
+/// sequence's outputs are bit for bit those of a group of it alone. Tile by tile, every
 /// sequence uses a tile of keys (values) before the next tile is read, so
 /// caches that share a base's rows ([`crate::model::kv::SharedRows`]) — a
 /// decode step's handoffs of one context — read each shared tile from

@@ -24,7 +24,10 @@
 //! those rows from the base — a 64-row tile of them where it lies, without
 //! widening or copying — and so a batch of such caches reads one context's
 //! rows, mostly from the CPU's caches, instead of each its own copy from
-//! memory. The same values, so the same bits.
+//! memory. The same values, so the same bits. Such a rebuild can be lazy: its
+//! F32 storage then starts at the end of the context ([`SeqKv::f32_start`]),
+//! its copy holds only the rows that differ from the base, and the few paths
+//! that read F32 rows inside the context materialize them first.
 
 use std::sync::Arc;
 
