@@ -49,7 +49,7 @@ use crate::error::{GpuError, Result};
 use crate::kv_transfer::{assemble, BlockBytes, KvBlock, MissingRows};
 use crate::model::config::{KvDtype, LlamaConfig};
 use crate::model::kv::{KvBase, SeqKv};
-use crate::model::llama::{argmax_rows, Llama, Phase, SeqInput};
+use crate::model::llama::{argmax_rows, Llama, SeqInput};
 use crate::tokenizer::Tokenizer;
 
 /// What arrived of one BF16 transport block (module docs).
@@ -481,10 +481,25 @@ impl QualityEvaluator {
         Ok(kvs)
     }
 
-    fn forward(&mut self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Vec<u32>> {
+    /// Runs `batch` as decode rows (one decode step per sequence when each
+    /// has one token) and returns the argmax of the rows from `from[s]` on in
+    /// each sequence `s` ([`Llama::forward_as_decode_from`]; `None`: its last
+    /// row), counting the call and its rows.
+    fn forward(&mut self, batch: &mut [SeqInput<'_>], from: Option<&[usize]>) -> Result<Vec<u32>> {
         self.stats.forward_calls += 1;
         self.stats.forward_rows += batch.iter().map(|s| s.tokens.len() as u64).sum::<u64>();
-        let logits = self.model().forward(batch, phase)?;
+        let last: Vec<usize>;
+        let from = match from {
+            Some(f) => f,
+            None => {
+                last = batch
+                    .iter()
+                    .map(|s| s.tokens.len().saturating_sub(1))
+                    .collect();
+                &last
+            }
+        };
+        let logits = self.model().forward_as_decode_from(batch, from)?;
         argmax_rows(&logits, "argmax")
     }
 
@@ -587,12 +602,8 @@ impl QualityEvaluator {
             .zip(&inputs)
             .map(|(kv, tokens)| SeqInput { tokens, kv })
             .collect();
-        let rows: u64 = inputs.iter().map(|t| t.len() as u64).sum();
-        self.stats.forward_calls += 1;
-        self.stats.forward_rows += rows;
-        self.stats.forced_rows += rows;
-        let logits = self.model().forward_as_decode_from(&mut batch, &from)?;
-        let argmax = argmax_rows(&logits, "teacher-forced argmax")?;
+        self.stats.forced_rows += inputs.iter().map(|t| t.len() as u64).sum::<u64>();
+        let argmax = self.forward(&mut batch, Some(&from))?;
         let mut out = Vec::with_capacity(cases.len());
         let mut at = 0;
         for (t, f) in inputs.iter().zip(&from) {
@@ -665,7 +676,7 @@ impl QualityEvaluator {
                     next += 1;
                 }
             }
-            let out = self.forward(&mut batch, Phase::Decode)?;
+            let out = self.forward(&mut batch, None)?;
             self.stats.free_tokens += out.len() as u64;
             for (&i, t) in active.iter().zip(out) {
                 tokens[i].push(t);
@@ -738,16 +749,8 @@ impl QualityEvaluator {
                 active.push(i);
                 batch.push(SeqInput { tokens, kv });
             }
-            let argmax = if step == 0 {
-                // The cue as decode rows, as the engine runs it here.
-                let from: Vec<usize> = batch.iter().map(|s| s.tokens.len() - 1).collect();
-                self.stats.forward_calls += 1;
-                self.stats.forward_rows += batch.iter().map(|s| s.tokens.len() as u64).sum::<u64>();
-                let logits = self.model().forward_as_decode_from(&mut batch, &from)?;
-                argmax_rows(&logits, "cue argmax")?
-            } else {
-                self.forward(&mut batch, Phase::Decode)?
-            };
+            // Step 0 runs the cue as decode rows, as the engine runs it here.
+            let argmax = self.forward(&mut batch, None)?;
             for (&i, &a) in active.iter().zip(&argmax) {
                 if a == references[i][step] {
                     hits[i] += 1;

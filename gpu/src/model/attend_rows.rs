@@ -178,7 +178,6 @@ struct LayerLocks<'a, G> {
 }
 
 /// One sequence's rows in [`attend_rows_head_group`].
-#[derive(Clone)]
 pub(crate) struct GroupRows<'a> {
     pub(crate) kv: &'a SeqKv,
     /// Row `i` attends to the first `n0 + i` tokens.
@@ -350,12 +349,12 @@ pub(crate) fn attend_rows_head_group(
 /// uses a tile before the next is read — and within a tile run by run
 /// ([`segments`]): `f(view, row, pa, pe, rows)` for every query row `row` of
 /// view `view` that sees keys `pa..pe` of the run, `rows` their 64-wide rows.
-fn for_each_run(
-    views: &[HeadView<'_>],
+fn for_each_run<'a>(
+    views: &[HeadView<'a>],
     keys: bool,
     hd: usize,
     tile: &mut Vec<f32>,
-    segs: &mut Vec<(usize, usize, Source)>,
+    segs: &mut Vec<(usize, usize, Run<'a>)>,
     mut f: impl FnMut(usize, usize, usize, usize, &[f32]),
 ) {
     let pmax = views.iter().map(|v| v.nmax).max().unwrap_or(0);
@@ -366,10 +365,12 @@ fn for_each_run(
             }
             let p1 = (p0 + TILE).min(v.nmax);
             let (own, copy) = if keys { (v.kh, v.kb) } else { (v.vh, v.vb) };
-            segments(copy, v.frozen, p0, p1, hd, tile, segs);
-            for &run in segs.iter() {
-                let (pa, pb, _) = run;
-                let rows = run_rows(own, v.fs, copy, tile, hd, run);
+            segments(own, v.fs, copy, v.frozen, p0, p1, hd, tile, segs);
+            for &(pa, pb, run) in segs.iter() {
+                let rows = match run {
+                    Run::Rows(r) => r,
+                    Run::Buffer(o) => &tile[o * hd..(o + pb - pa) * hd],
+                };
                 for i in 0..v.t {
                     let pe = pb.min(v.n0 + i);
                     if pe > pa {
@@ -422,17 +423,15 @@ struct Shared<'a> {
 
 /// Where a run of a tile's rows is read from ([`segments`]).
 #[derive(Clone, Copy)]
-enum Source {
-    /// The F32 storage.
-    Own,
-    /// The shared base, where it lies.
-    Base,
+enum Run<'a> {
+    /// Where they lie: the F32 storage or the shared base.
+    Rows(&'a [f32]),
     /// Widened (or zero) rows in the tile buffer, from this row of it.
     Buffer(usize),
 }
 
 /// Rows `p0..p1` of one head's keys or values (`hd` wide) as runs of
-/// consecutive rows, each a slice where it can be read: straight from the F32
+/// consecutive rows, each read where it can be: straight from the F32
 /// storage `f` (whose row `r` is token `fs + r`); for the rows below
 /// `frozen`, converted from the BF16 copy `b` into `buf` (exact: those F32
 /// values are BF16 numbers), so they are read from memory at two bytes an
@@ -440,16 +439,18 @@ enum Source {
 /// they lie in the base (the same values) — which a group of handoffs of one
 /// context shares, so each is read from memory once for all of them. An
 /// empty `b` (a sparse copy's layer with no own row) reads as zeros.
-/// `runs` receives `(first row, end row, source)`, [`run_rows`] the slice.
+/// `runs` receives `(first row, end row, run)`.
 #[allow(clippy::too_many_arguments)]
-fn segments(
-    b: Option<(&[u16], Option<Shared<'_>>)>,
+fn segments<'a>(
+    f: &'a [f32],
+    fs: usize,
+    b: Option<(&'a [u16], Option<Shared<'a>>)>,
     frozen: usize,
     p0: usize,
     p1: usize,
     hd: usize,
     buf: &mut Vec<f32>,
-    runs: &mut Vec<(usize, usize, Source)>,
+    runs: &mut Vec<(usize, usize, Run<'a>)>,
 ) {
     buf.clear();
     runs.clear();
@@ -466,7 +467,7 @@ fn segments(
                     .map(|x| f32::from_bits(u32::from(*x) << 16)),
             );
         }
-        Source::Buffer(at)
+        Run::Buffer(at)
     };
     match b {
         Some((b, Some(s))) if p0 < m => {
@@ -478,42 +479,20 @@ fn segments(
                     break;
                 }
                 if a > p {
-                    runs.push((p, a, Source::Base));
+                    runs.push((p, a, Run::Rows(&s.rows[p * hd..a * hd])));
                 }
-                let src = widen_into(buf, b, a, e);
-                runs.push((a, e, src));
+                runs.push((a, e, widen_into(buf, b, a, e)));
                 p = e;
             }
             if p < m {
-                runs.push((p, m, Source::Base));
+                runs.push((p, m, Run::Rows(&s.rows[p * hd..m * hd])));
             }
         }
-        Some((b, None)) if p0 < m => {
-            let src = widen_into(buf, b, p0, m);
-            runs.push((p0, m, src));
-        }
+        Some((b, None)) if p0 < m => runs.push((p0, m, widen_into(buf, b, p0, m))),
         _ => {}
     }
     if m < p1 {
-        runs.push((m, p1, Source::Own));
-    }
-}
-
-/// The rows of a run of [`segments`].
-fn run_rows<'a>(
-    f: &'a [f32],
-    fs: usize,
-    b: Option<(&'a [u16], Option<Shared<'a>>)>,
-    buf: &'a [f32],
-    hd: usize,
-    (pa, pb, src): (usize, usize, Source),
-) -> &'a [f32] {
-    match (src, b) {
-        (Source::Own, _) => &f[(pa - fs) * hd..(pb - fs) * hd],
-        (Source::Base, Some((_, Some(s)))) => &s.rows[pa * hd..pb * hd],
-        (Source::Buffer(o), _) => &buf[o * hd..(o + pb - pa) * hd],
-        // `Base` runs come only from a shared base.
-        (Source::Base, _) => &[],
+        runs.push((m, p1, Run::Rows(&f[(m - fs) * hd..(p1 - fs) * hd])));
     }
 }
 

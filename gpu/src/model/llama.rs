@@ -431,28 +431,29 @@ impl Llama {
         const GROUP_ROWS: usize = 8;
         let rep = c.n_rep();
         let gw = rep * hd;
-        let mut groups: Vec<Vec<(usize, GroupRows<'_>)>> = Vec::new();
-        let mut rows_in_last = GROUP_ROWS;
+        // Each sequence's rows and the row its output starts at, in batch
+        // order; groups are ranges of them (and their row counts).
+        let mut rows: Vec<GroupRows<'_>> = Vec::new();
+        let mut starts: Vec<usize> = Vec::new();
+        let mut groups: Vec<(std::ops::Range<usize>, usize)> = Vec::new();
         let mut off = 0;
         for s in batch.iter() {
             let t = s.tokens.len();
             if t == 1 || rowwise {
-                if rows_in_last + t > GROUP_ROWS {
-                    groups.push(Vec::new());
-                    rows_in_last = 0;
+                match groups.last_mut() {
+                    Some((g, n)) if *n + t <= GROUP_ROWS => {
+                        g.end += 1;
+                        *n += t;
+                    }
+                    _ => groups.push((rows.len()..rows.len() + 1, t)),
                 }
-                rows_in_last += t;
-                if let Some(g) = groups.last_mut() {
-                    g.push((
-                        off,
-                        GroupRows {
-                            kv: &*s.kv,
-                            n0: s.kv.len() + 1,
-                            t,
-                            q: &qs[off * hs..(off + t) * hs],
-                        },
-                    ));
-                }
+                starts.push(off);
+                rows.push(GroupRows {
+                    kv: &*s.kv,
+                    n0: s.kv.len() + 1,
+                    t,
+                    q: &qs[off * hs..(off + t) * hs],
+                });
             }
             off += t;
         }
@@ -462,16 +463,16 @@ impl Llama {
         let parts: Vec<Vec<f32>> = tasks
             .par_iter()
             .map_init(Vec::new, |scores, &(g, h)| {
-                let items: Vec<GroupRows<'_>> = groups[g].iter().map(|(_, r)| r.clone()).collect();
-                let rows: usize = items.iter().map(|r| r.t).sum();
-                let mut o = vec![0f32; rows * gw];
-                attend_rows_head_group(&items, layer, h, rep, scores, &mut o)?;
+                let (range, n) = &groups[g];
+                let mut o = vec![0f32; n * gw];
+                attend_rows_head_group(&rows[range.clone()], layer, h, rep, scores, &mut o)?;
                 Ok(o)
             })
             .collect::<Result<_>>()?;
         for (&(g, h), o) in tasks.iter().zip(&parts) {
             let mut at = 0;
-            for (off, r) in &groups[g] {
+            let range = groups[g].0.clone();
+            for (off, r) in starts[range.clone()].iter().zip(&rows[range]) {
                 for i in 0..r.t {
                     out[(off + i) * hs + h * gw..][..gw]
                         .copy_from_slice(&o[(at + i) * gw..(at + i + 1) * gw]);

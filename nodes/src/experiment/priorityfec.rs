@@ -663,7 +663,7 @@ fn load_model(a: &PriorityFecArgs) -> Result<(LoadedModel, String)> {
     let device = parse_device("cpu")?;
     if a.tiny {
         return Ok((
-            load_tiny(7, &device, decode_layout(a)?).context("building the tiny model")?,
+            load_tiny(7, &device, Some(decode_layout(a)?)).context("building the tiny model")?,
             "tiny-random-llama".to_string(),
         ));
     }
@@ -673,22 +673,22 @@ fn load_model(a: &PriorityFecArgs) -> Result<(LoadedModel, String)> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     Ok((
-        load(&path, &device, decode_layout(a)?).context("loading the model")?,
+        load(&path, &device, Some(decode_layout(a)?)).context("loading the model")?,
         name,
     ))
 }
 
 /// The weight layout `--decode-weights` asks for (default q8_int).
-fn decode_layout(a: &PriorityFecArgs) -> Result<Option<WeightLayout>> {
+fn decode_layout(a: &PriorityFecArgs) -> Result<WeightLayout> {
     let name = a
         .decode_weights
         .as_deref()
         .unwrap_or(DEFAULT_DECODE_WEIGHTS);
     match WeightFormat::parse(name) {
-        Some(f @ (WeightFormat::Q8Cpu | WeightFormat::Q8Int)) => Ok(Some(WeightLayout {
+        Some(f @ (WeightFormat::Q8Cpu | WeightFormat::Q8Int)) => Ok(WeightLayout {
             prefill: WeightFormat::F32,
             decode: f,
-        })),
+        }),
         _ => bail!("--decode-weights {name:?}: expected q8_cpu or q8_int"),
     }
 }
@@ -862,7 +862,8 @@ fn run_settings(
     // Always recorded, with the arithmetic of the quality path: runs from
     // before the cue ran as decode rows (and q8_int became the default) had
     // other bits, and must not be resumed by this code.
-    if let (Some(layout), Some(o)) = (decode_layout(a)?, settings.as_object_mut()) {
+    let layout = decode_layout(a)?;
+    if let Some(o) = settings.as_object_mut() {
         o.insert("decode_weights".into(), layout.decode.name().into());
         o.insert("cue".into(), "decode-rows".into());
     }
