@@ -439,7 +439,10 @@ pub(crate) fn assemble<'a>(
                         }
                         if row[..] == br[m..m + hd] {
                             same.set(b.layer, h, b.start + t, true);
-                        } else {
+                        } else if !mr.is_empty() || row.iter().any(|&x| x != 0) {
+                            // An all-zero row is what an empty (or fresh)
+                            // copy already reads as: a layer whose own rows
+                            // are all lost is never allocated.
                             if mr.is_empty() {
                                 mr.resize(copy_len, 0);
                             }
@@ -521,9 +524,9 @@ pub(crate) fn assemble<'a>(
     }
     let bf16 = match (mk, mv) {
         (Some(k), Some(v)) => Some(Bf16Prefix {
-            shared: base
-                .zip(same)
-                .map(|(b, (same_k, same_v))| SharedRows::new(b.clone(), same_k, same_v)),
+            shared: base.zip(same).map(|(b, (same_k, same_v))| {
+                SharedRows::new(b.clone(), same_k, same_v, &k, &v, hd)
+            }),
             tokens: n_tokens,
             valid: n_tokens,
             sparse: lazy,

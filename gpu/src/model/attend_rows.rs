@@ -17,11 +17,17 @@
 //! `kv::exp_shifted`: libm's bits, four lanes at a time), and each
 //! output element is the same chain `acc = fma(w[p], v[p], acc)` for
 //! `p = 0, 1, …` — only held in memory between tiles, which rounds nothing.
+//! Rows known to be all +0 (a zero-fill rebuild's lost rows, marked when the
+//! cache is rebuilt on a base) are not read: a +0 key's score is the +0 that
+//! chain gives for any finite query, and a +0 value leaves every
+//! `fma(w, +0, acc)` at `acc` for a finite `w`; only the sum of numerators
+//! still adds their `w` in key order. (A query or weight that is not finite
+//! computes with a tile of +0 rows instead.)
 //! The unit test compares with `attend_row` bit for bit. Without AVX2+FMA, or
 //! for a head dimension other than 64, each row goes through `attend_row`.
 
 use crate::error::{GpuError, Result};
-use crate::model::kv::{cpu_f32, exp_shifted, has_avx2_fma, SeqKv};
+use crate::model::kv::{cpu_f32, exp_shifted, has_avx2_fma, OwnRun, SeqKv};
 
 /// Keys (and values) per tile.
 const TILE: usize = 64;
@@ -115,7 +121,7 @@ impl SeqKv {
                 let at = h * p.tokens * hd;
                 // A sparse copy's layer without own rows is empty (zeros).
                 let own = |c: &'s [u16]| if c.is_empty() { c } else { &c[at..][..f * hd] };
-                let shared = |rows: &'s [f32], own: &'s [Vec<std::ops::Range<u32>>]| Shared {
+                let shared = |rows: &'s [f32], own: &'s [Vec<OwnRun>]| Shared {
                     rows: &rows[at..][..f * hd],
                     own: &own[layer * nkv + h],
                 };
@@ -290,9 +296,17 @@ pub(crate) fn attend_rows_head_group(
             let v = &views[j];
             for r in 0..rep {
                 let s = &mut scores[score_at[j] + (i * rep + r) * v.nmax..][pa..pe];
-                // SAFETY: AVX2 and FMA were detected (`head_view`); head dim 64,
-                // `kt` holds rows `pa..pe`.
-                unsafe { scores64_avx2(qrow(v, i, r, rep), kt, s) };
+                let q = qrow(v, i, r, rep);
+                match kt {
+                    // SAFETY: AVX2 and FMA were detected (`head_view`); head
+                    // dim 64, `kt` holds rows `pa..pe`.
+                    Some(kt) => unsafe { scores64_avx2(q, kt, s) },
+                    // +0 keys: each FMA chain of the dot stays +0 for a
+                    // finite query, so the score is the +0 `s` holds.
+                    None if q.iter().all(|x| x.is_finite()) => {}
+                    // SAFETY: as above; `ZERO_ROWS` holds a tile of rows.
+                    None => unsafe { scores64_avx2(q, &ZERO_ROWS[..s.len() * 64], s) },
+                }
                 if let Some(b) = v.bh {
                     for (x, bb) in s.iter_mut().zip(&b[pa..pe]) {
                         *x += bb;
@@ -331,8 +345,23 @@ pub(crate) fn attend_rows_head_group(
                 let w = &scores[score_at[j] + (i * rep + r) * v.nmax..][pa..pe];
                 let o = &mut out[oa + (i * rep + r) * hd..][..hd];
                 let sum = &mut sums[oa / hd + i * rep + r];
-                // SAFETY: as above; `o` is 64 long, `vt` holds rows `pa..pe`.
-                unsafe { weighted_sum64_acc_avx2(o, w, vt, sum) };
+                match vt {
+                    // SAFETY: as above; `o` is 64 long, `vt` holds rows `pa..pe`.
+                    Some(vt) => unsafe { weighted_sum64_acc_avx2(o, w, vt, sum) },
+                    // +0 values: `fma(w, +0, o)` is `o` for a finite `w`
+                    // (but for `o` = −0, which a chain from +0 reaches only by
+                    // rounding a negative sum below the smallest subnormal),
+                    // so only the numerators' sum moves.
+                    None if w.iter().all(|a| a.is_finite()) => {
+                        for &a in w {
+                            *sum += a;
+                        }
+                    }
+                    // SAFETY: as above; `ZERO_ROWS` holds a tile of rows.
+                    None => unsafe {
+                        weighted_sum64_acc_avx2(o, w, &ZERO_ROWS[..w.len() * 64], sum)
+                    },
+                }
             }
         },
     );
@@ -348,14 +377,15 @@ pub(crate) fn attend_rows_head_group(
 /// Walks the keys (`keys`) or values of every view tile by tile — each view
 /// uses a tile before the next is read — and within a tile run by run
 /// ([`segments`]): `f(view, row, pa, pe, rows)` for every query row `row` of
-/// view `view` that sees keys `pa..pe` of the run, `rows` their 64-wide rows.
+/// view `view` that sees keys `pa..pe` of the run, `rows` their 64-wide rows
+/// (`None`: rows that are all +0, not read).
 fn for_each_run<'a>(
     views: &[HeadView<'a>],
     keys: bool,
     hd: usize,
     tile: &mut Vec<f32>,
     segs: &mut Vec<(usize, usize, Run<'a>)>,
-    mut f: impl FnMut(usize, usize, usize, usize, &[f32]),
+    mut f: impl FnMut(usize, usize, usize, usize, Option<&[f32]>),
 ) {
     let pmax = views.iter().map(|v| v.nmax).max().unwrap_or(0);
     for p0 in (0..pmax).step_by(TILE) {
@@ -368,13 +398,14 @@ fn for_each_run<'a>(
             segments(own, v.fs, copy, v.frozen, p0, p1, hd, tile, segs);
             for &(pa, pb, run) in segs.iter() {
                 let rows = match run {
-                    Run::Rows(r) => r,
-                    Run::Buffer(o) => &tile[o * hd..(o + pb - pa) * hd],
+                    Run::Rows(r) => Some(r),
+                    Run::Buffer(o) => Some(&tile[o * hd..(o + pb - pa) * hd]),
+                    Run::Zero => None,
                 };
                 for i in 0..v.t {
                     let pe = pb.min(v.n0 + i);
                     if pe > pa {
-                        f(j, i, pa, pe, &rows[..(pe - pa) * hd]);
+                        f(j, i, pa, pe, rows.map(|r| &r[..(pe - pa) * hd]));
                     }
                 }
             }
@@ -418,7 +449,7 @@ unsafe fn max_avx2(s: &[f32]) -> f32 {
 struct Shared<'a> {
     rows: &'a [f32],
     /// The runs of rows that are not the base's, in order.
-    own: &'a [std::ops::Range<u32>],
+    own: &'a [OwnRun],
 }
 
 /// Where a run of a tile's rows is read from ([`segments`]).
@@ -428,7 +459,13 @@ enum Run<'a> {
     Rows(&'a [f32]),
     /// Widened (or zero) rows in the tile buffer, from this row of it.
     Buffer(usize),
+    /// Rows whose every element is +0 ([`OwnRun::zero`]), not read.
+    Zero,
 }
+
+/// A tile of +0 rows, for the rare query or weight that is not finite (then
+/// +0 rows are computed with, not skipped).
+static ZERO_ROWS: [f32; TILE * 64] = [0.0; TILE * 64];
 
 /// Rows `p0..p1` of one head's keys or values (`hd` wide) as runs of
 /// consecutive rows, each read where it can be: straight from the F32
@@ -437,8 +474,10 @@ enum Run<'a> {
 /// values are BF16 numbers), so they are read from memory at two bytes an
 /// element and used from L1; and the rows marked equal to the base's where
 /// they lie in the base (the same values) — which a group of handoffs of one
-/// context shares, so each is read from memory once for all of them. An
-/// empty `b` (a sparse copy's layer with no own row) reads as zeros.
+/// context shares, so each is read from memory once for all of them; own
+/// rows that are all +0 ([`OwnRun::zero`]: lost in a zero-fill rebuild) as
+/// [`Run::Zero`], not read at all. An empty `b` (a sparse copy's layer with
+/// no own row) reads as zeros.
 /// `runs` receives `(first row, end row, run)`.
 #[allow(clippy::too_many_arguments)]
 fn segments<'a>(
@@ -472,16 +511,24 @@ fn segments<'a>(
     match b {
         Some((b, Some(s))) if p0 < m => {
             let mut p = p0;
-            let first = s.own.partition_point(|r| r.end as usize <= p0);
+            let first = s.own.partition_point(|r| r.rows.end as usize <= p0);
             for r in &s.own[first..] {
-                let (a, e) = ((r.start as usize).max(p0), (r.end as usize).min(m));
+                let (a, e) = (
+                    (r.rows.start as usize).max(p0),
+                    (r.rows.end as usize).min(m),
+                );
                 if a >= m {
                     break;
                 }
                 if a > p {
                     runs.push((p, a, Run::Rows(&s.rows[p * hd..a * hd])));
                 }
-                runs.push((a, e, widen_into(buf, b, a, e)));
+                let run = if r.zero {
+                    Run::Zero
+                } else {
+                    widen_into(buf, b, a, e)
+                };
+                runs.push((a, e, run));
                 p = e;
             }
             if p < m {
@@ -941,6 +988,29 @@ mod tests {
                 }
             };
             same(alone.clone(), on_base.clone(), None);
+            // Lost rows are +0 runs that the kernel does not read (the test
+            // above covers their bits); a query that is not finite computes
+            // with them instead, and still gets the plain rebuild's bits.
+            if lazy {
+                let s = on_base.bf16.as_ref().unwrap().shared.as_ref().unwrap();
+                assert!(s.own_k.iter().chain(&s.own_v).flatten().any(|r| r.zero));
+                let mut qn = q.clone();
+                qn[5] = f32::INFINITY;
+                let (mut a, mut b) = (alone.clone(), on_base.clone());
+                for kv in [&mut a, &mut b] {
+                    kv.append(0, &kt, &kt).unwrap();
+                }
+                let mut sc = Vec::new();
+                for h in 0..nkv {
+                    let mut x = vec![0f32; t * rep * hd];
+                    let mut y = vec![0f32; t * rep * hd];
+                    a.attend_rows_head(0, len + 1, t, &qn, h, rep, &mut sc, &mut x)
+                        .unwrap();
+                    b.attend_rows_head(0, len + 1, t, &qn, h, rep, &mut sc, &mut y)
+                        .unwrap();
+                    assert!(x.iter().zip(&y).all(|(p, r)| p.to_bits() == r.to_bits()));
+                }
+            }
             // A group of sequences (of different lengths, on a base and not)
             // gives each sequence its own call's bits.
             let mut seqs = [

@@ -54,8 +54,8 @@ pub(crate) struct Bf16Prefix {
     pub(crate) tokens: usize,
     pub(crate) valid: usize,
     /// The copy holds only the rows that differ from the base ([`SharedRows`]):
-    /// zeros where a row is shared, and a layer of which no row differs may
-    /// be empty (all zeros).
+    /// zeros where a row is shared, and a layer of which no row differs, or
+    /// every row that differs is zero, may be empty (all zeros).
     pub(crate) sparse: bool,
     pub(crate) k: Vec<Arc<Vec<u16>>>,
     pub(crate) v: Vec<Arc<Vec<u16>>>,
@@ -94,27 +94,55 @@ pub(crate) struct SharedRows {
     /// Per (layer, head), at `layer · n_kv_heads + head`: the runs of tokens
     /// whose K (V) is *not* the base's, in order — what the row kernels walk
     /// instead of asking the masks row by row.
-    pub(crate) own_k: Vec<Vec<std::ops::Range<u32>>>,
-    pub(crate) own_v: Vec<Vec<std::ops::Range<u32>>>,
+    pub(crate) own_k: Vec<Vec<OwnRun>>,
+    pub(crate) own_v: Vec<Vec<OwnRun>>,
+}
+
+/// Consecutive tokens of one (layer, head) whose K (or V) rows are not the
+/// base's ([`SharedRows`]). `zero`: every element of these rows is +0 (all
+/// bits 0) — what a zero-fill rebuild leaves where a row was lost — so the row
+/// kernel knows them without reading them (`attend_rows`: a +0 key's score
+/// and a +0 value's share of the weighted sum are known exactly).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OwnRun {
+    pub(crate) rows: std::ops::Range<u32>,
+    pub(crate) zero: bool,
 }
 
 impl SharedRows {
-    /// Shares `base`'s rows marked in `same_k` / `same_v`.
-    pub(crate) fn new(base: KvBase, same_k: PresenceMask, same_v: PresenceMask) -> Self {
-        let runs = |same: &PresenceMask| -> Vec<Vec<std::ops::Range<u32>>> {
+    /// Shares `base`'s rows marked in `same_k` / `same_v`; `copy_k` /
+    /// `copy_v` are the cache's own BF16 rows per layer
+    /// (`(n_kv_heads, tokens, head_dim)`, or empty: all zeros), which tell
+    /// the zero runs.
+    pub(crate) fn new(
+        base: KvBase,
+        same_k: PresenceMask,
+        same_v: PresenceMask,
+        copy_k: &[Vec<u16>],
+        copy_v: &[Vec<u16>],
+        head_dim: usize,
+    ) -> Self {
+        let runs = |same: &PresenceMask, copy: &[Vec<u16>]| -> Vec<Vec<OwnRun>> {
             let (nl, nh, nt) = same.shape();
             let mut out = Vec::with_capacity(nl * nh);
             for l in 0..nl {
+                let rows = copy.get(l).map_or(&[][..], |c| c.as_slice());
                 for h in 0..nh {
-                    let mut runs: Vec<std::ops::Range<u32>> = Vec::new();
+                    let mut runs: Vec<OwnRun> = Vec::new();
                     for t in 0..nt {
                         if same.is_present(l, h, t) {
                             continue;
                         }
+                        let zero = rows
+                            .get((h * nt + t) * head_dim..(h * nt + t + 1) * head_dim)
+                            .is_none_or(|r| r.iter().all(|&x| x == 0));
                         let t = t as u32;
                         match runs.last_mut() {
-                            Some(r) if r.end == t => r.end = t + 1,
-                            _ => runs.push(t..t + 1),
+                            Some(r) if r.rows.end == t && r.zero == zero => r.rows.end = t + 1,
+                            _ => runs.push(OwnRun {
+                                rows: t..t + 1,
+                                zero,
+                            }),
                         }
                     }
                     out.push(runs);
@@ -123,8 +151,8 @@ impl SharedRows {
             out
         };
         SharedRows {
-            own_k: runs(&same_k),
-            own_v: runs(&same_v),
+            own_k: runs(&same_k, copy_k),
+            own_v: runs(&same_v, copy_v),
             base,
             same_k,
             same_v,
