@@ -49,7 +49,7 @@ use crate::error::{GpuError, Result};
 use crate::kv_transfer::{assemble, BlockBytes, KvBlock, MissingRows};
 use crate::model::config::{KvDtype, LlamaConfig};
 use crate::model::kv::{KvBase, SeqKv};
-use crate::model::llama::{argmax_rows, Llama, SeqInput};
+use crate::model::llama::{argmax_rows, JoinRows, Llama, SeqInput};
 use crate::tokenizer::Tokenizer;
 
 /// What arrived of one BF16 transport block (module docs).
@@ -296,6 +296,7 @@ impl EvalStats {
         self.free_tokens += other.free_tokens;
         self.forward_calls += other.forward_calls;
         self.forward_rows += other.forward_rows;
+        self.joined_layer_rows_skipped += other.joined_layer_rows_skipped;
     }
 }
 
@@ -344,6 +345,10 @@ pub struct EvalStats {
     /// Forward calls and the rows they carried (mean batch = rows / calls).
     pub forward_calls: u64,
     pub forward_rows: u64,
+    /// Layer passes of teacher-forced rows not computed: layers below a
+    /// handoff's first damaged one, where its rows are the recorded
+    /// reference's (type docs of [`QualityEvaluator`]).
+    pub joined_layer_rows_skipped: u64,
 }
 
 /// Decodes from rebuilt caches in batches on the real (or tiny) model and
@@ -362,6 +367,13 @@ pub struct EvalStats {
 /// [`QualityEvaluator::evaluate_stepwise`] is the direct computation (engine
 /// continuation, then one forward per forced position) and the test oracle:
 /// both give the same tokens and scores bit for bit on the CPU.
+///
+/// **Layers below the damage.** With a base ([`QualityEvaluator::set_base`])
+/// on the CPU, the teacher-forced pass of the full cache is run once per
+/// reference and its hidden states recorded; a handoff whose cache equals the
+/// base in every layer below `ℓ` feeds the same tokens at the same positions,
+/// so its rows there are the recorded ones bit for bit, and it joins the pass
+/// at layer `ℓ` ([`Llama::forward_as_decode_joining`]).
 pub struct QualityEvaluator {
     engine: BatchEngine<RealBackend>,
     next_id: u64,
@@ -369,6 +381,20 @@ pub struct QualityEvaluator {
     stats: EvalStats,
     /// Rows equal to this base are read from it ([`QualityEvaluator::set_base`]).
     base: Option<KvBase>,
+    /// The full cache the base came from, until a teacher-forced pass is
+    /// recorded on it.
+    full: Option<SeqKv>,
+    /// The full cache's recorded teacher-forced pass.
+    recorded: Option<RecordedPass>,
+}
+
+/// The teacher-forced pass of a base's full cache
+/// ([`Llama::forward_as_decode_recording`]).
+struct RecordedPass {
+    tokens: Vec<u32>,
+    hidden: Vec<Vec<f32>>,
+    /// The full cache holding the pass's rows after the context.
+    kv: SeqKv,
 }
 
 impl QualityEvaluator {
@@ -390,6 +416,8 @@ impl QualityEvaluator {
             decode_len,
             stats: EvalStats::default(),
             base: None,
+            full: None,
+            recorded: None,
         }
     }
 
@@ -400,6 +428,8 @@ impl QualityEvaluator {
     /// never a result. `None` stops sharing.
     pub fn set_base(&mut self, full: Option<&HandoffCase<'_>>) -> Result<()> {
         self.base = None;
+        self.full = None;
+        self.recorded = None;
         if let Some(case) = full {
             let t0 = Stopwatch::start();
             let kv = rebuild_arrived(
@@ -412,6 +442,9 @@ impl QualityEvaluator {
                 None,
             )?;
             self.base = kv.kv_base();
+            if self.base.is_some() && matches!(self.model().device(), Device::Cpu) {
+                self.full = Some(kv);
+            }
             t0.add(&mut self.stats.rebuild_s, &mut self.stats.rebuild_cpu_s);
         }
         Ok(())
@@ -597,21 +630,118 @@ impl QualityEvaluator {
             .iter()
             .map(|c| c.prompt.len() - c.n_tokens - 1)
             .collect();
-        let mut batch: Vec<SeqInput<'_>> = kvs
-            .iter_mut()
-            .zip(&inputs)
-            .map(|(kv, tokens)| SeqInput { tokens, kv })
-            .collect();
         self.stats.forced_rows += inputs.iter().map(|t| t.len() as u64).sum::<u64>();
-        let argmax = self.forward(&mut batch, Some(&from))?;
-        let mut out = Vec::with_capacity(cases.len());
+        let out = match self.joins(cases, &inputs, &from, kvs)? {
+            Some(join) => self.forced_joining(&inputs, &from, &join, kvs)?,
+            None => {
+                let mut batch: Vec<SeqInput<'_>> = kvs
+                    .iter_mut()
+                    .zip(&inputs)
+                    .map(|(kv, tokens)| SeqInput { tokens, kv })
+                    .collect();
+                let argmax = self.forward(&mut batch, Some(&from))?;
+                let mut out = Vec::with_capacity(cases.len());
+                let mut at = 0;
+                for (t, f) in inputs.iter().zip(&from) {
+                    let n = t.len() - f;
+                    out.push(argmax[at..at + n].to_vec());
+                    at += n;
+                }
+                out
+            }
+        };
+        t0.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
+        Ok(out)
+    }
+
+    /// The layer each case's teacher-forced rows join the recorded pass at
+    /// (type docs), recording it first if needed; `None` where they cannot
+    /// (no base, another device, cases of other tokens).
+    fn joins(
+        &mut self,
+        cases: &[HandoffCase<'_>],
+        inputs: &[Vec<u32>],
+        from: &[usize],
+        kvs: &[SeqKv],
+    ) -> Result<Option<Vec<usize>>> {
+        let Some(base) = self.base.as_ref() else {
+            return Ok(None);
+        };
+        let (tokens, n) = (&inputs[0], base.tokens());
+        if inputs.iter().any(|t| t != tokens) || cases.iter().any(|c| c.n_tokens != n) {
+            return Ok(None);
+        }
+        if self.recorded.as_ref().is_none_or(|r| &r.tokens != tokens) {
+            let Some(mut kv) = self.full.take() else {
+                return Ok(None);
+            };
+            if kv.len() != n {
+                return Ok(None);
+            }
+            let mut batch = [SeqInput { tokens, kv: &mut kv }];
+            self.stats.forward_calls += 1;
+            self.stats.forward_rows += tokens.len() as u64;
+            let (_, hidden) = self
+                .model()
+                .forward_as_decode_recording(&mut batch, &from[..1])?;
+            self.recorded = Some(RecordedPass {
+                tokens: tokens.clone(),
+                hidden,
+                kv,
+            });
+        }
+        Ok(Some(kvs.iter().map(|kv| kv.first_layer_off_base().unwrap_or(0)).collect()))
+    }
+
+    /// [`QualityEvaluator::forced_argmax`]'s pass with each case joining at
+    /// its layer `join` (in order of the layer; results in the cases' order).
+    fn forced_joining(
+        &mut self,
+        inputs: &[Vec<u32>],
+        from: &[usize],
+        join: &[usize],
+        kvs: &mut [SeqKv],
+    ) -> Result<Vec<Vec<u32>>> {
+        let Some(rec) = self.recorded.as_ref() else {
+            return Err(GpuError::Engine("no recorded pass to join".into()));
+        };
+        let mut order: Vec<usize> = (0..kvs.len()).collect();
+        order.sort_by_key(|&i| join[i]);
+        let mut slots: Vec<Option<&mut SeqKv>> = kvs.iter_mut().map(Some).collect();
+        let mut batch: Vec<SeqInput<'_>> = Vec::with_capacity(order.len());
+        for &i in &order {
+            let kv = slots[i]
+                .take()
+                .ok_or_else(|| GpuError::Engine("a case twice in one pass".into()))?;
+            batch.push(SeqInput {
+                tokens: &inputs[i],
+                kv,
+            });
+        }
+        let sorted_from: Vec<usize> = order.iter().map(|&i| from[i]).collect();
+        let sorted_join: Vec<usize> = order.iter().map(|&i| join[i]).collect();
+        let rows = JoinRows {
+            tokens: &rec.tokens,
+            hidden: &rec.hidden,
+            kv: &rec.kv,
+            at: rec.kv.len() - rec.tokens.len(),
+        };
+        let model = self.engine.backend().model();
+        let logits = model.forward_as_decode_joining(&mut batch, &sorted_from, &sorted_join, &rows)?;
+        let argmax = argmax_rows(&logits, "argmax")?;
+        self.stats.forward_calls += 1;
+        self.stats.forward_rows += inputs.iter().map(|t| t.len() as u64).sum::<u64>();
+        self.stats.joined_layer_rows_skipped += order
+            .iter()
+            .map(|&i| (join[i] * inputs[i].len()) as u64)
+            .sum::<u64>();
+        let mut out = vec![Vec::new(); kvs.len()];
         let mut at = 0;
-        for (t, f) in inputs.iter().zip(&from) {
-            let n = t.len() - f;
-            out.push(argmax[at..at + n].to_vec());
+        for &i in &order {
+            let n = inputs[i].len() - from[i];
+            out[i] = argmax[at..at + n].to_vec();
             at += n;
         }
-        t0.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
         Ok(out)
     }
 

@@ -442,6 +442,44 @@ impl SeqKv {
         Ok(())
     }
 
+    /// The first layer where this cache is not bit for bit its base
+    /// ([`SharedRows`]; `n_layers` if it is in every layer), for a cache
+    /// rebuilt on a base and still holding just the imported tokens; `None`
+    /// for any other.
+    pub(crate) fn first_layer_off_base(&self) -> Option<usize> {
+        let p = self.bf16.as_ref()?;
+        let s = p.shared.as_ref()?;
+        if p.valid != p.tokens || self.len != p.tokens || s.base.tokens != p.tokens {
+            return None;
+        }
+        let nh = self.n_kv_heads;
+        let off = |l: usize| {
+            (l * nh..(l + 1) * nh).any(|i| !s.own_k[i].is_empty() || !s.own_v[i].is_empty())
+        };
+        Some((0..self.layers.len()).find(|&l| off(l)).unwrap_or(self.layers.len()))
+    }
+
+    /// K and V rows `from..from + t` of `layer` as stored, each
+    /// `(n_kv_heads, t, head_dim)` (what [`SeqKv::append`] takes); they must
+    /// lie in the F32 storage and below the length.
+    pub(crate) fn stored_rows(&self, layer: usize, from: usize, t: usize) -> Result<(Tensor, Tensor)> {
+        if layer >= self.layers.len() || from < self.f32_start || from + t > self.len {
+            return Err(GpuError::Engine(format!(
+                "rows {from}..{} of layer {layer} are not stored (F32 rows from {}, length {})",
+                from + t,
+                self.f32_start,
+                self.len
+            )));
+        }
+        let l = &self.layers[layer];
+        let at = from - self.f32_start;
+        let rows = |x: &Tensor| x.narrow(1, at, t).and_then(|r| r.contiguous());
+        Ok((
+            rows(&l.k).ctx("stored k rows")?,
+            rows(&l.v).ctx("stored v rows")?,
+        ))
+    }
+
     /// Advances the length by `t` after all layers were appended.
     pub(crate) fn advance(&mut self, t: usize) {
         self.len += t;

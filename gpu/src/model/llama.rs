@@ -191,7 +191,7 @@ impl Llama {
     /// Runs the new tokens of every sequence; returns logits `(batch, vocab)` for
     /// the last new token of each sequence and extends every cache.
     pub fn forward(&self, batch: &mut [SeqInput<'_>], phase: Phase) -> Result<Tensor> {
-        self.run(batch, phase, None)
+        self.run(batch, phase, None, None, None)
     }
 
     /// Runs the new tokens of every sequence *as decode steps* and returns the
@@ -205,7 +205,7 @@ impl Llama {
     /// attention (equal up to rounding).
     pub fn forward_rows_as_decode(&self, batch: &mut [SeqInput<'_>]) -> Result<Tensor> {
         let from = vec![0; batch.len()];
-        self.run(batch, Phase::Decode, Some(&from))
+        self.run(batch, Phase::Decode, Some(&from), None, None)
     }
 
     /// [`Llama::forward_rows_as_decode`], returning the logits of sequence
@@ -218,6 +218,52 @@ impl Llama {
         batch: &mut [SeqInput<'_>],
         from: &[usize],
     ) -> Result<Tensor> {
+        Self::check_from(batch, from)?;
+        self.run(batch, Phase::Decode, Some(from), None, None)
+    }
+
+    /// [`Llama::forward_as_decode_from`], also returning the hidden state of
+    /// every row entering each layer and after the last (`n_layers + 1`
+    /// entries of `(Σ tokens, hidden)`, row-major): what
+    /// [`Llama::forward_as_decode_joining`] starts other sequences' rows from.
+    pub fn forward_as_decode_recording(
+        &self,
+        batch: &mut [SeqInput<'_>],
+        from: &[usize],
+    ) -> Result<(Tensor, Vec<Vec<f32>>)> {
+        Self::check_from(batch, from)?;
+        let mut record = Vec::with_capacity(self.config.n_layers + 1);
+        let logits = self.run(batch, Phase::Decode, Some(from), None, Some(&mut record))?;
+        Ok((logits, record))
+    }
+
+    /// [`Llama::forward_as_decode_from`] where sequence `s` joins the pass at
+    /// layer `join[s]` (CPU only; `join` non-decreasing along the batch, each
+    /// ≤ `n_layers`): a sequence that joins later feeds exactly `rows.tokens`
+    /// at position `rows.at`, its rows enter layer `join[s]` with
+    /// `rows.hidden[join[s]]`, and every layer it skips appends `rows.kv`'s
+    /// K and V rows at those positions to its cache.
+    ///
+    /// **Same bits.** Every row's arithmetic depends only on its token, its
+    /// position and its own cache, never on the batch. So when a sequence's
+    /// cache equals the recording's (`rows`, [`Llama::forward_as_decode_recording`]
+    /// of the same tokens at the same position) bit for bit in every layer
+    /// below `join[s]`, its rows there would compute the recorded hidden
+    /// states and K, V rows; skipping those layers changes no bit. A handoff
+    /// whose cache is damaged from layer `ℓ` on joins its teacher-forced
+    /// pass at `ℓ` (`handoff_quality`).
+    pub fn forward_as_decode_joining(
+        &self,
+        batch: &mut [SeqInput<'_>],
+        from: &[usize],
+        join: &[usize],
+        rows: &JoinRows<'_>,
+    ) -> Result<Tensor> {
+        Self::check_from(batch, from)?;
+        self.run(batch, Phase::Decode, Some(from), Some((join, rows)), None)
+    }
+
+    fn check_from(batch: &[SeqInput<'_>], from: &[usize]) -> Result<()> {
         if from.len() != batch.len() {
             return Err(GpuError::Engine(format!(
                 "{} first rows for {} sequences",
@@ -225,22 +271,71 @@ impl Llama {
                 batch.len()
             )));
         }
-        self.run(batch, Phase::Decode, Some(from))
+        Ok(())
+    }
+
+    /// Checks a joining pass ([`Llama::forward_as_decode_joining`]).
+    fn check_join(&self, batch: &[SeqInput<'_>], join: &[usize], rows: &JoinRows<'_>) -> Result<()> {
+        let c = &self.config;
+        let bad = |what: String| Err(GpuError::Engine(format!("joining pass: {what}")));
+        if join.len() != batch.len() {
+            return bad(format!("{} join layers for {} sequences", join.len(), batch.len()));
+        }
+        if !matches!(self.device, Device::Cpu) && join.iter().any(|&j| j > 0) {
+            return bad("rows join part-way only on the CPU".into());
+        }
+        if join.windows(2).any(|w| w[0] > w[1]) || join.iter().any(|&j| j > c.n_layers) {
+            return bad(format!("join layers {join:?} must rise and stay ≤ {}", c.n_layers));
+        }
+        let width = rows.tokens.len() * c.hidden_size;
+        if join.iter().any(|&j| j > 0)
+            && (rows.hidden.len() != c.n_layers + 1 || rows.hidden.iter().any(|h| h.len() != width))
+        {
+            return bad("recorded hidden states of another shape".into());
+        }
+        for (s, &j) in batch.iter().zip(join) {
+            if j > 0 && (s.tokens != rows.tokens || s.kv.len() != rows.at) {
+                return bad(format!(
+                    "a sequence at position {} joins rows recorded at {} for other tokens",
+                    s.kv.len(),
+                    rows.at
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// [`Llama::forward`]; with `from`, every row as a decode step and the
-    /// logits of the rows [`Llama::forward_as_decode_from`] names.
+    /// logits of the rows [`Llama::forward_as_decode_from`] names; with
+    /// `join`, sequences joining part-way
+    /// ([`Llama::forward_as_decode_joining`]); with `record`, every layer's
+    /// input rows and the last layer's output.
     fn run(
         &self,
         batch: &mut [SeqInput<'_>],
         phase: Phase,
         from: Option<&[usize]>,
+        join: Option<(&[usize], &JoinRows<'_>)>,
+        mut record: Option<&mut Vec<Vec<f32>>>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let every_row = from.is_some();
         if batch.is_empty() {
             return Err(GpuError::Engine("forward on an empty batch".into()));
         }
+        if let Some((j, rows)) = join {
+            self.check_join(batch, j, rows)?;
+        }
+        let joins: Vec<usize> = join.map_or_else(|| vec![0; batch.len()], |(j, _)| j.to_vec());
+        // Sequences `..active(l)` take part in layer `l` (`join` rises).
+        let active = |l: usize| joins.partition_point(|&j| j <= l);
+        // The first row of each sequence, and the end.
+        let row_at: Vec<usize> = std::iter::once(0)
+            .chain(batch.iter().scan(0, |a, s| {
+                *a += s.tokens.len();
+                Some(*a)
+            }))
+            .collect();
         // Rows whose logits are returned.
         let mut keep: Vec<u32> = Vec::with_capacity(batch.len());
         let mut at = 0usize;
@@ -320,10 +415,38 @@ impl Llama {
                 None
             });
         }
-        let mut x = self.embed.index_select(&ids, 0).ctx("embedding")?;
+        // The rows of the sequences taking part so far (a prefix of the batch).
+        let mut joined = active(0);
+        let mut x = if joined == 0 {
+            Tensor::zeros((0, c.hidden_size), DType::F32, dev).ctx("embedding")?
+        } else {
+            self.embed
+                .index_select(&ids.narrow(0, 0, row_at[joined]).ctx("token ids")?, 0)
+                .ctx("embedding")?
+        };
         let eps = c.rms_norm_eps as f32;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         for (li, b) in self.blocks.iter().enumerate() {
+            if let Some((_, rows)) = join {
+                x = join_rows(x, &rows.hidden[li], joined, active(li), &row_at, c)?;
+                joined = active(li);
+                for s in batch[joined..].iter_mut() {
+                    let (k, v) = rows.kv.stored_rows(li, rows.at, s.tokens.len())?;
+                    s.kv.append(li, &k, &v)?;
+                }
+                if joined == 0 {
+                    continue;
+                }
+            }
+            if let Some(r) = record.as_mut() {
+                r.push(x.flatten_all().and_then(|t| t.to_vec1()).ctx("record rows")?);
+            }
+            let n = row_at[joined];
+            let (batch, masks) = (&mut batch[..joined], &masks[..joined]);
+            let (cos, sin) = (
+                cos.narrow(0, 0, n).ctx("rope cos")?,
+                sin.narrow(0, 0, n).ctx("rope sin")?,
+            );
             let h = candle_nn::ops::rms_norm(&x, &b.attn_norm, eps).ctx("attn norm")?;
             let qkv = b.qkv.forward(&h, decode)?;
             let kvw = c.kv_width();
@@ -348,13 +471,13 @@ impl Llama {
             let k = k.reshape((n, c.n_kv_heads, c.head_dim)).ctx("k reshape")?;
             let v = v.reshape((n, c.n_kv_heads, c.head_dim)).ctx("v reshape")?;
             let attn = if matches!(dev, Device::Cpu) {
-                self.attend_cpu(li, batch, &masks, &q, &k, &v, rowwise)?
+                self.attend_cpu(li, batch, masks, &q, &k, &v, rowwise)?
             } else if let Some(a) = batched_decode_attention(batched.as_ref(), li, &q, &k, &v, c)? {
                 a
             } else {
                 let mut outs = Vec::with_capacity(batch.len());
                 let mut off = 0;
-                for (s, mask) in batch.iter_mut().zip(&masks) {
+                for (s, mask) in batch.iter_mut().zip(masks) {
                     let t = s.tokens.len();
                     outs.push(self.attend(li, s.kv, &q, &k, &v, off, t, mask.as_ref())?);
                     off += t;
@@ -369,6 +492,12 @@ impl Llama {
             let u = gu.narrow(1, ffn, ffn).ctx("up split")?;
             let f = (g.silu().ctx("silu")? * u).ctx("swiglu")?;
             x = (x + b.down.forward(&f, decode)?).ctx("ffn residual")?;
+        }
+        if let Some((_, rows)) = join {
+            x = join_rows(x, &rows.hidden[c.n_layers], joined, batch.len(), &row_at, c)?;
+        }
+        if let Some(r) = record.as_mut() {
+            r.push(x.flatten_all().and_then(|t| t.to_vec1()).ctx("record rows")?);
         }
         for s in batch.iter_mut() {
             s.kv.advance(s.tokens.len());
@@ -654,6 +783,46 @@ fn batched_decode_attention(
 /// `(n_kv_heads, t, head_dim)`. One row (every decode step, per layer and
 /// sequence) is already in that order: a view, no copy; several rows are a
 /// transposed copy.
+/// Rows that join a pass part-way ([`Llama::forward_as_decode_joining`]),
+/// from a pass recorded on the same tokens at the same position
+/// ([`Llama::forward_as_decode_recording`]).
+pub struct JoinRows<'a> {
+    /// The tokens every joining sequence feeds.
+    pub tokens: &'a [u32],
+    /// Their rows' input to each layer and after the last (`n_layers + 1`
+    /// entries of `tokens.len() × hidden`).
+    pub hidden: &'a [Vec<f32>],
+    /// A cache holding the K and V rows of those tokens at `at..`.
+    pub kv: &'a SeqKv,
+    /// Their first position.
+    pub at: usize,
+}
+
+/// `x` (the rows of sequences `..from`) with the rows of sequences
+/// `from..to` appended, each `hidden` (one sequence's rows).
+fn join_rows(
+    x: Tensor,
+    hidden: &[f32],
+    from: usize,
+    to: usize,
+    row_at: &[usize],
+    c: &LlamaConfig,
+) -> Result<Tensor> {
+    if to <= from {
+        return Ok(x);
+    }
+    let mut add = Vec::with_capacity((row_at[to] - row_at[from]) * c.hidden_size);
+    for _ in from..to {
+        add.extend_from_slice(hidden);
+    }
+    let rows = add.len() / c.hidden_size;
+    let add = Tensor::from_vec(add, (rows, c.hidden_size), x.device()).ctx("joining rows")?;
+    if from == 0 {
+        return Ok(add);
+    }
+    Tensor::cat(&[&x, &add], 0).ctx("joining rows")
+}
+
 /// The argmax of every row of `logits` `(rows, vocab)`; `what` names the
 /// step in an error.
 pub(crate) fn argmax_rows(logits: &Tensor, what: &str) -> Result<Vec<u32>> {
