@@ -267,7 +267,46 @@ pub struct Quality {
 /// `/proc/self/stat`; 0 where that is not available. On a shared machine it
 /// tells work from waiting for a core.
 pub fn process_cpu_s() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    stat_cpu_s("/proc/self/stat")
+}
+
+/// Where CPU seconds are counted: the whole process, or a set of threads —
+/// e.g. the thread pool of one of several streams that run side by side
+/// (then the process's CPU time would count the others' work too).
+#[derive(Debug, Clone, Default)]
+pub enum CpuClock {
+    #[default]
+    Process,
+    /// Threads by Linux thread id ([`current_thread_id`]); a pool's start
+    /// handler adds its threads.
+    Threads(std::sync::Arc<std::sync::Mutex<Vec<u64>>>),
+}
+
+impl CpuClock {
+    /// CPU seconds used so far (0 where `/proc` is not available).
+    pub fn seconds(&self) -> f64 {
+        match self {
+            CpuClock::Process => process_cpu_s(),
+            CpuClock::Threads(ids) => {
+                let ids = ids.lock().map(|g| g.clone()).unwrap_or_default();
+                ids.iter()
+                    .map(|t| stat_cpu_s(&format!("/proc/self/task/{t}/stat")))
+                    .sum()
+            }
+        }
+    }
+}
+
+/// This thread's Linux thread id, from `/proc/thread-self` (`None` where
+/// there is no `/proc`).
+pub fn current_thread_id() -> Option<u64> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}
+
+/// User + system CPU seconds of a `/proc/…/stat` file (0 if unreadable).
+fn stat_cpu_s(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0.0;
     };
     // Fields after the parenthesized command name; utime and stime are the
@@ -301,17 +340,17 @@ impl EvalStats {
 }
 
 /// Wall and CPU time since it was started.
-struct Stopwatch(Instant, f64);
+struct Stopwatch(Instant, f64, CpuClock);
 
 impl Stopwatch {
-    fn start() -> Self {
-        Stopwatch(Instant::now(), process_cpu_s())
+    fn start(clock: &CpuClock) -> Self {
+        Stopwatch(Instant::now(), clock.seconds(), clock.clone())
     }
 
     /// Adds the wall and CPU seconds since the start to `wall` and `cpu`.
     fn add(&self, wall: &mut f64, cpu: &mut f64) {
         *wall += self.0.elapsed().as_secs_f64();
-        *cpu += process_cpu_s() - self.1;
+        *cpu += self.2.seconds() - self.1;
     }
 }
 
@@ -386,6 +425,8 @@ pub struct QualityEvaluator {
     full: Option<SeqKv>,
     /// The full cache's recorded teacher-forced pass.
     recorded: Option<RecordedPass>,
+    /// What the `*_cpu_s` figures count.
+    cpu: CpuClock,
 }
 
 /// The teacher-forced pass of a base's full cache
@@ -418,7 +459,14 @@ impl QualityEvaluator {
             base: None,
             full: None,
             recorded: None,
+            cpu: CpuClock::Process,
         }
+    }
+
+    /// Counts CPU time on `clock` (the process's by default).
+    pub fn with_cpu_clock(mut self, clock: CpuClock) -> Self {
+        self.cpu = clock;
+        self
     }
 
     /// Rebuilds the caches of the cases that follow on the cache of `full`
@@ -431,7 +479,7 @@ impl QualityEvaluator {
         self.full = None;
         self.recorded = None;
         if let Some(case) = full {
-            let t0 = Stopwatch::start();
+            let t0 = Stopwatch::start(&self.cpu);
             let kv = rebuild_arrived(
                 self.model().config(),
                 self.model().device(),
@@ -487,7 +535,7 @@ impl QualityEvaluator {
     }
 
     fn rebuild_all(&mut self, cases: &[HandoffCase<'_>]) -> Result<Vec<SeqKv>> {
-        let t0 = Stopwatch::start();
+        let t0 = Stopwatch::start(&self.cpu);
         let cfg = self.model().config().clone();
         for case in cases {
             self.check(case)?;
@@ -552,7 +600,7 @@ impl QualityEvaluator {
             ids.push(id);
         }
         let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
-        let t0 = Stopwatch::start();
+        let t0 = Stopwatch::start(&self.cpu);
         let steps = self.engine.run_to_idle(0)?;
         // The engine times its prefill and decode parts; the CPU time of the
         // whole run is split between them in proportion.
@@ -613,7 +661,7 @@ impl QualityEvaluator {
         references: &[Vec<u32>],
         kvs: &mut [SeqKv],
     ) -> Result<Vec<Vec<u32>>> {
-        let t0 = Stopwatch::start();
+        let t0 = Stopwatch::start(&self.cpu);
         let inputs: Vec<Vec<u32>> = cases
             .iter()
             .zip(references)
@@ -678,7 +726,10 @@ impl QualityEvaluator {
             if kv.len() != n {
                 return Ok(None);
             }
-            let mut batch = [SeqInput { tokens, kv: &mut kv }];
+            let mut batch = [SeqInput {
+                tokens,
+                kv: &mut kv,
+            }];
             self.stats.forward_calls += 1;
             self.stats.forward_rows += tokens.len() as u64;
             let (_, hidden) = self
@@ -690,7 +741,11 @@ impl QualityEvaluator {
                 kv,
             });
         }
-        Ok(Some(kvs.iter().map(|kv| kv.first_layer_off_base().unwrap_or(0)).collect()))
+        Ok(Some(
+            kvs.iter()
+                .map(|kv| kv.first_layer_off_base().unwrap_or(0))
+                .collect(),
+        ))
     }
 
     /// [`QualityEvaluator::forced_argmax`]'s pass with each case joining at
@@ -727,7 +782,8 @@ impl QualityEvaluator {
             at: rec.kv.len() - rec.tokens.len(),
         };
         let model = self.engine.backend().model();
-        let logits = model.forward_as_decode_joining(&mut batch, &sorted_from, &sorted_join, &rows)?;
+        let logits =
+            model.forward_as_decode_joining(&mut batch, &sorted_from, &sorted_join, &rows)?;
         let argmax = argmax_rows(&logits, "argmax")?;
         self.stats.forward_calls += 1;
         self.stats.forward_rows += inputs.iter().map(|t| t.len() as u64).sum::<u64>();
@@ -767,7 +823,7 @@ impl QualityEvaluator {
         self.stats.handoffs += cases.len() as u64;
         let mut kvs = self.rebuild_all(cases)?;
         let forced = self.forced_argmax(cases, references, &mut kvs)?;
-        let t0 = Stopwatch::start();
+        let t0 = Stopwatch::start(&self.cpu);
         let d = self.decode_len;
         // Free-running tokens known from teacher forcing, and the cache cut back
         // to just before the last of them (its next input).
@@ -863,7 +919,7 @@ impl QualityEvaluator {
         let steps = references.iter().map(Vec::len).max().unwrap_or(0);
         let mut hits = vec![0usize; cases.len()];
         for step in 0..steps {
-            let t0 = Stopwatch::start();
+            let t0 = Stopwatch::start(&self.cpu);
             // Cases whose reference is shorter drop out.
             let mut active = Vec::with_capacity(cases.len());
             let mut batch: Vec<SeqInput<'_>> = Vec::with_capacity(cases.len());

@@ -456,13 +456,22 @@ impl SeqKv {
         let off = |l: usize| {
             (l * nh..(l + 1) * nh).any(|i| !s.own_k[i].is_empty() || !s.own_v[i].is_empty())
         };
-        Some((0..self.layers.len()).find(|&l| off(l)).unwrap_or(self.layers.len()))
+        Some(
+            (0..self.layers.len())
+                .find(|&l| off(l))
+                .unwrap_or(self.layers.len()),
+        )
     }
 
     /// K and V rows `from..from + t` of `layer` as stored, each
     /// `(n_kv_heads, t, head_dim)` (what [`SeqKv::append`] takes); they must
     /// lie in the F32 storage and below the length.
-    pub(crate) fn stored_rows(&self, layer: usize, from: usize, t: usize) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn stored_rows(
+        &self,
+        layer: usize,
+        from: usize,
+        t: usize,
+    ) -> Result<(Tensor, Tensor)> {
         if layer >= self.layers.len() || from < self.f32_start || from + t > self.len {
             return Err(GpuError::Engine(format!(
                 "rows {from}..{} of layer {layer} are not stored (F32 rows from {}, length {})",

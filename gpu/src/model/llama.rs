@@ -34,6 +34,7 @@ pub enum Phase {
     Decode,
 }
 
+#[derive(Clone)]
 struct Block {
     attn_norm: Tensor,
     ffn_norm: Tensor,
@@ -45,7 +46,9 @@ struct Block {
     down: Linear,
 }
 
-/// A loaded Llama-family model.
+/// A loaded Llama-family model. A clone shares the candle tensors and copies
+/// the int8 matrices.
+#[derive(Clone)]
 pub struct Llama {
     config: LlamaConfig,
     embed: Tensor,
@@ -275,17 +278,29 @@ impl Llama {
     }
 
     /// Checks a joining pass ([`Llama::forward_as_decode_joining`]).
-    fn check_join(&self, batch: &[SeqInput<'_>], join: &[usize], rows: &JoinRows<'_>) -> Result<()> {
+    fn check_join(
+        &self,
+        batch: &[SeqInput<'_>],
+        join: &[usize],
+        rows: &JoinRows<'_>,
+    ) -> Result<()> {
         let c = &self.config;
         let bad = |what: String| Err(GpuError::Engine(format!("joining pass: {what}")));
         if join.len() != batch.len() {
-            return bad(format!("{} join layers for {} sequences", join.len(), batch.len()));
+            return bad(format!(
+                "{} join layers for {} sequences",
+                join.len(),
+                batch.len()
+            ));
         }
         if !matches!(self.device, Device::Cpu) && join.iter().any(|&j| j > 0) {
             return bad("rows join part-way only on the CPU".into());
         }
         if join.windows(2).any(|w| w[0] > w[1]) || join.iter().any(|&j| j > c.n_layers) {
-            return bad(format!("join layers {join:?} must rise and stay ≤ {}", c.n_layers));
+            return bad(format!(
+                "join layers {join:?} must rise and stay ≤ {}",
+                c.n_layers
+            ));
         }
         let width = rows.tokens.len() * c.hidden_size;
         if join.iter().any(|&j| j > 0)
@@ -439,7 +454,11 @@ impl Llama {
                 }
             }
             if let Some(r) = record.as_mut() {
-                r.push(x.flatten_all().and_then(|t| t.to_vec1()).ctx("record rows")?);
+                r.push(
+                    x.flatten_all()
+                        .and_then(|t| t.to_vec1())
+                        .ctx("record rows")?,
+                );
             }
             let n = row_at[joined];
             let (batch, masks) = (&mut batch[..joined], &masks[..joined]);
@@ -497,7 +516,11 @@ impl Llama {
             x = join_rows(x, &rows.hidden[c.n_layers], joined, batch.len(), &row_at, c)?;
         }
         if let Some(r) = record.as_mut() {
-            r.push(x.flatten_all().and_then(|t| t.to_vec1()).ctx("record rows")?);
+            r.push(
+                x.flatten_all()
+                    .and_then(|t| t.to_vec1())
+                    .ctx("record rows")?,
+            );
         }
         for s in batch.iter_mut() {
             s.kv.advance(s.tokens.len());

@@ -55,9 +55,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use edgemu_data::contexts::{build, ContextConfig};
-use edgemu_gpu::handoff_quality::{
-    chatml_cue, process_cpu_s, EvalStats, HandoffCase, PartialBlock, QualityEvaluator,
-};
+use edgemu_gpu::handoff_quality::{chatml_cue, EvalStats};
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
 use edgemu_gpu::model::llama::Llama;
 use edgemu_gpu::model::{
@@ -78,6 +76,8 @@ use serde::Serialize;
 use crate::experiment::pfec_run::{csv_records, sha256_file, tokens_sha256, ContextDone, RunDir};
 use crate::report::pfec::CellSamples;
 use crate::results::{git_revision, render, run_id, write_file};
+
+mod quality;
 
 /// The shipped SmolLM2 KV-utility profile.
 pub const DEFAULT_PROFILE: &str = concat!(
@@ -163,6 +163,12 @@ pub struct PriorityFecArgs {
     /// of the shared one; the same figures, slower (for checking).
     #[arg(long)]
     pub stepwise: bool,
+    /// Contexts scored side by side, each on its share of the cores (default:
+    /// 2 where there are 2 or more cores, else 1). Many short forward passes
+    /// keep two cores busier as two streams than as one (≈ 1.3× on this
+    /// project's 2-core machine); the figures are the same bits.
+    #[arg(long)]
+    pub streams: Option<usize>,
     /// Results root.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
@@ -1078,81 +1084,33 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     // Prefilling the contexts and decoding their references (wall, CPU).
     let (mut ctx_wall, mut ctx_cpu) = (0.0, 0.0);
     let mut qstats = EvalStats::default();
+    let streams = a
+        .streams
+        .unwrap_or_else(|| {
+            quality::default_streams(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        })
+        .clamp(1, todo.len().max(1));
     if !todo.is_empty() {
-        // The evaluator owns its copy of the model (the engine's backend).
-        let mut evaluator = QualityEvaluator::new(load_model(a)?.0.model, a.decode_len, a.batch);
+        let decode = load_model(a)?.0.model;
+        let job = quality::QualityJob {
+            prefill: &w.model,
+            decode: &decode,
+            contexts: &w.contexts,
+            cue: &w.cue,
+            transports: &transports,
+            distinct: &distinct,
+            mode,
+            decode_len: a.decode_len,
+            batch: a.batch,
+            stepwise: a.stepwise,
+        };
         let pb = bar((todo.len() * (1 + distinct.len())) as u64, "quality", quiet);
-        for &ci in &todo {
-            let ctx = &w.contexts[ci];
-            let (t_ci, cpu_ci) = (Instant::now(), process_cpu_s());
-            let prompt: Vec<u32> = ctx.iter().chain(&w.cue).copied().collect();
-            let (t_ctx0, cpu0) = (Instant::now(), process_cpu_s());
-            let blocks = context_blocks(&w.model, ctx)
-                .with_context(|| format!("prefilling evaluation context {ci}"))?;
-            let full: Vec<PartialBlock> = blocks.iter().map(PartialBlock::complete).collect();
-            let full_case = HandoffCase {
-                arrived: None,
-                n_tokens: ctx.len(),
-                blocks: &full,
-                mode,
-                prompt: &prompt,
-            };
-            let reference = evaluator
-                .continuations(std::slice::from_ref(&full_case))
-                .with_context(|| format!("reference continuation of context {ci}"))?
-                .pop()
-                .context("no reference continuation")?;
-            // The handoffs' caches read their intact rows from the full one.
-            evaluator
-                .set_base(Some(&full_case))
-                .with_context(|| format!("full cache of context {ci}"))?;
-            ctx_wall += t_ctx0.elapsed().as_secs_f64();
-            ctx_cpu += process_cpu_s() - cpu0;
-            // The reference is counted with its context, not with the handoffs.
-            evaluator.take_stats();
-            pb.inc(1);
-            // outcome key -> (f1, top1)
-            let mut scores: HashMap<u64, (f64, f64)> = HashMap::new();
-            for chunk in distinct.chunks(a.batch.max(1)) {
-                // Each outcome names what arrived of the context's blocks.
-                let cases: Vec<HandoffCase<'_>> = chunk
-                    .iter()
-                    .map(|t| HandoffCase {
-                        arrived: Some(&t.present),
-                        n_tokens: ctx.len(),
-                        blocks: &full,
-                        mode,
-                        prompt: &prompt,
-                    })
-                    .collect();
-                let refs = vec![reference.clone(); cases.len()];
-                let q = if a.stepwise {
-                    evaluator.evaluate_stepwise(&cases, &refs)
-                } else {
-                    evaluator.evaluate(&cases, &refs)
-                }
-                .with_context(|| format!("scoring handoffs of context {ci}"))?;
-                for (t, q) in chunk.iter().zip(q) {
-                    scores.insert(t.key, (q.f1, q.top1));
-                }
-                pb.inc(chunk.len() as u64);
-            }
-            qstats.add(&evaluator.take_stats());
-            let rows = context_rows(ci, &transports, &scores)?;
-            let text = csv_of(&rows)?;
-            let lines: String = text.lines().skip(1).flat_map(|l| [l, "\n"]).collect();
-            run_dir.append_context(
-                &lines,
-                &ContextDone {
-                    context: ci,
-                    tokens_sha256: tokens_sha256(ctx),
-                    rows: rows.len(),
-                    scored: distinct.len(),
-                    wall_s: t_ci.elapsed().as_secs_f64(),
-                    cpu_s: process_cpu_s() - cpu_ci,
-                },
-            )?;
-        }
+        quality::score_contexts(&job, &todo, streams, &pb, |c| {
+            ctx_wall += c.prefill_s;
+            ctx_cpu += c.prefill_cpu_s;
+            qstats.add(&c.stats);
+            run_dir.append_context(&c.lines, &c.done)
+        })?;
         pb.finish_and_clear();
     }
     let quality_s = t_quality.elapsed().as_secs_f64();
