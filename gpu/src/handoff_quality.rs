@@ -720,9 +720,15 @@ impl QualityEvaluator {
             return Ok(None);
         }
         if self.recorded.as_ref().is_none_or(|r| &r.tokens != tokens) {
-            let Some(mut kv) = self.full.take() else {
+            // The full cache, or an earlier recording's cut back to the context.
+            let kv = match self.recorded.take() {
+                Some(r) => Some(r.kv),
+                None => self.full.take(),
+            };
+            let Some(mut kv) = kv else {
                 return Ok(None);
             };
+            kv.truncate(n);
             if kv.len() != n {
                 return Ok(None);
             }

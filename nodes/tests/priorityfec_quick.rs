@@ -30,6 +30,7 @@ fn args(tiny: bool, run: &str) -> PriorityFecArgs {
         batch: 8,
         decode_weights: None,
         stepwise: false,
+        streams: None,
         results: std::env::temp_dir().join(format!("edgemu-pfec-test-{}", std::process::id())),
         run_id: Some(run.into()),
         resume: None,
@@ -102,9 +103,9 @@ fn quick_grid_on_real_model() {
 }
 
 /// The shared quality computation (teacher forcing in one pass, free-running
-/// only past the first disagreement) gives the direct computation's figures
-/// bit for bit: every handoff row of the tiny grid is equal, in both rebuild
-/// modes.
+/// only past the first disagreement, in three streams of contexts) gives the
+/// direct computation's figures (in one stream) bit for bit: every handoff row
+/// of the tiny grid is equal and in the same order, in both rebuild modes.
 #[test]
 fn shared_quality_path_equals_stepwise() {
     for mode in ["zero-fill", "mask"] {
@@ -114,6 +115,8 @@ fn shared_quality_path_equals_stepwise() {
             let mut a = args(true, &run);
             a.mode = mode.into();
             a.stepwise = stepwise;
+            // Contexts in three streams against one: the same rows, in order.
+            a.streams = Some(if stepwise { 1 } else { 3 });
             a.decode_len = 12;
             report(&a).expect("experiment runs");
             let dir = a.results.join(&run);

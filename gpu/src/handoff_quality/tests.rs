@@ -245,6 +245,13 @@ fn shared_evaluation_equals_stepwise_bit_for_bit() {
     let full = partial(&blocks);
     let parts: Vec<Vec<PartialBlock>> = (0..3).map(|s| damaged_pattern(&blocks, s)).collect();
     let lost: Vec<PartialBlock> = blocks.iter().map(PartialBlock::lost).collect();
+    // Damage from layer 1 on: the fast path's teacher forcing joins the
+    // recorded full-cache pass at layer 1 (and the full cache's at the end).
+    let late: Vec<PartialBlock> = damaged_pattern(&blocks, 1)
+        .into_iter()
+        .zip(&full)
+        .map(|(d, f)| if d.layer == 0 { f.clone() } else { d })
+        .collect();
     let mut prompt = context();
     prompt.extend([5, 6, 7]);
     let vocab = lm.model.config().vocab_size as u32;
@@ -262,7 +269,7 @@ fn shared_evaluation_equals_stepwise_bit_for_bit() {
             let reference = slow.continuations(&[case(&full)]).unwrap().remove(0);
             // The fast path rebuilds on the full cache as a base.
             fast.set_base(Some(&case(&full))).unwrap();
-            let mut cases = vec![case(&full), case(&lost)];
+            let mut cases = vec![case(&full), case(&lost), case(&late)];
             cases.extend(parts.iter().map(|p| case(p)));
             // References: the true one, and ones shorter, longer, empty and
             // never predicted, so every divergence position is exercised.
@@ -292,7 +299,33 @@ fn shared_evaluation_equals_stepwise_bit_for_bit() {
                 .unwrap();
             assert_eq!((q[0].f1, q[0].top1), (1.0, 1.0));
         }
-        // The shared path decodes fewer free-running tokens.
+        // The shared path decodes fewer free-running tokens and skips layers.
         assert!(fast.stats().free_tokens < slow.stats().free_tokens || decode_len == 1);
+        assert!(fast.stats().joined_layer_rows_skipped > 0);
     }
+}
+
+/// A thread clock counts its threads' CPU time and nothing else's.
+#[test]
+fn thread_clock_counts_only_its_threads() {
+    use std::sync::{Arc, Mutex};
+    let me = current_thread_id().expect("Linux /proc/thread-self");
+    let other = std::thread::spawn(|| current_thread_id().unwrap())
+        .join()
+        .unwrap();
+    assert_ne!(me, other);
+    let mine = CpuClock::Threads(Arc::new(Mutex::new(vec![me])));
+    let t0 = mine.seconds();
+    let mut x = 0u64;
+    // Spins until this thread's clock has counted 50 ms.
+    while mine.seconds() - t0 < 0.05 {
+        for i in 0..100_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+    }
+    std::hint::black_box(x);
+    // The other thread has ended: nothing of it is left to count.
+    let theirs = CpuClock::Threads(Arc::new(Mutex::new(vec![other])));
+    assert_eq!(theirs.seconds(), 0.0);
+    assert!(CpuClock::Process.seconds() >= mine.seconds());
 }

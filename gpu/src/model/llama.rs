@@ -933,6 +933,114 @@ mod tests {
         assert_eq!(kv2.len(), 20);
     }
 
+    /// Sequences joining a recorded pass part-way get the plain pass's logits
+    /// and cache rows bit for bit; a join that cannot hold is an error.
+    #[test]
+    fn joining_a_recorded_pass_gives_the_same_bits() {
+        let m = tiny(WeightLayout::for_device(&Device::Cpu));
+        let nl = m.config().n_layers;
+        assert!(nl >= 2);
+        let prompt: Vec<u32> = (5..25).collect();
+        let forced: Vec<u32> = vec![3, 77, 12, 9, 60];
+        let fresh = || m.prefilled(&prompt, 32).unwrap();
+        let (mut rec_kv, mut plain_kv) = (fresh(), fresh());
+        let from = [1usize];
+        let (rec_logits, hidden) = m
+            .forward_as_decode_recording(
+                &mut [SeqInput {
+                    tokens: &forced,
+                    kv: &mut rec_kv,
+                }],
+                &from,
+            )
+            .unwrap();
+        assert_eq!(hidden.len(), nl + 1);
+        let plain = m
+            .forward_as_decode_from(
+                &mut [SeqInput {
+                    tokens: &forced,
+                    kv: &mut plain_kv,
+                }],
+                &from,
+            )
+            .unwrap();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            t.flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&rec_logits), bits(&plain));
+        let rows = JoinRows {
+            tokens: &forced,
+            hidden: &hidden,
+            kv: &rec_kv,
+            at: prompt.len(),
+        };
+        let join = [0, 1, nl - 1, nl];
+        let mut kvs: Vec<SeqKv> = join.iter().map(|_| fresh()).collect();
+        let mut batch: Vec<SeqInput<'_>> = kvs
+            .iter_mut()
+            .map(|kv| SeqInput {
+                tokens: &forced,
+                kv,
+            })
+            .collect();
+        let out = m
+            .forward_as_decode_joining(&mut batch, &[1; 4], &join, &rows)
+            .unwrap();
+        let (per, want) = (bits(&plain).len(), bits(&plain));
+        let got = bits(&out);
+        for s in 0..join.len() {
+            assert_eq!(&got[s * per..(s + 1) * per], &want[..], "join {}", join[s]);
+        }
+        for kv in &kvs {
+            assert_eq!(kv.len(), prompt.len() + forced.len());
+            for l in 0..nl {
+                let a = kv.stored_rows(l, prompt.len(), forced.len()).unwrap();
+                let b = plain_kv.stored_rows(l, prompt.len(), forced.len()).unwrap();
+                assert_eq!(bits(&a.0), bits(&b.0));
+                assert_eq!(bits(&a.1), bits(&b.1));
+            }
+        }
+        // Falling join layers, other tokens, another position: errors.
+        let other: Vec<u32> = vec![3, 77, 12, 9, 61];
+        let mut a = fresh();
+        let mut b = fresh();
+        let e = m.forward_as_decode_joining(
+            &mut [
+                SeqInput {
+                    tokens: &forced,
+                    kv: &mut a,
+                },
+                SeqInput {
+                    tokens: &forced,
+                    kv: &mut b,
+                },
+            ],
+            &[1, 1],
+            &[1, 0],
+            &rows,
+        );
+        assert!(e.is_err());
+        for tokens in [&other, &forced] {
+            let mut c = fresh();
+            if tokens == &forced {
+                c.truncate(prompt.len() - 1);
+            }
+            let e = m.forward_as_decode_joining(
+                &mut [SeqInput { tokens, kv: &mut c }],
+                &[1],
+                &[1],
+                &rows,
+            );
+            assert!(format!("{}", e.err().unwrap()).contains("joining pass"));
+        }
+    }
+
     #[test]
     fn rows_as_decode_equal_decode_steps_bit_for_bit() {
         // Teacher forcing in one pass must give exactly the logits of feeding

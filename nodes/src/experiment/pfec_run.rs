@@ -65,7 +65,8 @@ pub struct ContextDone {
     pub rows: usize,
     /// Distinct incomplete outcomes scored.
     pub scored: usize,
-    /// Wall and process CPU seconds of the context (prefill, reference, scoring).
+    /// Wall and CPU seconds of the context (prefill, reference, scoring);
+    /// CPU of the threads of the stream that scored it.
     pub wall_s: f64,
     pub cpu_s: f64,
 }

@@ -34,8 +34,13 @@
 //! The evaluator forces all positions in one pass and decodes free-running
 //! only past the first disagreement (`QualityEvaluator::evaluate`);
 //! `--stepwise` runs the direct computation instead, with the same figures bit
-//! for bit. The time of each quality phase (wall and process CPU seconds) is in
-//! `summary.json` (`quality_stats`) and on the last line of the table.
+//! for bit. Contexts are scored in `--streams` side by side (`quality`: each
+//! on its own share of the cores; the same bits in any number of streams).
+//! The time of each quality phase (wall and CPU seconds, summed over the
+//! contexts, the CPU counted on the threads of the stream that ran it) is in
+//! `summary.json` (`quality_stats`) and on the last line of the table; with
+//! two streams the phases' wall seconds add up to about twice the quality
+//! section's wall time.
 //!
 //! Outputs in `results/<run>/`: `handoffs.csv` (one row per context ×
 //! realization × ρ × scheme, appended as each context finishes),
@@ -146,8 +151,9 @@ pub struct PriorityFecArgs {
     /// Tokens decoded per handoff.
     #[arg(long, default_value_t = 32)]
     pub decode_len: usize,
-    /// Handoffs decoded together.
-    #[arg(long, default_value_t = 16)]
+    /// Handoffs decoded together (per stream); any size gives the same
+    /// figures. 32 is the fastest measured on 2 cores (README).
+    #[arg(long, default_value_t = 32)]
     pub batch: usize,
     /// Weight format of the decode-path matmuls (cue, teacher-forced and
     /// free-running rows): q8_int (the default: int8 weights against
@@ -165,7 +171,7 @@ pub struct PriorityFecArgs {
     pub stepwise: bool,
     /// Contexts scored side by side, each on its share of the cores (default:
     /// 2 where there are 2 or more cores, else 1). Many short forward passes
-    /// keep two cores busier as two streams than as one (≈ 1.3× on this
+    /// keep two cores busier as two streams than as one (≈ 1.2× on this
     /// project's 2-core machine); the figures are the same bits.
     #[arg(long)]
     pub streams: Option<usize>,
