@@ -1163,6 +1163,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         "context_prefill_s": ctx_wall,
         "context_prefill_cpu_s": ctx_cpu,
         "quality_path": if a.stepwise { "stepwise" } else { "shared" },
+        "quality_streams": streams,
         // As the loaded model holds its matrices (`--decode-weights`).
         "weight_layout": w.model.layout().label(),
         "contexts_finished": finished.len(),
@@ -1195,8 +1196,10 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         wall_s
     ));
     report.push_str(&format!(
-        "quality ({} path), wall / CPU s: contexts (prefill + reference) {:.1} / {:.1}; handoffs: rebuild {:.1} / {:.1}, cue {:.1} / {:.1}, teacher-forced {:.1} / {:.1} ({} rows, the shared path's with the cue's), free-running {:.1} / {:.1} ({} tokens); {} forwards, mean {:.1} rows each\n",
+        "quality ({} path, {} stream{}), wall / CPU s summed over contexts: contexts (prefill + reference) {:.1} / {:.1}; handoffs: rebuild {:.1} / {:.1}, cue {:.1} / {:.1}, teacher-forced {:.1} / {:.1} ({} rows, the shared path's with the cue's), free-running {:.1} / {:.1} ({} tokens); {} forwards, mean {:.1} rows each\n",
         if a.stepwise { "stepwise" } else { "shared" },
+        streams,
+        if streams == 1 { "" } else { "s" },
         ctx_wall,
         ctx_cpu,
         qstats.rebuild_s,
