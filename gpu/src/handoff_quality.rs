@@ -567,6 +567,17 @@ impl QualityEvaluator {
     /// each sequence `s` ([`Llama::forward_as_decode_from`]; `None`: its last
     /// row), counting the call and its rows.
     fn forward(&mut self, batch: &mut [SeqInput<'_>], from: Option<&[usize]>) -> Result<Vec<u32>> {
+        self.forward_joining(batch, from, None)
+    }
+
+    /// [`QualityEvaluator::forward`], sequence `s` joining the recorded pass
+    /// at layer `join[s]` ([`Llama::forward_as_decode_joining`]).
+    fn forward_joining(
+        &mut self,
+        batch: &mut [SeqInput<'_>],
+        from: Option<&[usize]>,
+        join: Option<&[usize]>,
+    ) -> Result<Vec<u32>> {
         self.stats.forward_calls += 1;
         self.stats.forward_rows += batch.iter().map(|s| s.tokens.len() as u64).sum::<u64>();
         let last: Vec<usize>;
@@ -580,7 +591,27 @@ impl QualityEvaluator {
                 &last
             }
         };
-        let logits = self.model().forward_as_decode_from(batch, from)?;
+        let logits = match (join, self.recorded.as_ref()) {
+            (None, _) => self.model().forward_as_decode_from(batch, from)?,
+            (Some(join), Some(rec)) => {
+                self.stats.joined_layer_rows_skipped += batch
+                    .iter()
+                    .zip(join)
+                    .map(|(s, &j)| (j * s.tokens.len()) as u64)
+                    .sum::<u64>();
+                let rows = JoinRows {
+                    tokens: &rec.tokens,
+                    hidden: &rec.hidden,
+                    kv: &rec.kv,
+                    at: rec.kv.len().saturating_sub(rec.tokens.len()),
+                };
+                self.model()
+                    .forward_as_decode_joining(batch, from, join, &rows)?
+            }
+            (Some(_), None) => {
+                return Err(GpuError::Engine("no recorded pass to join".into()));
+            }
+        };
         argmax_rows(&logits, "argmax")
     }
 
@@ -679,25 +710,35 @@ impl QualityEvaluator {
             .map(|c| c.prompt.len() - c.n_tokens - 1)
             .collect();
         self.stats.forced_rows += inputs.iter().map(|t| t.len() as u64).sum::<u64>();
-        let out = match self.joins(cases, &inputs, &from, kvs)? {
-            Some(join) => self.forced_joining(&inputs, &from, &join, kvs)?,
-            None => {
-                let mut batch: Vec<SeqInput<'_>> = kvs
-                    .iter_mut()
-                    .zip(&inputs)
-                    .map(|(kv, tokens)| SeqInput { tokens, kv })
-                    .collect();
-                let argmax = self.forward(&mut batch, Some(&from))?;
-                let mut out = Vec::with_capacity(cases.len());
-                let mut at = 0;
-                for (t, f) in inputs.iter().zip(&from) {
-                    let n = t.len() - f;
-                    out.push(argmax[at..at + n].to_vec());
-                    at += n;
-                }
-                out
-            }
-        };
+        // In order of the layer each case joins the recorded pass at (all
+        // at 0 without one); results in the cases' order.
+        let join = self.joins(cases, &inputs, &from, kvs)?;
+        let mut order: Vec<usize> = (0..kvs.len()).collect();
+        if let Some(j) = &join {
+            order.sort_by_key(|&i| j[i]);
+        }
+        let mut slots: Vec<Option<&mut SeqKv>> = kvs.iter_mut().map(Some).collect();
+        let mut batch: Vec<SeqInput<'_>> = Vec::with_capacity(order.len());
+        for &i in &order {
+            let kv = slots[i]
+                .take()
+                .ok_or_else(|| GpuError::Engine("a case twice in one pass".into()))?;
+            batch.push(SeqInput {
+                tokens: &inputs[i],
+                kv,
+            });
+        }
+        let sorted_from: Vec<usize> = order.iter().map(|&i| from[i]).collect();
+        let sorted_join: Option<Vec<usize>> = join.map(|j| order.iter().map(|&i| j[i]).collect());
+        let argmax =
+            self.forward_joining(&mut batch, Some(&sorted_from), sorted_join.as_deref())?;
+        let mut out = vec![Vec::new(); order.len()];
+        let mut at = 0;
+        for &i in &order {
+            let n = inputs[i].len() - from[i];
+            out[i] = argmax[at..at + n].to_vec();
+            at += n;
+        }
         t0.add(&mut self.stats.forced_s, &mut self.stats.forced_cpu_s);
         Ok(out)
     }
@@ -715,7 +756,10 @@ impl QualityEvaluator {
         let Some(base) = self.base.as_ref() else {
             return Ok(None);
         };
-        let (tokens, n) = (&inputs[0], base.tokens());
+        let (Some(tokens), Some(from0)) = (inputs.first(), from.first()) else {
+            return Ok(None);
+        };
+        let n = base.tokens();
         if inputs.iter().any(|t| t != tokens) || cases.iter().any(|c| c.n_tokens != n) {
             return Ok(None);
         }
@@ -740,7 +784,7 @@ impl QualityEvaluator {
             self.stats.forward_rows += tokens.len() as u64;
             let (_, hidden) = self
                 .model()
-                .forward_as_decode_recording(&mut batch, &from[..1])?;
+                .forward_as_decode_recording(&mut batch, &[*from0])?;
             self.recorded = Some(RecordedPass {
                 tokens: tokens.clone(),
                 hidden,
@@ -752,59 +796,6 @@ impl QualityEvaluator {
                 .map(|kv| kv.first_layer_off_base().unwrap_or(0))
                 .collect(),
         ))
-    }
-
-    /// [`QualityEvaluator::forced_argmax`]'s pass with each case joining at
-    /// its layer `join` (in order of the layer; results in the cases' order).
-    fn forced_joining(
-        &mut self,
-        inputs: &[Vec<u32>],
-        from: &[usize],
-        join: &[usize],
-        kvs: &mut [SeqKv],
-    ) -> Result<Vec<Vec<u32>>> {
-        let Some(rec) = self.recorded.as_ref() else {
-            return Err(GpuError::Engine("no recorded pass to join".into()));
-        };
-        let mut order: Vec<usize> = (0..kvs.len()).collect();
-        order.sort_by_key(|&i| join[i]);
-        let mut slots: Vec<Option<&mut SeqKv>> = kvs.iter_mut().map(Some).collect();
-        let mut batch: Vec<SeqInput<'_>> = Vec::with_capacity(order.len());
-        for &i in &order {
-            let kv = slots[i]
-                .take()
-                .ok_or_else(|| GpuError::Engine("a case twice in one pass".into()))?;
-            batch.push(SeqInput {
-                tokens: &inputs[i],
-                kv,
-            });
-        }
-        let sorted_from: Vec<usize> = order.iter().map(|&i| from[i]).collect();
-        let sorted_join: Vec<usize> = order.iter().map(|&i| join[i]).collect();
-        let rows = JoinRows {
-            tokens: &rec.tokens,
-            hidden: &rec.hidden,
-            kv: &rec.kv,
-            at: rec.kv.len() - rec.tokens.len(),
-        };
-        let model = self.engine.backend().model();
-        let logits =
-            model.forward_as_decode_joining(&mut batch, &sorted_from, &sorted_join, &rows)?;
-        let argmax = argmax_rows(&logits, "argmax")?;
-        self.stats.forward_calls += 1;
-        self.stats.forward_rows += inputs.iter().map(|t| t.len() as u64).sum::<u64>();
-        self.stats.joined_layer_rows_skipped += order
-            .iter()
-            .map(|&i| (join[i] * inputs[i].len()) as u64)
-            .sum::<u64>();
-        let mut out = vec![Vec::new(); kvs.len()];
-        let mut at = 0;
-        for &i in &order {
-            let n = inputs[i].len() - from[i];
-            out[i] = argmax[at..at + n].to_vec();
-            at += n;
-        }
-        Ok(out)
     }
 
     /// F1 and top-1 of each case against its reference continuation (decoded

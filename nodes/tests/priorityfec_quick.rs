@@ -224,7 +224,7 @@ fn resumed_run_equals_straight_run() {
 #[test]
 fn bad_settings_are_refused_naming_the_flag() {
     type Set = fn(&mut PriorityFecArgs);
-    let cases: [(&str, Set); 10] = [
+    let cases: [(&str, Set); 11] = [
         ("--contexts 0", |a| a.contexts = Some(0)),
         ("--realizations 0", |a| a.realizations = Some(0)),
         ("--rho", |a| a.rho = Some(Vec::new())),
@@ -234,6 +234,7 @@ fn bad_settings_are_refused_naming_the_flag() {
         }),
         ("--decode-len 0", |a| a.decode_len = 0),
         ("--batch 0", |a| a.batch = 0),
+        ("--streams 0", |a| a.streams = Some(0)),
         // The tiny model's context length is 8 192 positions.
         ("--decode-len 9000", |a| a.decode_len = 9000),
         ("--decode-len 18446744073709551615", |a| {

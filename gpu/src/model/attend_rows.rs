@@ -286,6 +286,16 @@ pub(crate) fn attend_rows_head_group(
     fn qrow<'a>(v: &HeadView<'a>, i: usize, r: usize, rep: usize) -> &'a [f32] {
         &v.qs[i * v.hs + (v.h * rep + r) * 64..][..64]
     }
+    // Per sequence and row: are all its query heads of this KV head finite
+    // (then +0 keys need not be read; checked once, not per tile)?
+    let q_finite: Vec<Vec<bool>> = views
+        .iter()
+        .map(|v| {
+            (0..v.t)
+                .map(|i| (0..rep).all(|r| qrow(v, i, r, rep).iter().all(|x| x.is_finite())))
+                .collect()
+        })
+        .collect();
     for_each_run(
         &views,
         true,
@@ -303,7 +313,7 @@ pub(crate) fn attend_rows_head_group(
                     Some(kt) => unsafe { scores64_avx2(q, kt, s) },
                     // +0 keys: each FMA chain of the dot stays +0 for a
                     // finite query, so the score is the +0 `s` holds.
-                    None if q.iter().all(|x| x.is_finite()) => {}
+                    None if q_finite[j][i] => {}
                     // SAFETY: as above; `ZERO_ROWS` holds a tile of rows.
                     None => unsafe { scores64_avx2(q, &ZERO_ROWS[..s.len() * 64], s) },
                 }
@@ -352,15 +362,21 @@ pub(crate) fn attend_rows_head_group(
                     // (but for `o` = −0, which a chain from +0 reaches only by
                     // rounding a negative sum below the smallest subnormal),
                     // so only the numerators' sum moves.
-                    None if w.iter().all(|a| a.is_finite()) => {
+                    None => {
+                        let (mut total, mut all_finite) = (*sum, true);
                         for &a in w {
-                            *sum += a;
+                            total += a;
+                            all_finite &= a.is_finite();
+                        }
+                        if all_finite {
+                            *sum = total;
+                        } else {
+                            // SAFETY: as above; `ZERO_ROWS` holds a tile of rows.
+                            unsafe {
+                                weighted_sum64_acc_avx2(o, w, &ZERO_ROWS[..w.len() * 64], sum)
+                            }
                         }
                     }
-                    // SAFETY: as above; `ZERO_ROWS` holds a tile of rows.
-                    None => unsafe {
-                        weighted_sum64_acc_avx2(o, w, &ZERO_ROWS[..w.len() * 64], sum)
-                    },
                 }
             }
         },

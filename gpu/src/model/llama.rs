@@ -221,7 +221,6 @@ impl Llama {
         batch: &mut [SeqInput<'_>],
         from: &[usize],
     ) -> Result<Tensor> {
-        Self::check_from(batch, from)?;
         self.run(batch, Phase::Decode, Some(from), None, None)
     }
 
@@ -234,7 +233,6 @@ impl Llama {
         batch: &mut [SeqInput<'_>],
         from: &[usize],
     ) -> Result<(Tensor, Vec<Vec<f32>>)> {
-        Self::check_from(batch, from)?;
         let mut record = Vec::with_capacity(self.config.n_layers + 1);
         let logits = self.run(batch, Phase::Decode, Some(from), None, Some(&mut record))?;
         Ok((logits, record))
@@ -262,19 +260,7 @@ impl Llama {
         join: &[usize],
         rows: &JoinRows<'_>,
     ) -> Result<Tensor> {
-        Self::check_from(batch, from)?;
         self.run(batch, Phase::Decode, Some(from), Some((join, rows)), None)
-    }
-
-    fn check_from(batch: &[SeqInput<'_>], from: &[usize]) -> Result<()> {
-        if from.len() != batch.len() {
-            return Err(GpuError::Engine(format!(
-                "{} first rows for {} sequences",
-                from.len(),
-                batch.len()
-            )));
-        }
-        Ok(())
     }
 
     /// Checks a joining pass ([`Llama::forward_as_decode_joining`]).
@@ -338,7 +324,19 @@ impl Llama {
         if batch.is_empty() {
             return Err(GpuError::Engine("forward on an empty batch".into()));
         }
+        if let Some(f) = from.filter(|f| f.len() != batch.len()) {
+            return Err(GpuError::Engine(format!(
+                "{} first rows for {} sequences",
+                f.len(),
+                batch.len()
+            )));
+        }
         if let Some((j, rows)) = join {
+            if record.is_some() {
+                return Err(GpuError::Engine(
+                    "a joining pass is not recorded (its early layers lack rows)".into(),
+                ));
+            }
             self.check_join(batch, j, rows)?;
         }
         let joins: Vec<usize> = join.map_or_else(|| vec![0; batch.len()], |(j, _)| j.to_vec());
@@ -443,11 +441,15 @@ impl Llama {
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         for (li, b) in self.blocks.iter().enumerate() {
             if let Some((_, rows)) = join {
-                x = join_rows(x, &rows.hidden[li], joined, active(li), &row_at, c)?;
+                x = join_rows(x, rows, li, joined, active(li), &row_at, c)?;
                 joined = active(li);
-                for s in batch[joined..].iter_mut() {
-                    let (k, v) = rows.kv.stored_rows(li, rows.at, s.tokens.len())?;
-                    s.kv.append(li, &k, &v)?;
+                // The sequences still waiting append the recorded rows (the
+                // same tokens, `check_join`).
+                if joined < batch.len() {
+                    let (k, v) = rows.kv.stored_rows(li, rows.at, rows.tokens.len())?;
+                    for s in batch[joined..].iter_mut() {
+                        s.kv.append(li, &k, &v)?;
+                    }
                 }
                 if joined == 0 {
                     continue;
@@ -513,7 +515,7 @@ impl Llama {
             x = (x + b.down.forward(&f, decode)?).ctx("ffn residual")?;
         }
         if let Some((_, rows)) = join {
-            x = join_rows(x, &rows.hidden[c.n_layers], joined, batch.len(), &row_at, c)?;
+            x = join_rows(x, rows, c.n_layers, joined, batch.len(), &row_at, c)?;
         }
         if let Some(r) = record.as_mut() {
             r.push(
@@ -801,11 +803,6 @@ fn batched_decode_attention(
     }
 }
 
-/// Appends rows `off..off + t` of one layer's new keys and values (each
-/// `(tokens, n_kv_heads, head_dim)`) to `kv`, which stores them as
-/// `(n_kv_heads, t, head_dim)`. One row (every decode step, per layer and
-/// sequence) is already in that order: a view, no copy; several rows are a
-/// transposed copy.
 /// Rows that join a pass part-way ([`Llama::forward_as_decode_joining`]),
 /// from a pass recorded on the same tokens at the same position
 /// ([`Llama::forward_as_decode_recording`]).
@@ -822,10 +819,12 @@ pub struct JoinRows<'a> {
 }
 
 /// `x` (the rows of sequences `..from`) with the rows of sequences
-/// `from..to` appended, each `hidden` (one sequence's rows).
+/// `from..to` appended, each the recorded input rows of `layer` (`n_layers`:
+/// the last layer's output).
 fn join_rows(
     x: Tensor,
-    hidden: &[f32],
+    rows: &JoinRows<'_>,
+    layer: usize,
     from: usize,
     to: usize,
     row_at: &[usize],
@@ -834,6 +833,9 @@ fn join_rows(
     if to <= from {
         return Ok(x);
     }
+    let hidden = rows.hidden.get(layer).ok_or_else(|| {
+        GpuError::Engine(format!("joining pass: no recorded rows for layer {layer}"))
+    })?;
     let mut add = Vec::with_capacity((row_at[to] - row_at[from]) * c.hidden_size);
     for _ in from..to {
         add.extend_from_slice(hidden);
@@ -856,6 +858,11 @@ pub(crate) fn argmax_rows(logits: &Tensor, what: &str) -> Result<Vec<u32>> {
         .ctx(what)
 }
 
+/// Appends rows `off..off + t` of one layer's new keys and values (each
+/// `(tokens, n_kv_heads, head_dim)`) to `kv`, which stores them as
+/// `(n_kv_heads, t, head_dim)`. One row (every decode step, per layer and
+/// sequence) is already in that order: a view, no copy; several rows are a
+/// transposed copy.
 fn append_new_rows(
     kv: &mut SeqKv,
     layer: usize,

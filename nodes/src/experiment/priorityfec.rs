@@ -260,6 +260,9 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
     if a.batch == 0 {
         bail!("--batch 0: at least one handoff must be decoded at a time");
     }
+    if a.streams == Some(0) {
+        bail!("--streams 0: at least one stream must score the contexts");
+    }
     if g.context_tokens == 0 || !g.context_tokens.is_multiple_of(16) {
         bail!(
             "--context-tokens {} must be a positive multiple of 16 (tokens per block)",
@@ -1090,12 +1093,8 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     // Prefilling the contexts and decoding their references (wall, CPU).
     let (mut ctx_wall, mut ctx_cpu) = (0.0, 0.0);
     let mut qstats = EvalStats::default();
-    let streams = a
-        .streams
-        .unwrap_or_else(|| {
-            quality::default_streams(std::thread::available_parallelism().map_or(1, |n| n.get()))
-        })
-        .clamp(1, todo.len().max(1));
+    // Streams that scored this session's contexts (none to score: 1).
+    let mut streams = 1;
     if !todo.is_empty() {
         let decode = load_model(a)?.0.model;
         let job = quality::QualityJob {
@@ -1111,7 +1110,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
             stepwise: a.stepwise,
         };
         let pb = bar((todo.len() * (1 + distinct.len())) as u64, "quality", quiet);
-        quality::score_contexts(&job, &todo, streams, &pb, |c| {
+        streams = quality::score_contexts(&job, &todo, a.streams, &pb, |c| {
             ctx_wall += c.prefill_s;
             ctx_cpu += c.prefill_cpu_s;
             qstats.add(&c.stats);

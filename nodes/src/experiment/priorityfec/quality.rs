@@ -56,25 +56,32 @@ pub(super) struct ScoredContext {
     pub prefill_cpu_s: f64,
 }
 
-/// Streams to run on `cores` cores by default: two where there are two or
-/// more (module docs), else one.
-pub(super) fn default_streams(cores: usize) -> usize {
-    cores.clamp(1, 2)
+/// The streams that score `contexts` contexts: as asked, else two where the
+/// machine has two or more cores (module docs), else one; never more than
+/// the contexts, never none.
+fn streams_for(asked: Option<usize>, contexts: usize) -> usize {
+    asked
+        .unwrap_or_else(|| cores().clamp(1, 2))
+        .clamp(1, contexts.max(1))
 }
 
-/// Scores contexts `todo` in `streams` streams (module docs), handing each to
-/// `sink` in `todo`'s order; `pb` advances by one per context and per
-/// outcome scored.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Scores contexts `todo` in the streams asked for (`None`: the default of
+/// [`streams_for`]; module docs), handing each to `sink` in `todo`'s order;
+/// `pb` advances by one per context and per outcome scored. Returns the
+/// number of streams that ran.
 pub(super) fn score_contexts(
     job: &QualityJob<'_>,
     todo: &[usize],
-    streams: usize,
+    streams: Option<usize>,
     pb: &ProgressBar,
     mut sink: impl FnMut(ScoredContext) -> Result<()>,
-) -> Result<()> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let streams = streams.clamp(1, todo.len().max(1));
-    let threads = (cores / streams).max(1);
+) -> Result<usize> {
+    let streams = streams_for(streams, todo.len());
+    let threads = (cores() / streams).max(1);
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<(usize, Result<ScoredContext>)>();
@@ -152,7 +159,7 @@ pub(super) fn score_contexts(
     });
     match first_error {
         Some(e) => Err(e),
-        None => Ok(()),
+        None => Ok(streams),
     }
 }
 
