@@ -149,6 +149,9 @@ pub enum PeerControl {
 pub struct PeerStatus {
     pub peer: HostId,
     pub up: bool,
+    /// Down because the run is over (the peer said goodbye, or this host
+    /// is leaving), not a failure.
+    pub left: bool,
 }
 
 /// Senders stop generating traffic (end of the run).

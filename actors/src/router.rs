@@ -388,7 +388,12 @@ impl Handler<PeerStatus> for Router {
             t_ns,
             host: self.host_name.clone(),
             source: "mesh".into(),
-            kind: if msg.up { "peer.up" } else { "peer.down" }.into(),
+            kind: match (msg.up, msg.left) {
+                (true, _) => "peer.up",
+                (false, true) => "peer.left",
+                (false, false) => "peer.down",
+            }
+            .into(),
             detail: serde_json::json!({ "peer": self.peer_name(msg.peer) }),
         });
         for l in &self.peer_listeners {

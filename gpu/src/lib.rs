@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod baseline;
 pub mod bench;
+pub mod calibrate;
 pub mod engine;
 pub mod error;
 pub mod generate;

@@ -374,6 +374,7 @@ impl PolicyKind for LyreoPolicies {
                 assignment: arm.assignment,
                 batching: arm.batching,
                 learned: None,
+                guarded: arm.guarded,
             };
             return Ok((spec, Vec::new()));
         };
@@ -390,6 +391,7 @@ impl PolicyKind for LyreoPolicies {
             assignment: arm.assignment,
             batching: arm.batching,
             learned: Some((Arc::new(model), label)),
+            guarded: arm.guarded,
         };
         Ok((spec, bytes))
     }

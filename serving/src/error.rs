@@ -15,6 +15,12 @@ pub enum ServingError {
     Policy(#[from] edgemu_policies::lyreo::LyreoPolicyError),
     #[error("invalid scenario: {0}")]
     Invalid(String),
+    #[error("server {server}'s report of slot {slot} refused: {reason}")]
+    Report {
+        server: usize,
+        slot: u64,
+        reason: crate::scheduler::ReportRefused,
+    },
     #[error("server {server}: {source}")]
     Gpu {
         server: usize,

@@ -18,15 +18,13 @@
 
 use edgemu_gpu::engine::BatchMode;
 use edgemu_gpu::Profile;
-use edgemu_policies::lyreo::{
-    PolicySpec, RequestObs, SchedulingPolicy, ServerBatching, ServerObs, SlotObservation,
-};
+use edgemu_policies::lyreo::{PolicySpec, SchedulingPolicy, ServerBatching};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::mobility::{Area, Mobility, Position, UserMotion};
+use crate::mobility::{Area, Mobility, UserMotion};
 use crate::radio;
-use crate::scheduler::SchedulerCore;
+use crate::scheduler::{SchedulerCore, SchedulerSettings, ServerSite, SlotRequest};
 use crate::server::{Assigned, RequestRecord, ServerReport, ServerSlotCore};
 use crate::workload::Workload;
 use crate::{ServingError, NS_PER_S};
@@ -199,6 +197,8 @@ pub struct EpisodeOutcome {
     pub requests: Vec<RequestRecord>,
     pub server_slots: Vec<ServerSlotRow>,
     pub summary: Summary,
+    /// Requests a learned policy's guard placed with Least-Loaded.
+    pub fallbacks: u64,
 }
 
 struct User {
@@ -260,13 +260,26 @@ pub fn run_episode_with(
             }
         })
         .collect();
-    let mut sched = SchedulerCore::new(sc.servers, sc.epsilon, policy);
+    let sites = servers
+        .iter()
+        .zip(&server_pos)
+        .map(|(s, &position)| ServerSite {
+            position,
+            obs: s.initial_obs(),
+        })
+        .collect();
+    let settings = SchedulerSettings {
+        slot_ns: sc.slot_ns,
+        epsilon: sc.epsilon,
+        nu: sc.nu,
+        // Every server reports every slot here: nothing times out.
+        report_timeout_ns: u64::MAX,
+    };
+    let mut sched = SchedulerCore::new(sites, settings, policy);
 
-    let mut server_obs: Vec<ServerObs> = servers.iter().map(|s| s.initial_obs()).collect();
     let mut records = Vec::with_capacity(sc.users * sc.slots as usize);
     let mut rows = Vec::with_capacity(sc.servers * sc.slots as usize);
     let mut next_id = 0u64;
-    let mut gains = vec![0.0; sc.servers];
     let mut per_server: Vec<Vec<Assigned>> = vec![Vec::new(); sc.servers];
     let mut requests = Vec::with_capacity(sc.users);
     let mut decisions = 0u64;
@@ -281,80 +294,51 @@ pub fn run_episode_with(
                     .advance(&sc.mobility, &sc.area, dt_s, &mut move_rng);
             }
             let (lin, lout) = sc.workload.sample(&mut work_rng);
-            let solo = servers
-                .iter()
-                .zip(&server_pos)
-                .map(|(s, p)| {
-                    let h = radio::channel_gain(user.motion.pos.distance(p));
-                    radio::shannon_rate_bps(s.bandwidth_hz(), 1, user.power_w, h)
-                })
-                .collect();
-            requests.push(RequestObs {
+            requests.push(SlotRequest {
                 id: next_id,
                 user: u,
                 input_len: lin,
                 output_len: lout,
-                solo_rate_bps: solo,
+                position: user.motion.pos,
+                power_w: user.power_w,
             });
             next_id += 1;
         }
-        let obs = SlotObservation {
-            slot: t,
-            slot_s: dt_s,
-            requests: std::mem::take(&mut requests),
-            servers: std::mem::take(&mut server_obs),
-            z: sched.queues().z().to_vec(),
-            epsilon: sc.epsilon,
-            nu: sc.nu,
-        };
-        let assignment = sched.assign(&obs).to_vec();
-        decisions += assignment.len() as u64;
-        let mut count = vec![0usize; sc.servers];
-        for &s in &assignment {
-            count[s] += 1;
-        }
-        for (q, &s) in obs.requests.iter().zip(&assignment) {
-            let user = &users[q.user];
-            let pos: Position = user.motion.pos;
-            gains[s] = radio::channel_gain(pos.distance(&server_pos[s]));
-            let rate = radio::shannon_rate_bps(
-                servers[s].bandwidth_hz(),
-                count[s],
-                user.power_w,
-                gains[s],
-            );
-            let up = radio::upload_ns(q.input_len, rate);
-            per_server[s].push(Assigned {
+        let decision = sched.decide(t, &requests);
+        decisions += decision.placements.len() as u64;
+        for (q, p) in requests.iter().zip(&decision.placements) {
+            per_server[p.server].push(Assigned {
                 id: q.id,
                 user: q.user,
                 slot: t,
                 created_ns: start,
-                arrival_ns: start.saturating_add(up),
+                arrival_ns: start.saturating_add(p.upload_ns),
                 input_len: q.input_len,
                 output_len: q.output_len,
             });
         }
-        requests = obs.requests;
-        server_obs = obs.servers;
         let end = start + sc.slot_ns;
-        let mut etas = Vec::with_capacity(sc.servers);
         let mut reports = Vec::with_capacity(sc.servers);
         for (s, server) in servers.iter_mut().enumerate() {
             records.extend(server.assign(std::mem::take(&mut per_server[s])));
             server.advance(end, &mut records)?;
             let r = server.end_slot(t, sc.slot_ns);
-            etas.push(r.load.eta);
+            sched
+                .report(s, t, r.load, None, end)
+                .map_err(|e| ServingError::Report {
+                    server: s,
+                    slot: t,
+                    reason: e,
+                })?;
             reports.push(r);
         }
-        let y = sched.end_slot(&etas);
+        let y = sched.end_slot();
         let z = sched.queues().z();
         for (s, r) in reports.into_iter().enumerate() {
-            let o = &mut server_obs[s];
-            o.load = r.load;
             rows.push(ServerSlotRow {
                 class: classes[s],
-                capacity_bytes: o.capacity_bytes,
-                assigned: count[s],
+                capacity_bytes: sched.sites()[s].obs.capacity_bytes,
+                assigned: decision.per_server[s],
                 y: y[s],
                 z: z[s],
                 report: r,
@@ -371,6 +355,7 @@ pub fn run_episode_with(
         requests: records,
         server_slots: rows,
         summary,
+        fallbacks: sched.fallbacks(),
     })
 }
 

@@ -1,12 +1,12 @@
 //! The LYREO edge-serving system as cores without I/O: mobility, workloads,
 //! radio cells (Shannon uplink), edge-server slot cores around the batching
 //! engine, the request-scheduler core with Lyapunov virtual queues, and the
-//! slotted co-simulation harness.
+//! slotted co-simulation harness, and a live server's upload gathering.
 //!
 //! Time is integer nanoseconds (`u64`) everywhere; randomness is seeded
-//! `ChaCha8Rng`, so a run is reproducible bit for bit by its seed. The same
-//! cores are meant to run inside actors later; the harness composes them
-//! directly (users → radio → servers → scheduler), one slot at a time.
+//! `ChaCha8Rng`, so a run is reproducible bit for bit by its seed. The
+//! harness composes the cores directly (users → radio → servers →
+//! scheduler), one slot at a time; the LYREO actors run the same cores.
 
 pub mod availability;
 pub mod error;
@@ -15,6 +15,7 @@ pub mod mobility;
 pub mod radio;
 pub mod scheduler;
 pub mod server;
+pub mod uploads;
 pub mod workload;
 
 pub use availability::Availability;
@@ -22,6 +23,7 @@ pub use error::ServingError;
 pub use harness::{run_episode, run_episode_with, EpisodeOutcome, GpuMix, Scenario, Summary};
 pub use scheduler::{LyapunovQueues, SchedulerCore};
 pub use server::{Dropped, RequestRecord, ServerReport, ServerSlotCore};
+pub use uploads::{ExpectedUpload, ReleasedBatch, UploadGathering};
 
 /// Nanoseconds per second.
 pub const NS_PER_S: u64 = 1_000_000_000;

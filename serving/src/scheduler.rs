@@ -1,12 +1,25 @@
-//! The request-scheduler core: Lyapunov virtual queues and the policy call.
+//! The request-scheduler core: one slot's decision and the Lyapunov
+//! virtual queues, used by the slotted harness and by the scheduler actor.
 //!
-//! Each slot the scheduler collects the slot's requests and the servers'
-//! reports, asks its [`SchedulingPolicy`] for one server per request, and
-//! after the slot updates the virtual queues (paper §IV-A)
+//! The core holds what a scheduler knows of its servers — where each is
+//! ([`ServerSite`]), its capability and its latest report — and, each slot,
+//! turns the requests its users sent ([`SlotRequest`]) into placements
+//! ([`Placement`]): it builds the policy's [`SlotObservation`] (each
+//! request's full-band Shannon rate to every server), asks its
+//! [`SchedulingPolicy`] for one server per request, and gives each request
+//! the rate of its server's cell shared by the slot's requests there, and
+//! its upload time. After the slot it updates the virtual queues (paper §IV-A)
 //!
 //! `Z_s(t+1) = max(Z_s(t) + Y_s(t) − ε, 0)`, `Y_s(t) = (η_s(t) − η̄(t))²`,
 //!
 //! where `η̄` is the mean workload over servers.
+//!
+//! **Reports** ([`SchedulerCore::report`]) carry a server's slot load and,
+//! from a real server, its measured capability (speed and KV), which
+//! replaces the class figures the scheduler started from. A report with a
+//! workload that is not a share of the slot's memory-time (not finite, or
+//! outside `[0, 1.5]`) or older than the one held is refused: it would
+//! poison the queues for the rest of the run.
 //!
 //! **Unavailable servers** (see [`crate::availability`]: no report for a
 //! timeout, e.g. a killed server): the policy still gets every server —
@@ -14,35 +27,138 @@
 //! one is shown full (occupancy, reservation and queued KV at `M_s`, high
 //! KV, η = 1), and any request the policy still gives it is moved to the
 //! available server with the fewest requests of the slot so far (lowest
-//! index on a tie), so nothing is assigned to a server known to be down
-//! ([`SchedulerCore::assign_available`]). With no server available the
-//! policy's choice stands (the requests fail at the dead servers). In the
-//! queues, `η̄` is the mean over available servers and an unavailable
-//! server's `Z_s` is held ([`LyapunovQueues::update_available`]). The queues
-//! themselves live in `edgemu_policies::lyreo` (LYREO-Count's policy keeps its
-//! own count-based ones with the same code).
+//! index on a tie), so nothing is assigned to a server known to be down.
+//! With no server available the policy's choice stands (the requests fail
+//! at the dead servers). In the queues, `η̄` is the mean over available
+//! servers and an unavailable server's `Z_s` is held
+//! ([`LyapunovQueues::update_available`]). A server whose report is late
+//! counts with its last known workload. The queues themselves live in
+//! `edgemu_policies::lyreo` (LYREO-Count's policy keeps its own count-based
+//! ones with the same code).
 
 pub use edgemu_policies::lyreo::LyapunovQueues;
-use edgemu_policies::lyreo::{SchedulingPolicy, SlotLoad, SlotObservation};
+use edgemu_policies::lyreo::{
+    RequestObs, SchedulingPolicy, ServerCapability, ServerObs, SlotLoad, SlotObservation,
+};
 
-/// The scheduler: queues plus a policy.
+use crate::availability::{Availability, AvailabilityChange};
+use crate::mobility::Position;
+use crate::radio;
+
+/// A server as its scheduler knows it: where it is and what it can do
+/// (its class figures and bandwidth `B_s`; the load part is overwritten by
+/// its reports).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSite {
+    pub position: Position,
+    pub obs: ServerObs,
+}
+
+/// One request as its user sent it for the slot's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotRequest {
+    pub id: u64,
+    pub user: usize,
+    pub input_len: u32,
+    pub output_len: u32,
+    /// Where the user was, and its transmit power, when it sent it.
+    pub position: Position,
+    pub power_w: f64,
+}
+
+/// Where one request goes and how fast it uploads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Placement {
+    pub server: usize,
+    /// Shannon rate of the server's cell shared by the slot's requests there.
+    pub rate_bps: f64,
+    /// Transmission time of the prompt at that rate, ns.
+    pub upload_ns: u64,
+}
+
+/// The decision of one slot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlotDecision {
+    /// One per request, in the order given.
+    pub placements: Vec<Placement>,
+    /// Requests placed on each server.
+    pub per_server: Vec<usize>,
+    /// Requests the policy gave an unavailable server, moved.
+    pub moved: usize,
+}
+
+/// Why a report was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReportRefused {
+    #[error("no server {0} at this scheduler")]
+    UnknownServer(usize),
+    #[error("workload η is not a share of the slot's memory-time")]
+    BadWorkload,
+    #[error("older than the report held")]
+    Stale,
+    #[error("capability figures not finite and positive")]
+    BadCapability,
+}
+
+/// The scheduler: its servers, their reports and availability, the
+/// Lyapunov queues and the policy.
 pub struct SchedulerCore {
     queues: LyapunovQueues,
     policy: Box<dyn SchedulingPolicy>,
     assignment: Vec<usize>,
+    sites: Vec<ServerSite>,
+    /// Latest report (slot, load) of each server.
+    reports: Vec<Option<(u64, SlotLoad)>>,
+    availability: Availability,
+    slot_s: f64,
+    epsilon: f64,
+    nu: f64,
+}
+
+/// The slot length and the policy parameters a scheduler runs with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SchedulerSettings {
+    /// Slot length Δ, ns.
+    pub slot_ns: u64,
+    /// Load-balancing tolerance `ε`.
+    pub epsilon: f64,
+    /// Drift-plus-penalty weight `ν`.
+    pub nu: f64,
+    /// A server silent this long is unavailable, ns.
+    pub report_timeout_ns: u64,
 }
 
 impl SchedulerCore {
-    pub fn new(servers: usize, epsilon: f64, policy: Box<dyn SchedulingPolicy>) -> Self {
+    pub fn new(
+        sites: Vec<ServerSite>,
+        settings: SchedulerSettings,
+        policy: Box<dyn SchedulingPolicy>,
+    ) -> Self {
+        let n = sites.len();
         SchedulerCore {
-            queues: LyapunovQueues::new(servers, epsilon),
+            queues: LyapunovQueues::new(n, settings.epsilon),
             policy,
             assignment: Vec::new(),
+            reports: vec![None; n],
+            availability: Availability::new(n, settings.report_timeout_ns),
+            sites,
+            slot_s: settings.slot_ns as f64 / crate::NS_PER_S as f64,
+            epsilon: settings.epsilon,
+            nu: settings.nu,
         }
     }
 
     pub fn queues(&self) -> &LyapunovQueues {
         &self.queues
+    }
+
+    pub fn sites(&self) -> &[ServerSite] {
+        &self.sites
+    }
+
+    /// Which servers are available (see [`crate::availability`]).
+    pub fn available(&self) -> &[bool] {
+        self.availability.mask()
     }
 
     /// Replaces the policy (a hot swap, at a decision boundary); the
@@ -55,10 +171,137 @@ impl SchedulerCore {
         self.policy.name()
     }
 
-    /// Assigns the observation's requests; the returned indices are checked
-    /// to be valid servers (an out-of-range choice is clamped to server 0 —
-    /// policies must not produce one; the tests hold them to it).
-    pub fn assign(&mut self, obs: &SlotObservation) -> &[usize] {
+    /// Requests the policy's guard placed with its fallback since it was
+    /// set (see `SchedulingPolicy::fallbacks`).
+    pub fn fallbacks(&self) -> u64 {
+        self.policy.fallbacks()
+    }
+
+    /// Server `server`'s report of slot `slot`, received at `now_ns`; with
+    /// `capability`, the figures it measured of itself.
+    pub fn report(
+        &mut self,
+        server: usize,
+        slot: u64,
+        load: SlotLoad,
+        capability: Option<&ServerCapability>,
+        now_ns: u64,
+    ) -> Result<(), ReportRefused> {
+        let held = self
+            .reports
+            .get(server)
+            .ok_or(ReportRefused::UnknownServer(server))?;
+        if !(load.eta.is_finite() && (0.0..=1.5).contains(&load.eta)) {
+            return Err(ReportRefused::BadWorkload);
+        }
+        if held.is_some_and(|(s, _)| s > slot) {
+            return Err(ReportRefused::Stale);
+        }
+        if let Some(c) = capability {
+            if !c.is_valid() {
+                return Err(ReportRefused::BadCapability);
+            }
+            self.sites[server].obs.set_capability(c);
+        }
+        self.reports[server] = Some((slot, load));
+        self.availability.report(server, now_ns);
+        Ok(())
+    }
+
+    /// Re-evaluates availability at `now_ns` (once per decision); returns
+    /// the servers whose availability changed.
+    pub fn update_availability(&mut self, now_ns: u64) -> Vec<AvailabilityChange> {
+        self.availability.update(now_ns)
+    }
+
+    /// Closes a slot in the queues with the servers' latest reported
+    /// workloads (a server that never reported counts 0; an unavailable one
+    /// not at all); returns `Y_s`.
+    pub fn end_slot(&mut self) -> Vec<f64> {
+        let etas: Vec<f64> = self
+            .reports
+            .iter()
+            .map(|r| r.map_or(0.0, |(_, l)| l.eta))
+            .collect();
+        self.queues
+            .update_available(&etas, self.availability.mask())
+    }
+
+    /// Decides slot `slot` for `requests` (see the module doc).
+    pub fn decide(&mut self, slot: u64, requests: &[SlotRequest]) -> SlotDecision {
+        for (site, r) in self.sites.iter_mut().zip(&self.reports) {
+            if let Some((_, load)) = r {
+                site.obs.load = *load;
+            }
+        }
+        let obs = SlotObservation {
+            slot,
+            slot_s: self.slot_s,
+            requests: requests
+                .iter()
+                .map(|q| RequestObs {
+                    id: q.id,
+                    user: q.user,
+                    input_len: q.input_len,
+                    output_len: q.output_len,
+                    solo_rate_bps: self
+                        .sites
+                        .iter()
+                        .map(|s| {
+                            let h = radio::channel_gain(q.position.distance(&s.position));
+                            radio::shannon_rate_bps(s.obs.bandwidth_hz, 1, q.power_w, h)
+                        })
+                        .collect(),
+                })
+                .collect(),
+            servers: self.sites.iter().map(|s| s.obs.clone()).collect(),
+            z: self.queues.z().to_vec(),
+            epsilon: self.epsilon,
+            nu: self.nu,
+        };
+        let moved = self.assign_available(&obs);
+        let mut per_server = vec![0usize; self.sites.len()];
+        for &s in &self.assignment {
+            per_server[s] += 1;
+        }
+        let placements = requests
+            .iter()
+            .zip(&self.assignment)
+            .map(|(q, &s)| {
+                let site = &self.sites[s];
+                let h = radio::channel_gain(q.position.distance(&site.position));
+                let rate =
+                    radio::shannon_rate_bps(site.obs.bandwidth_hz, per_server[s], q.power_w, h);
+                Placement {
+                    server: s,
+                    rate_bps: rate,
+                    upload_ns: radio::upload_ns(q.input_len, rate),
+                }
+            })
+            .collect();
+        SlotDecision {
+            placements,
+            per_server,
+            moved,
+        }
+    }
+
+    /// Back from a kill: fresh Lyapunov queues, no reports, every server
+    /// available and seen at `now_ns`, server loads as at the start; the
+    /// policy and the capabilities learned from reports stay.
+    pub fn restart(&mut self, now_ns: u64) {
+        self.queues = LyapunovQueues::new(self.queues.z().len(), self.queues.epsilon());
+        self.reports.iter_mut().for_each(|r| *r = None);
+        self.availability.reset(now_ns);
+        for s in &mut self.sites {
+            s.obs.load = SlotLoad::default();
+        }
+    }
+
+    /// The policy's assignment, clamped to valid servers (an out-of-range
+    /// choice goes to server 0 — policies must not produce one; the tests
+    /// hold them to it).
+    fn assign(&mut self, obs: &SlotObservation) {
         self.policy.assign(obs, &mut self.assignment);
         let n = obs.servers.len();
         self.assignment.resize(obs.requests.len(), 0);
@@ -67,41 +310,26 @@ impl SchedulerCore {
                 *s = 0;
             }
         }
-        &self.assignment
     }
 
-    /// Ends a slot with the servers' workloads; returns `Y_s`.
-    pub fn end_slot(&mut self, etas: &[f64]) -> Vec<f64> {
-        self.queues.update(etas)
-    }
-
-    /// [`SchedulerCore::end_slot`] with unavailable servers left out of
-    /// the balance (see the module doc).
-    pub fn end_slot_available(&mut self, etas: &[f64], available: &[bool]) -> Vec<f64> {
-        self.queues.update_available(etas, available)
-    }
-
-    /// Fresh Lyapunov queues (a restarted scheduler); the policy stays.
-    pub fn reset_queues(&mut self) {
-        self.queues = LyapunovQueues::new(self.queues.z().len(), self.queues.epsilon());
-    }
-
-    /// [`SchedulerCore::assign`] that never picks a server marked
-    /// unavailable in `available` while another is available (see the
-    /// module doc); returns the assignment and how many requests were moved
-    /// off unavailable servers.
-    pub fn assign_available(
-        &mut self,
-        obs: &SlotObservation,
-        available: &[bool],
-    ) -> (&[usize], usize) {
+    /// [`SchedulerCore::assign`] that never picks an unavailable server
+    /// while another is available (see the module doc); returns how many
+    /// requests were moved off unavailable servers.
+    fn assign_available(&mut self, obs: &SlotObservation) -> usize {
+        let available = self.availability.mask().to_vec();
         let n = obs.servers.len();
         let all_up = available.len() != n || available.iter().all(|&a| a);
         if all_up || !available.iter().any(|&a| a) {
-            return (self.assign(obs), 0);
+            self.assign(obs);
+            return 0;
         }
         let mut shown = obs.clone();
-        for (o, _) in shown.servers.iter_mut().zip(available).filter(|(_, &a)| !a) {
+        for (o, _) in shown
+            .servers
+            .iter_mut()
+            .zip(&available)
+            .filter(|(_, &a)| !a)
+        {
             let full = o.capacity_bytes;
             o.load = SlotLoad {
                 eta: 1.0,
@@ -110,7 +338,7 @@ impl SchedulerCore {
                 occupancy_bytes: full,
                 reserved_bytes: full,
                 waiting_kv_bytes: full,
-                backlog: o.load.backlog,
+                ..o.load
             };
         }
         self.assign(&shown);
@@ -132,14 +360,13 @@ impl SchedulerCore {
                 moved += 1;
             }
         }
-        (&self.assignment, moved)
+        moved
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgemu_policies::lyreo::{RequestObs, ServerObs};
 
     /// Sends every request to server 0, whatever it sees.
     struct AllToFirst;
@@ -147,53 +374,91 @@ mod tests {
         fn name(&self) -> &str {
             "all-to-first"
         }
-        fn assign(&mut self, obs: &SlotObservation, out: &mut Vec<usize>) {
+        fn assign(&mut self, _obs: &SlotObservation, out: &mut Vec<usize>) {
             out.clear();
-            out.resize(obs.requests.len(), 0);
+            out.resize(_obs.requests.len(), 0);
         }
     }
 
-    fn obs(requests: usize, servers: usize) -> SlotObservation {
-        let server = ServerObs {
-            capacity_bytes: 1000,
-            kv_bytes_per_token: 1,
-            prefill_tok_s: 1000.0,
-            decode_step_empty_s: 0.01,
-            decode_step_full_s: 0.02,
-            bandwidth_hz: 1e6,
-            load: SlotLoad::default(),
-        };
-        SlotObservation {
-            slot: 0,
-            slot_s: 1.0,
-            requests: (0..requests)
-                .map(|i| RequestObs {
-                    id: i as u64,
-                    user: i,
-                    input_len: 10,
-                    output_len: 10,
-                    solo_rate_bps: vec![1e6; servers],
-                })
-                .collect(),
-            servers: vec![server; servers],
-            z: vec![0.0; servers],
+    const S: u64 = 1_000_000_000;
+
+    fn site(x: f64) -> ServerSite {
+        ServerSite {
+            position: Position { x, y: 0.0 },
+            obs: ServerObs {
+                capacity_bytes: 1000,
+                kv_bytes_per_token: 1,
+                prefill_tok_s: 1000.0,
+                decode_step_empty_s: 0.01,
+                decode_step_full_s: 0.02,
+                bandwidth_hz: 1e6,
+                load: SlotLoad::default(),
+            },
+        }
+    }
+
+    fn core(servers: usize, policy: Box<dyn SchedulingPolicy>) -> SchedulerCore {
+        let settings = SchedulerSettings {
+            slot_ns: S,
             epsilon: 0.01,
             nu: 0.5,
+            report_timeout_ns: 2 * S,
+        };
+        SchedulerCore::new(
+            (0..servers).map(|i| site(50.0 * i as f64)).collect(),
+            settings,
+            policy,
+        )
+    }
+
+    fn requests(n: usize) -> Vec<SlotRequest> {
+        (0..n)
+            .map(|i| SlotRequest {
+                id: i as u64,
+                user: i,
+                input_len: 10,
+                output_len: 10,
+                position: Position { x: 20.0, y: 30.0 },
+                power_w: 0.1,
+            })
+            .collect()
+    }
+
+    fn servers_of(d: &SlotDecision) -> Vec<usize> {
+        d.placements.iter().map(|p| p.server).collect()
+    }
+
+    /// Every server reports at 0; all but `down` report again at 3 s, so
+    /// at 3 s `down` is past its 2 s timeout.
+    fn take_down(c: &mut SchedulerCore, down: &[usize]) {
+        let n = c.sites().len();
+        for s in 0..n {
+            c.report(s, 0, SlotLoad::default(), None, 0)
+                .expect("report");
         }
+        for s in (0..n).filter(|s| !down.contains(s)) {
+            c.report(s, 2, SlotLoad::default(), None, 3 * S)
+                .expect("report");
+        }
+        let changes = c.update_availability(3 * S);
+        assert_eq!(changes.len(), down.len());
     }
 
     #[test]
     fn requests_never_go_to_an_unavailable_server_while_another_is_up() {
-        let mut core = SchedulerCore::new(3, 0.01, Box::new(AllToFirst));
-        let o = obs(5, 3);
-        let (a, moved) = core.assign_available(&o, &[true, true, true]);
-        assert_eq!((a.to_vec(), moved), (vec![0; 5], 0));
+        let mut c = core(3, Box::new(AllToFirst));
+        let d = c.decide(0, &requests(5));
+        assert_eq!((servers_of(&d), d.moved), (vec![0; 5], 0));
         // Server 0 down: its five requests spread over 1 and 2, fewest first.
-        let (a, moved) = core.assign_available(&o, &[false, true, true]);
-        assert_eq!((a.to_vec(), moved), (vec![1, 2, 1, 2, 1], 5));
+        take_down(&mut c, &[0]);
+        let d = c.decide(1, &requests(5));
+        assert_eq!((servers_of(&d), d.moved), (vec![1, 2, 1, 2, 1], 5));
+        assert_eq!(d.per_server, vec![0, 3, 2]);
         // Everything down: the policy's choice stands.
-        let (a, moved) = core.assign_available(&o, &[false, false, false]);
-        assert_eq!((a.to_vec(), moved), (vec![0; 5], 0));
+        let mut c = core(3, Box::new(AllToFirst));
+        take_down(&mut c, &[0, 1, 2]);
+        let d = c.decide(1, &requests(5));
+        assert_eq!((servers_of(&d), d.moved), (vec![0; 5], 0));
     }
 
     #[test]
@@ -201,13 +466,73 @@ mod tests {
         let policy = edgemu_policies::lyreo::PolicySpec::parse("least-loaded")
             .expect("least-loaded")
             .build(1);
-        let mut core = SchedulerCore::new(2, 0.01, policy);
-        let (a, moved) = core.assign_available(&obs(4, 2), &[true, false]);
-        assert_eq!(a.to_vec(), vec![0; 4]);
+        let mut c = core(2, policy);
+        take_down(&mut c, &[1]);
+        let d = c.decide(1, &requests(4));
+        assert_eq!(servers_of(&d), vec![0; 4]);
         assert_eq!(
-            moved, 0,
+            d.moved, 0,
             "the policy itself avoided the full-looking server"
         );
+    }
+
+    #[test]
+    fn placements_share_the_cell_of_their_server() {
+        let mut c = core(2, Box::new(AllToFirst));
+        let reqs = requests(3);
+        let d = c.decide(0, &reqs);
+        let h = radio::channel_gain(reqs[0].position.distance(&c.sites()[0].position));
+        let rate = radio::shannon_rate_bps(1e6, 3, 0.1, h);
+        for p in &d.placements {
+            assert_eq!(p.rate_bps, rate);
+            assert_eq!(p.upload_ns, radio::upload_ns(10, rate));
+        }
+        let alone = radio::shannon_rate_bps(1e6, 1, 0.1, h);
+        assert!(rate < alone, "three requests share the band");
+    }
+
+    #[test]
+    fn reports_update_loads_and_capabilities_and_bad_ones_are_refused() {
+        let mut c = core(2, Box::new(AllToFirst));
+        let load = SlotLoad {
+            eta: 0.25,
+            backlog: 3,
+            backlog_s: 1.5,
+            ..SlotLoad::default()
+        };
+        let measured = ServerCapability {
+            capacity_bytes: 500,
+            kv_bytes_per_token: 2,
+            prefill_tok_s: 300.0,
+            decode_step_empty_s: 0.05,
+            decode_step_full_s: 0.08,
+        };
+        c.report(1, 4, load, Some(&measured), S).expect("report");
+        c.decide(5, &requests(1));
+        assert_eq!(c.sites()[1].obs.load, load);
+        assert_eq!(c.sites()[1].obs.capability(), measured);
+        let bad = SlotLoad {
+            eta: f64::NAN,
+            ..load
+        };
+        assert_eq!(
+            c.report(1, 5, bad, None, S),
+            Err(ReportRefused::BadWorkload)
+        );
+        assert_eq!(c.report(1, 3, load, None, S), Err(ReportRefused::Stale));
+        assert_eq!(
+            c.report(2, 5, load, None, S),
+            Err(ReportRefused::UnknownServer(2))
+        );
+        let broken = ServerCapability {
+            prefill_tok_s: 0.0,
+            ..measured
+        };
+        assert_eq!(
+            c.report(1, 5, load, Some(&broken), S),
+            Err(ReportRefused::BadCapability)
+        );
+        assert_eq!(c.sites()[1].obs.capability(), measured, "kept");
     }
 
     #[test]
@@ -226,11 +551,17 @@ mod tests {
         a.update_available(&[0.1, 0.2, 0.3], &[true; 3]);
         b.update(&[0.1, 0.2, 0.3]);
         assert_eq!(a, b);
-        let mut core = SchedulerCore::new(2, 0.01, Box::new(AllToFirst));
-        core.end_slot(&[1.0, 0.0]);
-        assert!(core.queues().z()[0] > 0.0);
-        core.reset_queues();
-        assert_eq!(core.queues().z(), &[0.0, 0.0]);
+        let mut c = core(2, Box::new(AllToFirst));
+        let busy = SlotLoad {
+            eta: 1.0,
+            ..SlotLoad::default()
+        };
+        c.report(0, 0, busy, None, S).expect("report");
+        c.end_slot();
+        assert!(c.queues().z()[0] > 0.0);
+        c.restart(2 * S);
+        assert_eq!(c.queues().z(), &[0.0, 0.0]);
+        assert_eq!(c.sites()[0].obs.load, SlotLoad::default());
     }
 
     #[test]

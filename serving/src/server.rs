@@ -191,6 +191,30 @@ impl<B: Backend> ServerSlotCore<B> {
             + self.engine.running_len()
     }
 
+    /// Seconds of work held at this server's speed (its profile): the
+    /// prefill of every prompt not yet prefilled (queued, and in batches
+    /// whose uploads are still arriving) plus the decode iterations left,
+    /// taken as the remaining output tokens spread over the requests held
+    /// (the batch they would decode in) at the step time of that batch and
+    /// the KV it occupies now. An estimate for schedulers, not a promise:
+    /// admission waits for KV and requests finish at different times.
+    pub fn backlog_s(&self) -> f64 {
+        let work = self.engine.pending_work();
+        let pending = self.pending.iter().flat_map(|b| &b.reqs);
+        let prefill_tokens =
+            work.prefill_tokens + pending.clone().map(|r| u64::from(r.input_len)).sum::<u64>();
+        let decode_tokens =
+            work.decode_tokens + pending.map(|r| u64::from(r.output_len)).sum::<u64>();
+        let held = self.backlog();
+        if held == 0 {
+            return 0.0;
+        }
+        let occupancy = self.engine.ledger().occupancy_bytes();
+        let iterations = decode_tokens.div_ceil(held as u64);
+        self.profile.prefill_time(prefill_tokens as usize)
+            + iterations as f64 * self.profile.step_time(held, occupancy)
+    }
+
     /// Whether the engine would take `r` (what `BatchEngine::check` refuses
     /// is turned away here, per request, so a malformed or repeated request
     /// from the network can never fail the engine for everyone): non-zero
@@ -360,6 +384,7 @@ impl<B: Backend> ServerSlotCore<B> {
                         .map(|r| l.bytes_for(r.input_len as u64 + r.output_len as u64))
                         .sum::<u64>(),
                 backlog: self.backlog(),
+                backlog_s: self.backlog_s(),
             },
             iterations: w.iterations,
             busy_ns: self.slot_busy_ns,
@@ -405,6 +430,12 @@ impl<B: Backend> ServerSlotCore<B> {
     /// forward pass); the delay then shows as wait, as it did in fact.
     pub fn hold_until(&mut self, now_ns: u64) {
         self.busy_until = self.busy_until.max(now_ns);
+    }
+
+    /// KV capacity and speed from this server's profile (a real server's
+    /// measured one), as its reports carry them.
+    pub fn capability(&self) -> edgemu_policies::lyreo::ServerCapability {
+        initial_obs(&self.profile, self.bandwidth_hz).capability()
     }
 
     /// What a scheduler sees of this server before its first report: the

@@ -8,7 +8,7 @@
 
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::{Msg, Probe};
-use edgemu_policies::lyreo::SlotLoad;
+use edgemu_policies::lyreo::{ServerCapability, SlotLoad};
 use serde::{Deserialize, Serialize};
 
 /// One request as the scheduler tells a server to expect it.
@@ -23,12 +23,15 @@ pub struct Expected {
 }
 
 /// A server's end-of-slot state: the slot and its load (flattened, so the
-/// JSON is one flat object).
+/// JSON is one flat object), and what a real server measured of its own
+/// speed (`None` from a modeled server: the scheduler knows its class).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SlotReport {
     pub slot: u64,
     #[serde(flatten)]
     pub load: SlotLoad,
+    #[serde(default)]
+    pub capability: Option<ServerCapability>,
 }
 
 /// How a request ended, as its user records it.
@@ -160,7 +163,9 @@ mod tests {
                 reserved_bytes: 7,
                 waiting_kv_bytes: 6,
                 backlog: 5,
+                backlog_s: 1.25,
             },
+            capability: None,
         });
         let Msg::Bytes(bytes) = r.to_msg() else {
             panic!("not bytes")

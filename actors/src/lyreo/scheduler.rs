@@ -1,5 +1,7 @@
-//! The request scheduler: serving's `SchedulerCore` (Lyapunov queues and
-//! the policy) on a slot timer, fed by users' requests and servers' reports.
+//! The request scheduler: serving's `SchedulerCore` (the slot decision,
+//! server reports and availability, Lyapunov queues and the policy) on a
+//! slot timer, fed by users' requests and servers' reports; this actor only
+//! holds requests until the decision, sends the placements and records them.
 //!
 //! **Server availability.** A server that has not reported for
 //! `report_timeout_ns` (two slots by default,
@@ -17,7 +19,7 @@
 //! `until_ns`) brings it back with fresh Lyapunov queues, no reports and
 //! every server available; the policy slot (and any swap) is kept.
 
-use super::messages::{Expected, LyreoMsg, SlotReport};
+use super::messages::{Expected, LyreoMsg};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
@@ -27,32 +29,24 @@ use crate::messages::{
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::Envelope;
-use edgemu_policies::lyreo::{PolicySpec, RequestObs, ServerObs, SlotLoad, SlotObservation};
+use edgemu_policies::lyreo::PolicySpec;
 use edgemu_policies::slot::{LoadedPolicy, LyreoPolicies, PolicySlot};
-use edgemu_serving::radio::{channel_gain, shannon_rate_bps, upload_ns};
-use edgemu_serving::{Availability, SchedulerCore};
+use edgemu_serving::mobility::Position;
+use edgemu_serving::scheduler::SlotRequest;
+use edgemu_serving::SchedulerCore;
 use std::sync::Arc;
-
-/// One server as the scheduler knows it (static, from the config).
-pub struct ServerInfo {
-    pub actor: ActorId,
-    pub position_m: (f64, f64),
-    /// Class figures and `B_s` (the dynamic fields are overwritten by reports).
-    pub obs: ServerObs,
-}
 
 pub struct SchedulerSetup {
     pub id: ActorId,
     pub slot_ns: u64,
     pub collect_ns: u64,
-    pub epsilon: f64,
-    pub nu: f64,
-    pub servers: Vec<ServerInfo>,
+    /// The servers' actors, in the core's server order.
+    pub servers: Vec<ActorId>,
     pub names: Vec<String>,
     /// Where the scheduler shows its decisions while the run goes on.
     pub live: super::live::LyreoLive,
-    /// A server silent this long is marked unavailable (default: two
-    /// slots, [`edgemu_serving::availability::DEFAULT_TIMEOUT_SLOTS`]).
+    /// A server silent this long is marked unavailable (for the event log;
+    /// the core applies it).
     pub report_timeout_ns: u64,
     /// Where its faults and availability changes land (`events.jsonl`).
     pub log: ActorLog,
@@ -63,7 +57,7 @@ struct Held {
     slot: u64,
     input_len: u32,
     output_len: u32,
-    pos: (f64, f64),
+    position: Position,
     power_w: f64,
 }
 
@@ -92,11 +86,8 @@ pub struct SchedulerActor {
     table: CsvTable,
     /// Requests waiting for the next decision, by id.
     held: std::collections::BTreeMap<u64, Held>,
-    /// Latest report of each server.
-    reports: Vec<Option<SlotReport>>,
     slot: u64,
     pub ignored: u64,
-    availability: Availability,
     liveness: Liveness,
     /// Requests and reports that reached it while it was dead.
     pub dropped_while_dead: u64,
@@ -112,10 +103,7 @@ impl SchedulerActor {
         router: Recipient<Route>,
         table: CsvTable,
     ) -> Self {
-        let n = s.servers.len();
-        let availability = Availability::new(n, s.report_timeout_ns);
         SchedulerActor {
-            availability,
             liveness: Liveness::default(),
             dropped_while_dead: 0,
             s,
@@ -125,7 +113,6 @@ impl SchedulerActor {
             router,
             table,
             held: Default::default(),
-            reports: vec![None; n],
             slot: 0,
             ignored: 0,
         }
@@ -158,20 +145,7 @@ impl SchedulerActor {
         }
         self.update_availability();
         if t > 0 {
-            // A server whose report is missing (partitioned, slow) counts
-            // with its last known workload; an unavailable one not at all.
-            let etas: Vec<f64> = self
-                .reports
-                .iter()
-                .map(|r| r.as_ref().map_or(0.0, |r| r.load.eta))
-                .collect();
-            self.core
-                .end_slot_available(&etas, self.availability.mask());
-        }
-        for (info, r) in self.s.servers.iter_mut().zip(&self.reports) {
-            if let Some(r) = r {
-                info.obs.load = r.load;
-            }
+            self.core.end_slot();
         }
         let held = std::mem::take(&mut self.held);
         if !held.is_empty() {
@@ -184,93 +158,69 @@ impl SchedulerActor {
     }
 
     fn assign(&mut self, t: u64, held: std::collections::BTreeMap<u64, Held>) {
-        let servers: Vec<ServerObs> = self.s.servers.iter().map(|i| i.obs.clone()).collect();
-        let requests: Vec<RequestObs> = held
+        let requests: Vec<SlotRequest> = held
             .iter()
-            .map(|(&id, h)| RequestObs {
+            .map(|(&id, h)| SlotRequest {
                 id,
                 user: h.user.0 as usize,
                 input_len: h.input_len,
                 output_len: h.output_len,
-                solo_rate_bps: self
-                    .s
-                    .servers
-                    .iter()
-                    .map(|s| {
-                        let h_gain = channel_gain(dist(h.pos, s.position_m));
-                        shannon_rate_bps(s.obs.bandwidth_hz, 1, h.power_w, h_gain)
-                    })
-                    .collect(),
+                position: h.position,
+                power_w: h.power_w,
             })
             .collect();
-        let obs = SlotObservation {
-            slot: t,
-            slot_s: self.s.slot_ns as f64 / 1e9,
-            requests,
-            servers,
-            z: self.core.queues().z().to_vec(),
-            epsilon: self.s.epsilon,
-            nu: self.s.nu,
-        };
         // Decision boundary: a swap that landed since the last slot takes
         // effect for this whole slot (never half a slot under each).
         if let Some(now) = self.policy.slot.changed_since(&self.policy.seen) {
             self.core.set_policy(now.spec.build(self.policy.seed));
             self.policy.seen = now;
         }
-        let (assignment, _moved) = self.core.assign_available(&obs, self.availability.mask());
-        let assignment = assignment.to_vec();
+        let decision = self.core.decide(t, &requests);
         let policy = self.policy.seen.name.clone();
         let version = self.policy.seen.version.clone();
-        let mut count = vec![0usize; self.s.servers.len()];
-        for &s in &assignment {
-            count[s] += 1;
-        }
         let mut expect: Vec<Vec<Expected>> = vec![Vec::new(); self.s.servers.len()];
         let z = self.core.queues().z().to_vec();
         let me = name(&self.s.names, self.s.id);
         self.s.live.scheduler(me, |l| {
-            l.decisions += assignment.len() as u64;
-            for &s in &assignment {
-                let server = name(&self.s.names, self.s.servers[s].actor).to_string();
+            l.decisions += decision.placements.len() as u64;
+            for p in &decision.placements {
+                let server = name(&self.s.names, self.s.servers[p.server]).to_string();
                 l.servers.entry(server).or_default().assigned += 1;
             }
         });
-        for ((&id, h), &s) in held.iter().zip(&assignment) {
-            let info = &self.s.servers[s];
-            let gain = channel_gain(dist(h.pos, info.position_m));
-            let rate = shannon_rate_bps(info.obs.bandwidth_hz, count[s], h.power_w, gain);
-            let up = upload_ns(h.input_len, rate);
-            expect[s].push(Expected {
+        for ((&id, h), p) in held.iter().zip(&decision.placements) {
+            let server = self.s.servers[p.server];
+            expect[p.server].push(Expected {
                 id,
                 user: h.user,
                 input_len: h.input_len,
                 output_len: h.output_len,
-                upload_ns: up,
+                upload_ns: p.upload_ns,
             });
             self.send(
                 h.user,
                 &LyreoMsg::Assign {
                     id,
                     slot: h.slot,
-                    server: info.actor,
-                    rate_bps: rate,
-                    upload_ns: up,
+                    server,
+                    rate_bps: p.rate_bps,
+                    upload_ns: p.upload_ns,
                     policy: policy.clone(),
                     policy_version: version.clone(),
                 },
             );
             self.table.row(&format!(
-                "{t},{id},{},{},{policy},{version},{rate:.0},{},{:.6}",
+                "{t},{id},{},{},{policy},{version},{:.0},{},{:.6}",
                 name(&self.s.names, h.user),
-                name(&self.s.names, info.actor),
-                secs(up),
-                z[s]
+                name(&self.s.names, server),
+                p.rate_bps,
+                secs(p.upload_ns),
+                z[p.server]
             ));
         }
         for (s, requests) in expect.into_iter().enumerate() {
             if !requests.is_empty() {
-                let dst = self.s.servers[s].actor;
+                let dst = self.s.servers[s];
                 self.send(dst, &LyreoMsg::Expect { slot: t, requests });
             }
         }
@@ -282,16 +232,16 @@ impl SchedulerActor {
     /// reported again available), logging each change.
     fn update_availability(&mut self) {
         let now = self.clock.now_ns();
-        let changes = self.availability.update(now);
+        let changes = self.core.update_availability(now);
         if changes.is_empty() {
             return;
         }
         let me = name(&self.s.names, self.s.id).to_string();
         for c in changes {
-            let Some(info) = self.s.servers.get(c.server) else {
+            let Some(&actor) = self.s.servers.get(c.server) else {
                 continue;
             };
-            let server = name(&self.s.names, info.actor).to_string();
+            let server = name(&self.s.names, actor).to_string();
             let kind = if c.available {
                 "server.available"
             } else {
@@ -337,12 +287,7 @@ impl SchedulerActor {
     /// available and seen now, server states as at the start.
     fn restarted(&mut self) -> u64 {
         let now = self.clock.now_ns();
-        self.core.reset_queues();
-        self.reports.iter_mut().for_each(|r| *r = None);
-        self.availability.reset(now);
-        for info in &mut self.s.servers {
-            info.obs.load = SlotLoad::default();
-        }
+        self.core.restart(now);
         let me = name(&self.s.names, self.s.id).to_string();
         self.s.live.scheduler(&me, |l| {
             for v in l.servers.values_mut() {
@@ -360,19 +305,15 @@ impl SchedulerActor {
             l.policy.clone_from(&self.policy.seen.name);
             l.version.clone_from(&self.policy.seen.version);
             l.slot = t;
-            for (i, info) in self.s.servers.iter().enumerate() {
+            for (i, &actor) in self.s.servers.iter().enumerate() {
                 let e = l
                     .servers
-                    .entry(name(&self.s.names, info.actor).to_string())
+                    .entry(name(&self.s.names, actor).to_string())
                     .or_default();
                 e.z = z.get(i).copied().unwrap_or(0.0);
             }
         });
     }
-}
-
-fn dist(a: (f64, f64), b: (f64, f64)) -> f64 {
-    ((a.0 - b.0).powi(2) + (a.1 - b.1).powi(2)).sqrt()
 }
 
 fn name(names: &[String], id: ActorId) -> &str {
@@ -412,28 +353,20 @@ impl Handler<Deliver> for SchedulerActor {
                         slot,
                         input_len,
                         output_len,
-                        pos: (x_m, y_m),
+                        position: Position { x: x_m, y: y_m },
                         power_w,
                     },
                 );
             }
-            Some(LyreoMsg::Report(r)) => match self.s.servers.iter().position(|s| s.actor == src) {
-                // η_s is a share of the slot's memory-time (≤ 1 up to
-                // rounding): anything else would poison the Lyapunov queues
-                // for the rest of the run; an older slot's report never
-                // replaces a newer one.
-                Some(i)
-                    if r.load.eta.is_finite()
-                        && (0.0..=1.5).contains(&r.load.eta)
-                        && self.reports[i]
-                            .as_ref()
-                            .is_none_or(|old| old.slot <= r.slot) =>
-                {
-                    self.reports[i] = Some(r);
-                    self.availability.report(i, msg.recv_ns);
+            Some(LyreoMsg::Report(r)) => {
+                let taken = self.s.servers.iter().position(|&s| s == src).map(|i| {
+                    self.core
+                        .report(i, r.slot, r.load, r.capability.as_ref(), msg.recv_ns)
+                });
+                if !matches!(taken, Some(Ok(()))) {
+                    self.ignored += 1;
                 }
-                _ => self.ignored += 1,
-            },
+            }
             _ => self.ignored += 1,
         }
     }

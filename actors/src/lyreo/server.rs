@@ -28,9 +28,9 @@ use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::{Envelope, Msg};
 use edgemu_gpu::backend::Backend;
 use edgemu_policies::lyreo::SlotLoad;
-use edgemu_serving::server::{Assigned, RequestRecord};
-use edgemu_serving::ServerSlotCore;
-use std::collections::{BTreeMap, HashMap};
+use edgemu_serving::server::RequestRecord;
+use edgemu_serving::{ExpectedUpload, ReleasedBatch, ServerSlotCore, UploadGathering};
+use std::collections::HashMap;
 
 pub struct ServerSetup {
     pub id: ActorId,
@@ -50,17 +50,6 @@ pub struct ServerSetup {
     pub log: ActorLog,
 }
 
-/// A slot's batch while its uploads arrive.
-#[derive(Default)]
-struct Batch {
-    expected: Vec<Expected>,
-    /// Upload arrival times by request id.
-    arrived: HashMap<u64, u64>,
-    /// When each upload began: the packet's hand-off to the link minus the
-    /// transmission time the scheduler computed.
-    started: HashMap<u64, u64>,
-}
-
 pub struct ServerActor<B: Backend + 'static> {
     s: ServerSetup,
     // Boxed: a backend's cache type need not be `Unpin`, an actor must be.
@@ -69,11 +58,8 @@ pub struct ServerActor<B: Backend + 'static> {
     clock: Clock,
     router: Recipient<Route>,
     table: CsvTable,
-    batches: BTreeMap<u64, Batch>,
-    /// Uploads that came before their `Expect` (another path may be faster).
-    early: HashMap<u64, (u64, u64)>,
-    /// The slot of each expected request not yet released, by id.
-    slot_of: HashMap<u64, u64>,
+    /// Which expected uploads are in; releases each slot's batch.
+    uploads: UploadGathering,
     /// Who to answer, by request id.
     users: HashMap<u64, ActorId>,
     /// When each request's upload began (assignment at the user), by id.
@@ -118,9 +104,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             clock,
             router,
             table,
-            batches: BTreeMap::new(),
-            early: HashMap::new(),
-            slot_of: HashMap::new(),
+            uploads: UploadGathering::new(),
             users: HashMap::new(),
             upload_start: HashMap::new(),
             slot: 0,
@@ -183,16 +167,13 @@ impl<B: Backend + 'static> ServerActor<B> {
         self.pump(ctx);
         let epoch = self.liveness.kill().unwrap_or_default();
         let dropped = self.core.as_mut().map(|c| c.crash(now)).unwrap_or_default();
-        let forming: usize = self.batches.values().map(|b| b.expected.len()).sum();
+        let forming = self.uploads.clear();
         let mut users: Vec<(u64, ActorId)> = self.users.drain().collect();
         users.sort_unstable();
         for &(id, user) in &users {
             self.fail(user, id, "server killed");
         }
         let finishing = users.len().saturating_sub(dropped.len() + forming);
-        self.batches.clear();
-        self.early.clear();
-        self.slot_of.clear();
         self.upload_start.clear();
         self.armed = None;
         // The slot in progress has no row (a dead server writes none).
@@ -281,77 +262,45 @@ impl<B: Backend + 'static> ServerActor<B> {
             }
             return;
         }
-        let b = self.batches.entry(slot).or_default();
+        let mut fresh = Vec::with_capacity(requests.len());
         for r in requests {
             if self.users.contains_key(&r.id) {
                 // Already expected or in service: a repeat, not a new request.
                 self.ignored += 1;
                 continue;
             }
-            self.slot_of.insert(r.id, slot);
-            if let Some((start, arrival)) = self.early.remove(&r.id) {
-                b.arrived.insert(r.id, arrival);
-                b.started.insert(r.id, start);
-            }
             self.users.insert(r.id, r.user);
-            b.expected.push(r);
+            fresh.push(ExpectedUpload {
+                id: r.id,
+                user: r.user.0 as usize,
+                input_len: r.input_len,
+                output_len: r.output_len,
+                upload_ns: r.upload_ns,
+            });
         }
-        self.try_release(slot, false, ctx);
+        if let Some(b) = self.uploads.expect(slot, fresh) {
+            self.hand_over(b, ctx);
+        }
     }
 
     fn upload(&mut self, id: u64, start_ns: u64, arrival_ns: u64, ctx: &mut Context<Self>) {
-        match self.slot_of.get(&id).copied() {
-            Some(slot) => {
-                if let Some(b) = self.batches.get_mut(&slot) {
-                    b.arrived.insert(id, arrival_ns);
-                    b.started.insert(id, start_ns);
-                }
-                self.try_release(slot, false, ctx);
-            }
-            None => {
-                self.early.insert(id, (start_ns, arrival_ns));
-            }
+        if let Some(b) = self.uploads.upload(id, start_ns, arrival_ns) {
+            self.hand_over(b, ctx);
         }
     }
 
-    /// Hands a slot's batch to the core once every upload is in (or, with
-    /// `force`, whatever is in: the others are counted as lost uploads).
-    fn try_release(&mut self, slot: u64, force: bool, ctx: &mut Context<Self>) {
-        let Some(b) = self.batches.get(&slot) else {
-            return;
-        };
-        if !force && b.arrived.len() < b.expected.len() {
-            return;
+    /// Hands a released batch to the core; its lost uploads are counted.
+    fn hand_over(&mut self, b: ReleasedBatch, ctx: &mut Context<Self>) {
+        for id in &b.lost {
+            self.lost_in_slot += 1;
+            self.users.remove(id);
         }
-        let Some(b) = self.batches.remove(&slot) else {
-            return;
-        };
-        let mut reqs = Vec::with_capacity(b.arrived.len());
-        for e in &b.expected {
-            self.slot_of.remove(&e.id);
-            match (b.arrived.get(&e.id), b.started.get(&e.id)) {
-                (Some(&arrival), Some(&handed)) => {
-                    let start = handed.saturating_sub(e.upload_ns);
-                    self.upload_start.insert(e.id, start);
-                    reqs.push(Assigned {
-                        id: e.id,
-                        user: e.user.0 as usize,
-                        slot,
-                        created_ns: start.min(arrival),
-                        arrival_ns: arrival,
-                        input_len: e.input_len,
-                        output_len: e.output_len,
-                    });
-                }
-                _ => {
-                    self.lost_in_slot += 1;
-                    self.users.remove(&e.id);
-                }
-            }
+        for a in &b.assigned {
+            self.upload_start.insert(a.id, a.created_ns);
         }
-        self.assigned_in_slot += reqs.len();
+        self.assigned_in_slot += b.assigned.len();
         let rejected = match self.core.as_mut() {
-            Some(core) => core.assign(reqs),
+            Some(core) => core.assign(b.assigned),
             None => return,
         };
         for r in rejected {
@@ -475,14 +424,12 @@ impl<B: Backend + 'static> ServerActor<B> {
         let t = self.slot;
         // Uploads of slot t−1 that have not arrived a full slot after their
         // own slot ended are lost (killed or lossy link): serve the rest.
-        let stale: Vec<u64> = self.batches.keys().copied().filter(|&s| s < t).collect();
-        for s in stale {
-            self.try_release(s, true, ctx);
-        }
         // Uploads whose `Expect` never came within a slot will not be
         // matched any more: forget them, so unknown ids cannot pile up.
         let horizon = self.clock.now_ns().saturating_sub(self.s.slot_ns);
-        self.early.retain(|_, &mut (_, arrival)| arrival >= horizon);
+        for b in self.uploads.close_slot(t, horizon) {
+            self.hand_over(b, ctx);
+        }
         let r = match self.core.as_mut() {
             Some(core) => core.end_slot(t, self.s.slot_ns),
             None => edgemu_serving::ServerReport {
@@ -496,6 +443,7 @@ impl<B: Backend + 'static> ServerActor<B> {
         let report = SlotReport {
             slot: t,
             load: r.load,
+            capability: self.core.as_ref().map(|c| c.capability()),
         };
         self.send(self.s.scheduler, &LyreoMsg::Report(report));
         let (capacity, running, queued) = self.core.as_ref().map_or((0, 0, 0), |c| {

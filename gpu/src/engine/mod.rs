@@ -90,6 +90,15 @@ struct Running {
     hit_eos: bool,
 }
 
+/// Tokens of work an engine holds ([`BatchEngine::pending_work`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PendingWork {
+    /// Prompt tokens of requests not yet admitted.
+    pub prefill_tokens: u64,
+    /// Output tokens not yet generated, waiting and running requests.
+    pub decode_tokens: u64,
+}
+
 /// Seconds (a backend's measured or modeled duration) to whole nanoseconds;
 /// negative or non-finite durations count as zero.
 pub fn secs_to_ns(s: f64) -> u64 {
@@ -214,6 +223,23 @@ impl<B: Backend> BatchEngine<B> {
             .iter()
             .map(|w| self.ledger.bytes_for(w.req.kv_tokens()))
             .sum()
+    }
+
+    /// Work still held, in tokens: prompts of the waiting requests still to
+    /// prefill, and output tokens still to decode (waiting and running).
+    /// The scheduler's backlog in seconds is this work at the server's speed
+    /// (`ServerSlotCore::backlog_s`).
+    pub fn pending_work(&self) -> PendingWork {
+        let mut w = PendingWork::default();
+        for q in &self.waiting {
+            w.prefill_tokens += q.req.input_len() as u64;
+            w.decode_tokens += q.req.output_len as u64;
+        }
+        for r in &self.running {
+            let left = r.req.output_len.saturating_sub(r.generated.len()) as u64;
+            w.decode_tokens += left;
+        }
+        w
     }
 
     /// Whether a request of `kv_tokens` could ever be admitted here.

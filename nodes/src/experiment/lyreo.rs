@@ -105,6 +105,17 @@ pub struct Aggregate {
     pub episode_wall_s: f64,
     /// Each seed's mean latency (seeds 1..=N in order), for paired tests.
     pub seed_lat_mean_s: Vec<f64>,
+    /// Decisions over the seeds.
+    #[serde(skip)]
+    pub decisions: u64,
+    /// Of those, how many a learned policy's guard placed with Least-Loaded
+    /// (off its training distribution); left out of the JSON when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fallbacks: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A policy against Least-Loaded at one grid point: the per-seed paired
@@ -309,6 +320,7 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
                         }
                         let mut sums = Vec::new();
                         let mut wall = 0.0;
+                        let mut fallbacks = 0;
                         for seed in 1..=seeds {
                             let mut sc = Scenario::paper_default(seed);
                             sc.users = users;
@@ -332,6 +344,7 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
                             requests_csv_rows(&key, &o.requests, &mut req_csv);
                             server_slots_csv_rows(&key, &o.server_slots, &mut slot_csv);
                             sums.push(o.summary);
+                            fallbacks += o.fallbacks;
                         }
                         aggregates.push(Aggregate {
                             users,
@@ -351,6 +364,8 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
                             upload_mean_s: avg(&sums, |s| s.upload_mean_s),
                             episode_wall_s: wall / seeds as f64,
                             seed_lat_mean_s: sums.iter().map(|s| s.lat_mean_s).collect(),
+                            decisions: sums.iter().map(|s| s.decisions).sum(),
+                            fallbacks,
                         });
                         episodes.extend(sums);
                     }
@@ -420,10 +435,12 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
 }
 
 fn table(aggs: &[Aggregate]) -> String {
+    // The guard column only when a learned policy fell back somewhere.
+    let guard = aggs.iter().any(|g| g.fallbacks > 0);
     let rows: Vec<Vec<String>> = aggs
         .iter()
         .map(|g| {
-            vec![
+            let mut row = vec![
                 g.users.to_string(),
                 g.servers.to_string(),
                 g.mix.clone(),
@@ -438,28 +455,36 @@ fn table(aggs: &[Aggregate]) -> String {
                 format!("{:.3}", g.decode_mean_s),
                 g.rejected.to_string(),
                 format!("{:.2}", g.episode_wall_s),
-            ]
+            ];
+            if guard {
+                row.push(format!(
+                    "{:.2}",
+                    100.0 * g.fallbacks as f64 / g.decisions.max(1) as f64
+                ));
+            }
+            row
         })
         .collect();
-    render(
-        &[
-            "U",
-            "S",
-            "mix",
-            "nu",
-            "policy",
-            "lat_mean_s",
-            "lat_p99_s",
-            "lb_dev",
-            "high_kv_%",
-            "wait_s",
-            "prefill_s",
-            "decode_s",
-            "rejected",
-            "wall_s",
-        ],
-        &rows,
-    )
+    let mut header = vec![
+        "U",
+        "S",
+        "mix",
+        "nu",
+        "policy",
+        "lat_mean_s",
+        "lat_p99_s",
+        "lb_dev",
+        "high_kv_%",
+        "wait_s",
+        "prefill_s",
+        "decode_s",
+        "rejected",
+        "wall_s",
+    ];
+    if guard {
+        header.push("guard_%");
+    }
+    render(&header, &rows)
 }
 
 /// `edgemu bench lyreo`: one paper-default episode (T = 800, U = 40, S = 8,
@@ -517,6 +542,8 @@ mod tests {
             upload_mean_s: 0.0,
             episode_wall_s: 0.0,
             seed_lat_mean_s: seeds.to_vec(),
+            decisions: 0,
+            fallbacks: 0,
         }
     }
 

@@ -209,7 +209,11 @@ pub async fn run_host_real(
     // Peers that came up before the actors existed.
     for (h, _) in mesh.peer_senders() {
         if mesh.peer_is_up(h) {
-            actors.router.do_send(PeerStatus { peer: h, up: true });
+            actors.router.do_send(PeerStatus {
+                peer: h,
+                up: true,
+                left: false,
+            });
         }
     }
     // Served until this function returns (the handle stops it on drop).

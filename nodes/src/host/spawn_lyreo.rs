@@ -11,9 +11,7 @@ use anyhow::{anyhow, Context as _, Result};
 use edgemu_actors::clock::Clock;
 use edgemu_actors::lyreo::live::LyreoLive;
 use edgemu_actors::lyreo::records::CsvTable;
-use edgemu_actors::lyreo::scheduler::{
-    SchedulerActor, SchedulerPolicy, SchedulerSetup, ServerInfo,
-};
+use edgemu_actors::lyreo::scheduler::{SchedulerActor, SchedulerPolicy, SchedulerSetup};
 use edgemu_actors::lyreo::server::{ServerActor, ServerSetup};
 use edgemu_actors::lyreo::user::{UserActor, UserSetup};
 use edgemu_actors::lyreo::{link_between, scheduler_of, server_position};
@@ -27,7 +25,9 @@ use edgemu_gpu::engine::BatchMode;
 use edgemu_gpu::{KvDtype, Profile, RealBackend};
 use edgemu_policies::lyreo::{PolicySpec, ServerBatching};
 use edgemu_policies::slot::{LyreoPolicies, PolicySlot};
+use edgemu_serving::mobility::Position;
 use edgemu_serving::mobility::{Area, Mobility};
+use edgemu_serving::scheduler::{SchedulerSettings, ServerSite};
 use edgemu_serving::workload::Workload;
 use edgemu_serving::{SchedulerCore, ServerSlotCore};
 use std::collections::BTreeMap;
@@ -199,7 +199,8 @@ pub fn spawn(
                 }
                 ServerBackend::Real(model) if virtual_time => {
                     // Inline: in virtual time compute must not race the clock.
-                    let backend = real_backend(&a.name, model, seed)?;
+                    let mut backend = real_backend(&a.name, model, seed)?;
+                    let profile = calibrated(&a.name, &mut backend, &profile);
                     let core =
                         ServerSlotCore::with_backend(index, backend, profile, s.bandwidth_hz, mode);
                     let addr = ServerActor::new(setup, core, clock, route.clone(), table).start();
@@ -222,8 +223,9 @@ pub fn spawn(
                     let arbiter = actix::Arbiter::new();
                     let addr = ServerActor::start_in_arbiter(&arbiter.handle(), move |_| {
                         match real_backend(&name, model, seed) {
-                            Ok(backend) => {
+                            Ok(mut backend) => {
                                 tracing::info!(server = %name, run_time_s = clock.now_ns() as f64 / 1e9, "real backend loaded");
+                                let profile = calibrated(&name, &mut backend, &profile);
                                 let core =
                                     ServerSlotCore::with_backend(index, backend, profile, bw, mode);
                                 ServerActor::new(setup, core, clock, route, table)
@@ -261,34 +263,35 @@ pub fn spawn(
             let slot = Arc::new(slot);
             policies.register(a.id, slot.clone());
             let sched_policy = SchedulerPolicy::new(slot, seed);
-            let core = SchedulerCore::new(
-                s.servers.len(),
-                s.epsilon,
-                sched_policy.seen.spec.build(seed),
-            );
-            let mut servers = Vec::with_capacity(s.servers.len());
+            let mut sites = Vec::with_capacity(s.servers.len());
             for &sid in &s.servers {
                 let sa = cluster.actor(sid);
                 let ss = server_spec(cluster, sid)?;
                 let profile = class_profile(sa, ss)?;
-                servers.push(ServerInfo {
-                    actor: sid,
-                    position_m: server_position(cluster.run.seed, sid, ss),
+                let (x, y) = server_position(cluster.run.seed, sid, ss);
+                sites.push(ServerSite {
+                    position: Position { x, y },
                     obs: edgemu_serving::server::initial_obs(&profile, ss.bandwidth_hz),
                 });
             }
+            let report_timeout_ns = s
+                .slot_ns
+                .saturating_mul(edgemu_serving::availability::DEFAULT_TIMEOUT_SLOTS);
+            let settings = SchedulerSettings {
+                slot_ns: s.slot_ns,
+                epsilon: s.epsilon,
+                nu: s.nu,
+                report_timeout_ns,
+            };
+            let core = SchedulerCore::new(sites, settings, sched_policy.seen.spec.build(seed));
             let setup = SchedulerSetup {
                 id: a.id,
                 slot_ns: s.slot_ns,
                 collect_ns: s.collect_ns,
-                epsilon: s.epsilon,
-                nu: s.nu,
-                servers,
+                servers: s.servers.clone(),
                 names,
                 live: live.clone(),
-                report_timeout_ns: s
-                    .slot_ns
-                    .saturating_mul(edgemu_serving::availability::DEFAULT_TIMEOUT_SLOTS),
+                report_timeout_ns,
                 log,
             };
             let addr =
@@ -345,6 +348,32 @@ fn user_setup(
         names,
         log,
     })
+}
+
+/// A real server's profile: its speed measured on this machine (cached per
+/// model and machine, see `edgemu_gpu::calibrate`) with its class's KV
+/// capacity; its class's figures, with a warning, if measuring fails.
+fn calibrated(name: &str, backend: &mut RealBackend, class: &Profile) -> Profile {
+    let t0 = std::time::Instant::now();
+    let cache = edgemu_gpu::calibrate::cache_dir();
+    match edgemu_gpu::calibrate::calibrate(backend, KvDtype::F32, class, cache.as_deref()) {
+        Ok((p, how)) => {
+            tracing::info!(
+                server = %name,
+                calibration = ?how,
+                prefill_tok_s = p.prefill_tok_s,
+                decode_step_ms = p.step_time(1, 0) * 1e3,
+                decode_step_b8_ms = p.step_time(8, 0) * 1e3,
+                took_s = t0.elapsed().as_secs_f64(),
+                "real server measured its speed"
+            );
+            p
+        }
+        Err(e) => {
+            tracing::warn!(server = %name, error = %e, "speed not measured; the scheduler plans with the class's figures");
+            class.clone()
+        }
+    }
 }
 
 /// Loads the model of a `backend = "real"` server on the CPU.

@@ -658,6 +658,8 @@ impl Handler<PeerStatus> for Supervisor {
             .unwrap_or_default();
         if msg.up {
             tracing::info!(host = %self.host_name, peer = %name, "peer up");
+        } else if msg.left {
+            tracing::info!(host = %self.host_name, peer = %name, "peer left (run over)");
         } else {
             tracing::warn!(host = %self.host_name, peer = %name, "peer down");
         }

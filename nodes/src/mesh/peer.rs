@@ -72,10 +72,10 @@ impl MeshTargets {
     pub(crate) fn supervisor(&self) -> Option<Recipient<Control>> {
         self.inner.lock().ok().and_then(|t| t.supervisor.clone())
     }
-    pub(crate) fn peer_status(&self, peer: HostId, up: bool) {
+    pub(crate) fn peer_status(&self, peer: HostId, up: bool, left: bool) {
         if let Ok(t) = self.inner.lock() {
             for s in &t.status {
-                s.do_send(PeerStatus { peer, up });
+                s.do_send(PeerStatus { peer, up, left });
             }
         }
     }
@@ -367,13 +367,20 @@ pub(crate) async fn peer_task(
         // Discard what was queued for an earlier session.
         while env_rx.try_recv().is_ok() {}
         peer.up.store(true, Ordering::Release);
-        ctx.targets.peer_status(peer.id, true);
+        ctx.targets.peer_status(peer.id, true, false);
         tracing::info!(peer = %peer.name, rtt_us = rtt.as_micros() as u64, "mesh session up");
         let reason = run_session(&ctx, &peer, ws, &mut env_rx, &mut ctrl_rx).await;
         peer.up.store(false, Ordering::Release);
         peer.fail_pending();
-        ctx.targets.peer_status(peer.id, false);
-        tracing::warn!(peer = %peer.name, "mesh session down: {reason}");
+        // The end of a run is a goodbye from one side or the other, not a
+        // failure: logged at info; anything else is a peer lost.
+        let left = reason.starts_with("bye") || ctx.leaving.load(Ordering::Acquire);
+        ctx.targets.peer_status(peer.id, false, left);
+        if left {
+            tracing::info!(peer = %peer.name, "mesh session closed: {reason}");
+        } else {
+            tracing::warn!(peer = %peer.name, "mesh session down: {reason}");
+        }
         if reason == "bye sent" || ctx.leaving.load(Ordering::Acquire) {
             // We are leaving: do not dial again.
             return;

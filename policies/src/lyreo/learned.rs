@@ -41,6 +41,14 @@
 //!
 //! At evaluation the policy is greedy (argmax per request); in training it
 //! samples and records every decision in a shared [`Rollout`].
+//!
+//! **Guard.** A network is only trusted on inputs like those it was trained
+//! on. The normalization is the training data's mean and spread, so a
+//! normalized feature far outside it — a server much slower than any GPU
+//! class it saw, a queue far longer — marks the decision off-distribution.
+//! The greedy policy then places that request where Least-Loaded would
+//! ([`GUARD_Z`], counted by [`SchedulingPolicy::fallbacks`]); sampling and
+//! imitating policies (training) are never guarded.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -67,6 +75,10 @@ pub const CRITIC_INPUT: usize = 19;
 pub const CRITIC_TIME: usize = 18;
 /// Hidden width of both nets.
 pub const HIDDEN: usize = 64;
+/// A decision is off-distribution when any normalized input of any server's
+/// row lies further than this many training standard deviations from the
+/// training mean; the guarded greedy policy then takes Least-Loaded's choice.
+pub const GUARD_Z: f32 = 8.0;
 
 /// Which learned scheme a network belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -442,10 +454,22 @@ pub struct LearnedPolicy {
     inputs: Vec<f32>,
     /// LYREO-Count's count-based virtual queues.
     count_q: Option<LyapunovQueues>,
+    /// Off-distribution bound on normalized inputs (greedy only).
+    guard_z: Option<f32>,
+    /// Requests the guard placed with Least-Loaded.
+    fallbacks: u64,
 }
 
 impl LearnedPolicy {
+    /// The evaluation policy: argmax per request, guarded ([`GUARD_Z`]).
     pub fn greedy(model: Arc<LearnedModel>) -> LearnedPolicy {
+        let mut p = LearnedPolicy::unguarded(model);
+        p.guard_z = Some(GUARD_Z);
+        p
+    }
+
+    /// Argmax per request whatever the inputs: the network alone.
+    pub fn unguarded(model: Arc<LearnedModel>) -> LearnedPolicy {
         LearnedPolicy {
             scratch: model.actor.scratch(),
             model,
@@ -456,6 +480,8 @@ impl LearnedPolicy {
             logp: Vec::new(),
             inputs: Vec::new(),
             count_q: None,
+            guard_z: None,
+            fallbacks: 0,
         }
     }
 
@@ -465,7 +491,7 @@ impl LearnedPolicy {
         seed: u64,
         recorder: Arc<Mutex<Rollout>>,
     ) -> LearnedPolicy {
-        let mut p = LearnedPolicy::greedy(model);
+        let mut p = LearnedPolicy::unguarded(model);
         p.rng = Some(ChaCha8Rng::seed_from_u64(seed));
         p.recorder = Some(recorder);
         p
@@ -475,7 +501,7 @@ impl LearnedPolicy {
     /// network's inputs and log-probabilities (the teacher for behaviour
     /// cloning, and the rollout normalization is fitted on).
     pub fn imitating(model: Arc<LearnedModel>, recorder: Arc<Mutex<Rollout>>) -> LearnedPolicy {
-        let mut p = LearnedPolicy::greedy(model);
+        let mut p = LearnedPolicy::unguarded(model);
         p.imitate = true;
         p.recorder = Some(recorder);
         p
@@ -513,6 +539,10 @@ impl SchedulingPolicy for LearnedPolicy {
         self.model.variant.name()
     }
 
+    fn fallbacks(&self) -> u64 {
+        self.fallbacks
+    }
+
     fn assign(&mut self, obs: &SlotObservation, out: &mut Vec<usize>) {
         out.clear();
         let variant = self.model.variant;
@@ -537,6 +567,7 @@ impl SchedulingPolicy for LearnedPolicy {
             self.inputs.clear();
             let ll = placed.least_loaded();
             let min_ll = placed.ll_load[ll];
+            let mut off_distribution = false;
             for s in 0..ns {
                 view.pair_features(r, s, &mut f);
                 let start = self.inputs.len();
@@ -552,12 +583,20 @@ impl SchedulingPolicy for LearnedPolicy {
                 );
                 let row = &mut self.inputs[start..];
                 self.logits[s] = self.model.actor_logit(row, &mut self.scratch);
+                if let Some(z) = self.guard_z {
+                    // NaN counts as outside too.
+                    off_distribution |= row.iter().any(|x| !(x.abs() <= z));
+                }
             }
             if self.rng.is_some() || self.recorder.is_some() {
                 log_softmax(&self.logits, None, &mut self.logp);
             }
             let a = match self.rng.as_mut() {
                 _ if self.imitate => ll,
+                None if off_distribution => {
+                    self.fallbacks += 1;
+                    ll
+                }
                 Some(rng) => {
                     let probs: Vec<f32> = self.logp.iter().map(|l| l.exp()).collect();
                     sample_categorical(&probs, rng).min(ns - 1)

@@ -29,7 +29,9 @@ use std::sync::Arc;
 
 pub use heuristics::{LeastLoaded, RandomPolicy};
 pub use learned::{LearnedModel, LearnedPolicy, Rollout, Variant};
-pub use observation::{RequestObs, ServerObs, SlotLoad, SlotObservation, PAIR_FEATURES};
+pub use observation::{
+    RequestObs, ServerCapability, ServerObs, SlotLoad, SlotObservation, PAIR_FEATURES,
+};
 pub use queues::LyapunovQueues;
 
 /// A request-scheduling policy: one server per request of the slot.
@@ -40,6 +42,13 @@ pub trait SchedulingPolicy {
     /// Writes into `out` one server index (`< obs.servers.len()`) per request of
     /// `obs.requests`, in order. `out` is cleared first.
     fn assign(&mut self, obs: &SlotObservation, out: &mut Vec<usize>);
+
+    /// Requests a guard placed with a fallback instead of the policy's own
+    /// choice so far (a learned policy off its training distribution; see
+    /// `learned`'s module doc). Zero for policies without a guard.
+    fn fallbacks(&self) -> u64 {
+        0
+    }
 }
 
 /// How servers batch decode for an experiment arm.
@@ -62,11 +71,15 @@ pub struct PolicySpec {
     pub batching: ServerBatching,
     /// A learned policy's validated networks and the file they came from.
     pub learned: Option<(Arc<LearnedModel>, PathBuf)>,
+    /// A learned policy falls back to Least-Loaded off its training
+    /// distribution (`learned`'s module doc); `raw:NAME` turns that off.
+    pub guarded: bool,
 }
 
 impl PartialEq for PolicySpec {
     fn eq(&self, o: &Self) -> bool {
         self.name == o.name
+            && self.guarded == o.guarded
             && self.assignment == o.assignment
             && self.batching == o.batching
             && match (&self.learned, &o.learned) {
@@ -111,6 +124,8 @@ pub struct ArmName {
     pub assignment: String,
     /// Set for a learned assignment.
     pub variant: Option<Variant>,
+    /// False for `raw:NAME`: the network alone, without the guard.
+    pub guarded: bool,
     /// The `NAME=PATH` weights path, if given.
     pub path: Option<PathBuf>,
 }
@@ -123,9 +138,13 @@ impl ArmName {
             None => (name, None),
         };
         let lower = name.trim().to_ascii_lowercase();
-        let (batching, assignment) = match lower.split_once(':') {
+        let (guarded, rest) = match lower.strip_prefix("raw:") {
+            Some(rest) => (false, rest.to_string()),
+            None => (true, lower.clone()),
+        };
+        let (batching, assignment) = match rest.split_once(':') {
             Some(("static", inner)) => (ServerBatching::Static, inner.to_string()),
-            None if lower == "static" => {
+            None if rest == "static" => {
                 let inner = if Variant::Lyreo.default_weights().exists() {
                     "lyreo"
                 } else {
@@ -133,7 +152,7 @@ impl ArmName {
                 };
                 (ServerBatching::Static, inner.to_string())
             }
-            _ => (ServerBatching::Continuous, lower.clone()),
+            _ => (ServerBatching::Continuous, rest.clone()),
         };
         let (assignment, variant) = match assignment.as_str() {
             "ll" | "least-loaded" | "leastloaded" => ("least-loaded".to_string(), None),
@@ -147,12 +166,19 @@ impl ArmName {
                 }
             },
         };
+        if !guarded && variant.is_none() {
+            // `raw:` names the unguarded network; a heuristic has none.
+            return Err(LyreoPolicyError::Unknown {
+                name: name.to_string(),
+            });
+        }
         Ok(ArmName {
             name: lower,
             batching,
             assignment,
             variant,
             path,
+            guarded,
         })
     }
 }
@@ -163,7 +189,8 @@ impl PolicySpec {
     /// from the shipped file, or `NAME=PATH`), or `static` (= the paper's
     /// Static: static batching with LYREO's assignment when LYREO's weights
     /// are shipped, else Least-Loaded — write `static:random` for another
-    /// one). Learned weights are loaded and validated here.
+    /// one). `raw:NAME` is a learned policy without its off-distribution
+    /// guard. Learned weights are loaded and validated here.
     pub fn parse(name: &str) -> Result<Self, LyreoPolicyError> {
         let arm = ArmName::parse(name)?;
         let learned = match arm.variant {
@@ -184,13 +211,18 @@ impl PolicySpec {
             assignment: arm.assignment,
             batching: arm.batching,
             learned,
+            guarded: arm.guarded,
         })
     }
 
     /// Builds the assignment policy; `seed` drives any randomness.
     pub fn build(&self, seed: u64) -> Box<dyn SchedulingPolicy> {
         if let Some((model, _)) = &self.learned {
-            return Box::new(LearnedPolicy::greedy(model.clone()));
+            return Box::new(if self.guarded {
+                LearnedPolicy::greedy(model.clone())
+            } else {
+                LearnedPolicy::unguarded(model.clone())
+            });
         }
         match self.assignment.as_str() {
             "random" => Box::new(RandomPolicy::new(seed)),

@@ -38,6 +38,46 @@ pub struct SlotLoad {
     pub waiting_kv_bytes: u64,
     /// Requests queued (incl. not yet arrived) or running.
     pub backlog: usize,
+    /// Seconds of work held: the prefill of the queued (and not yet
+    /// arrived) prompts plus the decode iterations left, at the server's
+    /// own speed (its measured profile for a real server). Unlike `η`,
+    /// which is a share of KV memory-time, this grows with a queue that
+    /// holds little KV but much compute.
+    #[serde(default)]
+    pub backlog_s: f64,
+}
+
+/// What a server can do, as a scheduler sees it: KV capacity and speed.
+/// From the GPU class for a modeled server; a real server measures its own
+/// speed when its model loads and sends this with every report, so the
+/// scheduler never plans with a class the machine does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ServerCapability {
+    /// KV capacity `M_s`, bytes.
+    pub capacity_bytes: u64,
+    /// `α`, bytes per token.
+    pub kv_bytes_per_token: u64,
+    /// `v_pre`, tokens/s.
+    pub prefill_tok_s: f64,
+    /// Decode iteration time with an empty KV, seconds.
+    pub decode_step_empty_s: f64,
+    /// Decode iteration time with a full KV, seconds.
+    pub decode_step_full_s: f64,
+}
+
+impl ServerCapability {
+    /// Finite, positive figures only: anything else from a report would
+    /// poison every later decision.
+    pub fn is_valid(&self) -> bool {
+        self.capacity_bytes > 0
+            && self.kv_bytes_per_token > 0
+            && self.prefill_tok_s.is_finite()
+            && self.prefill_tok_s > 0.0
+            && self.decode_step_empty_s.is_finite()
+            && self.decode_step_empty_s >= 0.0
+            && self.decode_step_full_s.is_finite()
+            && self.decode_step_full_s >= 0.0
+    }
 }
 
 /// One server's state at the end of the last slot plus its static class.
@@ -58,6 +98,28 @@ pub struct ServerObs {
     /// The last slot's load as the server reported it (all zero before its
     /// first report).
     pub load: SlotLoad,
+}
+
+impl ServerObs {
+    /// The capability part of the observation.
+    pub fn capability(&self) -> ServerCapability {
+        ServerCapability {
+            capacity_bytes: self.capacity_bytes,
+            kv_bytes_per_token: self.kv_bytes_per_token,
+            prefill_tok_s: self.prefill_tok_s,
+            decode_step_empty_s: self.decode_step_empty_s,
+            decode_step_full_s: self.decode_step_full_s,
+        }
+    }
+
+    /// Replaces the capability (a real server's measured one).
+    pub fn set_capability(&mut self, c: &ServerCapability) {
+        self.capacity_bytes = c.capacity_bytes;
+        self.kv_bytes_per_token = c.kv_bytes_per_token;
+        self.prefill_tok_s = c.prefill_tok_s;
+        self.decode_step_empty_s = c.decode_step_empty_s;
+        self.decode_step_full_s = c.decode_step_full_s;
+    }
 }
 
 /// Everything a policy gets for one slot.
