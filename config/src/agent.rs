@@ -159,7 +159,7 @@ pub struct HandoffTask {
     /// repair combines. Wider windows repair more holes per repair on a
     /// mildly lossy channel but need as many innovative repairs as there are
     /// holes in the window before anything decodes, which stalls on a very
-    /// lossy one (see the README's PriorityFEC section).
+    /// lossy one (see docs/experiments/priorityfec.md).
     pub coding_window: u16,
 }
 

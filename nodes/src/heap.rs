@@ -24,11 +24,11 @@
 //! The same run then takes 0.76 M faults (the first touch of its ≈ 3 GB peak)
 //! and 4.4–4.8 s of system time; one whole context (`--contexts 1 --batch
 //! 32`, 200 handoffs) 1.6 M faults instead of 6.3–6.5 M, system time 16–21 s
-//! instead of 30–33 s and 0.87–0.89× the wall time (README, PriorityFEC
-//! experiment). The results are the same bytes (allocation does not change
-//! arithmetic). The price is that memory freed after a peak stays with the
-//! process until it exits, which suits a command that runs to completion; the
-//! long-lived `run` and `node` processes keep glibc's defaults.
+//! instead of 30–33 s and 0.87–0.89× the wall time. The results are the
+//! same bytes (allocation does not change arithmetic). The price is that
+//! memory freed after a peak stays with the process until it exits, which
+//! suits a command that runs to completion; the long-lived `run` and `node`
+//! processes keep glibc's defaults.
 
 /// Switch glibc's malloc to keeping large buffers (module docs). Call before
 /// the work starts; a no-op where the allocator is not glibc's.

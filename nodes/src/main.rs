@@ -135,7 +135,7 @@ enum CtlCmd {
         #[arg(long)]
         count: Option<u64>,
     },
-    /// Kill, restore, change or flap a link.
+    /// Kill, restore or change a link.
     #[command(subcommand)]
     Link(LinkCmd),
     /// Drop all traffic between two hosts.

@@ -15,7 +15,7 @@
 //! choice are in the crate README (`cargo run --release --example bench_decode --
 //! --layouts` measures them again). On CUDA the GGUF tensors are kept as they are
 //! (candle's CUDA quantized kernels cover Q4_1): on an H200 that was level with
-//! Q8_0 and ahead of F16 at batch 1 and 32 (crate README, "H200 figures").
+//! Q8_0 and ahead of F16 at batch 1 and 32 (docs/experiments/gpu.md, "H200 figures").
 //!
 //! A decode step never uses the prefill matrix and vice versa, so results of a
 //! sequence do not depend on which other sequences share its batch.

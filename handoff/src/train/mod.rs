@@ -17,7 +17,7 @@
 //! in the seeded replay, the heuristic — with no off-policy correction, so
 //! over their window they estimate the behaviour policy's return, not the
 //! greedy one's; with ε ≤ 0.25 the two are close, and it is what made the
-//! DDQN beat the heuristic here (README).
+//! DDQN beat the heuristic here (docs/experiments/priorityfec.md).
 //!
 //! **Checkpoints.** Every [`TrainConfig::eval_every`] episodes (and after the
 //! last) the greedy policy runs `priorityfec` and the `deficit-heuristic`
@@ -68,7 +68,8 @@ pub const DEFAULT_N_STEP: usize = 32;
 
 /// Deadlines of the evaluations: those of `edgemu experiment priorityfec`'s
 /// grid, so the kept checkpoint is chosen for all of them (chosen at 0.8
-/// alone, a network that won there lost at 1.0 by over-repairing — README).
+/// alone, a network that won there lost at 1.0 by over-repairing —
+/// docs/experiments/priorityfec.md).
 pub const DEFAULT_EVAL_RHOS: [f64; 4] = [0.6, 0.8, 1.0, 1.2];
 
 /// What a training run does.

@@ -19,7 +19,8 @@
 //! a repair's effect reaches the sender only with the feedback an RTT later
 //! (≈ 25 epochs at the paper setting), so the one-step target credits it
 //! through 25 bootstraps of a Q-function whose errors are far larger than
-//! the advantages (README, "The DDQN against the deficit heuristic").
+//! the advantages (docs/experiments/priorityfec.md, "The DDQN against the
+//! deficit heuristic").
 //! Because the shaped rewards telescope, the n-step reward is
 //! `J_{t+n} − J_t + F̃(x_{t+n}) − F̃(x_t)`.
 

@@ -63,7 +63,7 @@ pub struct LyreoArgs {
     #[arg(long, default_value = "random-walk")]
     pub mobility: String,
     /// Share of each GPU's M_s that is the KV budget (1.0 = the paper's literal 10/20/24 GB;
-    /// see the README's LYREO section for why ~0.01 reproduces the paper's load figures).
+    /// see docs/experiments/lyreo.md for why ~0.01 reproduces the paper's load figures).
     #[arg(long, default_value_t = 1.0)]
     pub kv_budget_share: f64,
     /// Results root.

@@ -135,8 +135,8 @@ pub struct PriorityFecArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Coding window K of every FEC scheme: the most source packets one
-    /// repair combines (paper §IV-A), 1 to 4096. The README's PriorityFEC
-    /// section compares 256 and 1 024.
+    /// repair combines (paper §IV-A), 1 to 4096. docs/experiments/priorityfec.md
+    /// compares 256 and 1 024.
     #[arg(long, default_value_t = edgemu_handoff::harness::DEFAULT_K)]
     pub k: u16,
     /// Seed of the profiling/evaluation context split (the profile's).
@@ -152,16 +152,16 @@ pub struct PriorityFecArgs {
     #[arg(long, default_value_t = 32)]
     pub decode_len: usize,
     /// Handoffs decoded together (per stream); any size gives the same
-    /// figures. 32 is the fastest measured on 2 cores (README).
+    /// figures. 32 is the fastest measured on 2 cores.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
     /// Weight format of the decode-path matmuls (cue, teacher-forced and
     /// free-running rows): q8_int (the default: int8 weights against
     /// int8-quantized activations, exact integer dot products with AVX-512
     /// VNNI, else AVX2, else scalar code, the same bits everywhere) or q8_cpu
-    /// (int8 weights against F32 activations, what runs before session 16
-    /// used: ≈ 1.25× the grid's time on this machine, quality figures within
-    /// their noise but not q8_int's bits — README). Recorded in settings.json.
+    /// (int8 weights against F32 activations: ≈ 1.25× the grid's time on a
+    /// 2-core machine, quality figures within their noise but not q8_int's
+    /// bits — docs/experiments/priorityfec.md). Recorded in settings.json.
     #[arg(long)]
     pub decode_weights: Option<String>,
     /// Score task quality with the direct computation (free-running decode of
@@ -1093,7 +1093,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     // Prefilling the contexts and decoding their references (wall, CPU).
     let (mut ctx_wall, mut ctx_cpu) = (0.0, 0.0);
     let mut qstats = EvalStats::default();
-    // Streams that scored this session's contexts (none to score: 1).
+    // Streams that scored this invocation's contexts (none to score: 1).
     let mut streams = 1;
     if !todo.is_empty() {
         let decode = load_model(a)?.0.model;
@@ -1120,7 +1120,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     }
     let quality_s = t_quality.elapsed().as_secs_f64();
 
-    // Everything in the folder, this session's contexts and earlier ones.
+    // Everything in the folder: this invocation's contexts and those resumed.
     let finished = run_dir.contexts_done()?;
     let text = std::fs::read_to_string(run_dir.handoffs_path())
         .with_context(|| format!("reading {}", run_dir.handoffs_path().display()))?;

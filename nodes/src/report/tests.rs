@@ -217,10 +217,10 @@ fn host_folders_are_found_by_any_host_file_and_a_report_folder_is_not_one() {
     );
 }
 
-/// The shipped full PriorityFEC grid (`docs/runs/pfec-full`, the README's tables): the
-/// report's cells, computed from `handoffs.csv` by this view, agree with the experiment's
-/// own `summary.csv` — means and intervals over the same units — so the README's figures can
-/// be redrawn from the shipped rows.
+/// The shipped full PriorityFEC grid (`docs/runs/pfec-full`, quoted in
+/// docs/experiments/priorityfec.md): the report's cells, computed from `handoffs.csv` by this
+/// view, agree with the experiment's own `summary.csv` — means and intervals over the same
+/// units — so the documented figures can be redrawn from the shipped rows.
 #[test]
 fn the_shipped_pfec_grid_reports_its_summary() {
     let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/runs/pfec-full");

@@ -29,7 +29,7 @@
 //! `edgemu_policies::lyreo::learned`); the critic regresses the slot returns.
 //!
 //! **Deviations from the paper**, each because the paper's recipe did not
-//! learn here (issue 8's review; the README's LYREO section has the numbers):
+//! learn here (docs/experiments/lyreo.md has the numbers):
 //! - *Warm start.* Before PPO, one Least-Loaded episode is recorded through
 //!   the network's inputs ([`LearnedPolicy::imitating`]): the actor input
 //!   normalization is fitted on it (stored in the weights), the actor is
@@ -56,7 +56,7 @@
 //!   standardized discounted return (γλ) of its server's share from its
 //!   slot on, centred within the slot ([`server_advantages`]): the latency
 //!   of everyone on that server, so the wait a decision imposes on others
-//!   is credited to it. Measured in the README's LYREO section.
+//!   is credited to it. Measured in docs/experiments/lyreo.md.
 //! - *Data.* 4 096 sampled decisions of the 32 000 per episode, 4 epochs
 //!   (Table I: 10; the cost per episode stays ≈ the same).
 //! - *Files.* Each seed's run writes `<policy>-seed<N>.safetensors`,
@@ -136,8 +136,8 @@ pub struct TrainLyreoArgs {
     #[arg(long, default_value_t = 8)]
     pub bc_epochs: usize,
     /// Share of each GPU's M_s that is the KV budget during training and its
-    /// held-out checks (1.0 = the literal 10/20/24 GB, where Z stays 0; 0.01
-    /// is where the Lyapunov term is live, see the README's LYREO section).
+    /// held-out checks (1.0 = the literal 10/20/24 GB, where Z stays 0; 0.005
+    /// is where the Lyapunov term is live, see docs/experiments/lyreo.md).
     #[arg(long, default_value_t = 1.0)]
     pub kv_budget_share: f64,
     /// ν, the weight of latency against the load-balancing term Z_s·Y_s in the reward

@@ -82,7 +82,7 @@ pub struct TrainRepairArgs {
     /// Epochs of reward in each transition before the DDQN target bootstraps
     /// (default 32, a little over one RTT of decisions — ≈ 25 epochs at the
     /// paper setting; 1: the paper's one-step target, with which no training
-    /// here beat the deficit heuristic — README)
+    /// here beat the deficit heuristic — docs/experiments/priorityfec.md)
     #[arg(long)]
     pub n_step: Option<usize>,
     /// Deadlines ρ of the checkpoint and final evaluations, comma-separated

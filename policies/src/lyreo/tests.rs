@@ -156,7 +156,7 @@ fn paper_like_obs(servers: usize, requests: usize) -> SlotObservation {
     obs(s, r)
 }
 
-/// The weights trained at `--kv-budget-share 0.005` (README, LYREO section)
+/// The weights trained at `--kv-budget-share 0.005` (docs/experiments/lyreo.md)
 /// are a complete second set: every variant, each loading as its own kind.
 #[test]
 fn the_kv_budget_weights_are_a_complete_valid_set() {
