@@ -138,9 +138,11 @@ impl ArmName {
             None => (name, None),
         };
         let lower = name.trim().to_ascii_lowercase();
+        // `static` alone is the paper's Static baseline: LYREO's network as
+        // trained, under static batching, so it is not guarded either.
         let (guarded, rest) = match lower.strip_prefix("raw:") {
             Some(rest) => (false, rest.to_string()),
-            None => (true, lower.clone()),
+            None => (lower != "static", lower.clone()),
         };
         let (batching, assignment) = match rest.split_once(':') {
             Some(("static", inner)) => (ServerBatching::Static, inner.to_string()),
@@ -166,7 +168,7 @@ impl ArmName {
                 }
             },
         };
-        if !guarded && variant.is_none() {
+        if lower.starts_with("raw:") && variant.is_none() {
             // `raw:` names the unguarded network; a heuristic has none.
             return Err(LyreoPolicyError::Unknown {
                 name: name.to_string(),
@@ -189,8 +191,9 @@ impl PolicySpec {
     /// from the shipped file, or `NAME=PATH`), or `static` (= the paper's
     /// Static: static batching with LYREO's assignment when LYREO's weights
     /// are shipped, else Least-Loaded — write `static:random` for another
-    /// one). `raw:NAME` is a learned policy without its off-distribution
-    /// guard. Learned weights are loaded and validated here.
+    /// one; the paper's Static runs LYREO's network unguarded). `raw:NAME`
+    /// is a learned policy without its off-distribution guard. Learned
+    /// weights are loaded and validated here.
     pub fn parse(name: &str) -> Result<Self, LyreoPolicyError> {
         let arm = ArmName::parse(name)?;
         let learned = match arm.variant {

@@ -362,3 +362,58 @@ fn imitating_policy_acts_as_least_loaded() {
         assert_eq!(row[learned::ACTOR_INPUT - 1], 0.0);
     }
 }
+
+#[test]
+fn the_guard_hands_off_distribution_decisions_to_least_loaded_only() {
+    // A fresh network with identity normalization: the raw features are
+    // the z-scores. Servers like the training's: every input well inside.
+    let model = std::sync::Arc::new(LearnedModel::new(Variant::Lyreo, 5));
+    let usual = obs(
+        vec![
+            server(0.30, 1_000_000),
+            server(0.10, 1_000_000),
+            server(0.12, 1_000_000),
+        ],
+        vec![req(1, 100, 100), req(2, 50, 20), req(3, 10, 10)],
+    );
+    let (mut guarded, mut raw) = (
+        LearnedPolicy::greedy(model.clone()),
+        LearnedPolicy::unguarded(model.clone()),
+    );
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    guarded.assign(&usual, &mut a);
+    raw.assign(&usual, &mut b);
+    assert_eq!(a, b, "in distribution the guard changes nothing");
+    assert_eq!(guarded.fallbacks(), 0);
+
+    // One server decodes 2 000× slower than any class: its decode feature
+    // is far past GUARD_Z, so every decision of the slot is Least-Loaded's.
+    let mut odd = usual.clone();
+    odd.servers[2].decode_step_empty_s = 20.0;
+    let mut ll = Vec::new();
+    LeastLoaded::new().assign(&odd, &mut ll);
+    guarded.assign(&odd, &mut a);
+    assert_eq!(a, ll);
+    assert_eq!(guarded.fallbacks(), 3);
+    raw.assign(&odd, &mut b);
+    assert_eq!(raw.fallbacks(), 0, "the raw network is never overridden");
+
+    // A NaN input is off-distribution too.
+    let mut nan = usual.clone();
+    nan.servers[0].load.eta = f64::NAN;
+    guarded.assign(&nan, &mut a);
+    assert_eq!(guarded.fallbacks(), 6);
+}
+
+#[test]
+fn raw_names_the_unguarded_network_and_static_is_the_papers() {
+    let raw = ArmName::parse("raw:lyreo").expect("raw");
+    assert!(!raw.guarded);
+    assert_eq!(raw.variant, Some(Variant::Lyreo));
+    assert!(ArmName::parse("lyreo").expect("lyreo").guarded);
+    assert!(!ArmName::parse("static").expect("static").guarded);
+    assert!(
+        ArmName::parse("raw:least-loaded").is_err(),
+        "a heuristic has no network"
+    );
+}
