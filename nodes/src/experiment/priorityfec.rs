@@ -1166,7 +1166,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         // As the loaded model holds its matrices (`--decode-weights`).
         "weight_layout": w.model.layout().label(),
         "contexts_finished": finished.len(),
-        "contexts_this_session": todo.len(),
+        "contexts_this_invocation": todo.len(),
         "contexts_resumed": done.len(),
         "context_wall_s_all": finished.values().map(|d| d.wall_s).sum::<f64>(),
         "context_cpu_s_all": finished.values().map(|d| d.cpu_s).sum::<f64>(),
@@ -1220,7 +1220,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     let per_context = |f: fn(&ContextDone) -> f64| this.iter().fold(0.0, |a, d| a + f(d)) / n_this;
     let all = |f: fn(&ContextDone) -> f64| finished.values().fold(0.0, |a, d| a + f(d));
     report.push_str(&format!(
-        "contexts: {} of {} finished ({} this session, {} from before); this session per context: wall {:.1} s, CPU {:.1} s; all contexts: wall {:.1} s, CPU {:.1} s\n",
+        "contexts: {} of {} finished ({} by this invocation, {} from before); this invocation per context: wall {:.1} s, CPU {:.1} s; all contexts: wall {:.1} s, CPU {:.1} s\n",
         finished.len(),
         w.contexts.len(),
         this.len(),
