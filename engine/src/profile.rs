@@ -37,14 +37,13 @@
 //! BF16 weights (2.47 GB) and the occupied KV once at the card's memory bandwidth
 //! (760 / 936 / 1008 GB/s), plus 3 ms of launch/sampling overhead.
 //!
-//! [`run_profile`] measures a profile on the real backend.
+//! `edgemu_gpu::profile::run_profile` measures a profile on the real backend.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, DecodeItem, PrefillItem, RealBackend};
-use crate::error::{GpuError, Result};
+use crate::error::{EngineError, Result};
 
 /// One occupancy point of a decode curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -153,7 +152,7 @@ impl Profile {
 
     /// Checks the profile is usable; `label` names it in errors.
     pub fn validate(&self, label: &str) -> Result<()> {
-        let bad = |msg: String| GpuError::Profile {
+        let bad = |msg: String| EngineError::Profile {
             path: label.to_string(),
             msg,
         };
@@ -207,17 +206,17 @@ impl Profile {
     /// Reads a profile (TOML if the extension is `.toml`, else JSON) and validates it.
     pub fn load(path: &Path) -> Result<Self> {
         let label = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| GpuError::Io {
+        let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io {
             path: path.to_path_buf(),
             source,
         })?;
         let p: Profile = if path.extension().is_some_and(|e| e == "toml") {
-            toml::from_str(&text).map_err(|e| GpuError::Profile {
+            toml::from_str(&text).map_err(|e| EngineError::Profile {
                 path: label.clone(),
                 msg: e.to_string(),
             })?
         } else {
-            serde_json::from_str(&text).map_err(|e| GpuError::Profile {
+            serde_json::from_str(&text).map_err(|e| EngineError::Profile {
                 path: label.clone(),
                 msg: e.to_string(),
             })?
@@ -230,17 +229,17 @@ impl Profile {
     pub fn save(&self, path: &Path) -> Result<()> {
         let label = path.display().to_string();
         let text = if path.extension().is_some_and(|e| e == "toml") {
-            toml::to_string_pretty(self).map_err(|e| GpuError::Profile {
+            toml::to_string_pretty(self).map_err(|e| EngineError::Profile {
                 path: label.clone(),
                 msg: e.to_string(),
             })?
         } else {
-            serde_json::to_string_pretty(self).map_err(|e| GpuError::Profile {
+            serde_json::to_string_pretty(self).map_err(|e| EngineError::Profile {
                 path: label.clone(),
                 msg: e.to_string(),
             })?
         };
-        std::fs::write(path, text).map_err(|source| GpuError::Io {
+        std::fs::write(path, text).map_err(|source| EngineError::Io {
             path: path.to_path_buf(),
             source,
         })
@@ -252,7 +251,7 @@ impl Profile {
             "rtx3080" => (10u64, 2500.0, 760.0),
             "rtx3090" => (20, 4000.0, 936.0),
             "rtx4090" => (24, 8000.0, 1008.0),
-            _ => return Err(GpuError::UnknownProfile(name.to_string())),
+            _ => return Err(EngineError::UnknownProfile(name.to_string())),
         };
         const WEIGHTS_GB: f64 = 2.47; // Llama-3.2-1B, BF16
         const OVERHEAD_S: f64 = 0.003;
@@ -320,169 +319,6 @@ pub fn mean_relative_error(profile: &Profile, samples: &[(usize, u64, f64)]) -> 
         .map(|&(b, occ, real)| (profile.step_time(b, occ) - real).abs() / real)
         .collect();
     (!errs.is_empty()).then(|| errs.iter().sum::<f64>() / errs.len() as f64)
-}
-
-/// What [`run_profile`] measures.
-#[derive(Debug, Clone)]
-pub struct ProfileOptions {
-    /// GGUF file (`None` → the default lookup, see [`crate::model::model_path`]).
-    pub model: Option<std::path::PathBuf>,
-    /// Seeded random weights instead of the file (same shapes and types).
-    pub random_weights: Option<crate::model::RandomWeights>,
-    /// `cpu` or `cuda:N`.
-    pub device: String,
-    /// Weight layout (`None` → per device default).
-    pub layout: Option<crate::model::WeightLayout>,
-    /// Batch sizes of the grid.
-    pub batch_sizes: Vec<usize>,
-    /// Context lengths per sequence of the grid (occupancy = batch × length × α).
-    pub context_lens: Vec<usize>,
-    /// Timed decode iterations per grid point (after one warm-up).
-    pub steps: usize,
-    /// KV capacity written into the profile.
-    pub kv_capacity_bytes: u64,
-    /// KV dtype for accounting.
-    pub kv_dtype: crate::model::KvDtype,
-    /// Profile name.
-    pub name: String,
-}
-
-impl Default for ProfileOptions {
-    fn default() -> Self {
-        ProfileOptions {
-            model: None,
-            random_weights: None,
-            device: "cpu".into(),
-            layout: None,
-            batch_sizes: vec![1, 4, 8, 16, 32],
-            context_lens: vec![64, 256, 512, 1024],
-            steps: 3,
-            kv_capacity_bytes: 4 * 1024 * 1024 * 1024,
-            kv_dtype: crate::model::KvDtype::F32,
-            name: "measured".into(),
-        }
-    }
-}
-
-/// Loads the model and measures a profile (see [`profile_backend`]).
-pub fn run_profile(opts: &ProfileOptions, progress: &dyn Fn(usize, usize)) -> Result<Profile> {
-    let source = crate::model::ModelSource::new(opts.model.clone(), opts.random_weights);
-    let device = crate::model::parse_device(&opts.device)?;
-    let lm = source.load(&device, opts.layout)?;
-    let eos = lm.tokenizer.eos_id();
-    let mut backend = RealBackend::new(lm.model, opts.kv_dtype, eos);
-    let mut p = profile_backend(&mut backend, opts, progress)?;
-    p.source = format!(
-        "measured on {} ({}), {}",
-        opts.device,
-        backend.model().layout().label(),
-        source.label()
-    );
-    Ok(p)
-}
-
-/// Runs of each prefill length in [`profile_backend`]; the median is used.
-const PREFILL_RUNS: usize = 3;
-
-/// Measures prefill (two prompt lengths → rate and fixed overhead) and, for every
-/// (batch, context length) of the grid, the mean decode iteration time with
-/// synthetic caches of that length.
-pub fn profile_backend(
-    backend: &mut RealBackend,
-    opts: &ProfileOptions,
-    progress: &dyn Fn(usize, usize),
-) -> Result<Profile> {
-    let total = 2 + opts.batch_sizes.len() * opts.context_lens.len();
-    let mut done = 0;
-    let alpha = backend.kv_bytes_per_token();
-    // Prefill: t(n) = a + n / r from n = 32 and a longer prompt (one warm-up
-    // first), each the median of three runs. The longer one starts at 256
-    // tokens and doubles until it takes 4× the short one (or the context is
-    // full): on a GPU both 32 and 256 tokens take a few launch-bound
-    // milliseconds, and the rate from their difference was noise (an H200
-    // printed 68 million and 726 000 tok/s where prefilling 1 536 tokens runs
-    // at ≈ 33 000); on a CPU 256 tokens already take ≈ 8× 32.
-    let max_prompt = backend.model().config().max_seq_len.saturating_sub(64);
-    let mut time_prefill = |n: usize, seq: u64| -> Result<f64> {
-        let mut runs = [0.0f64; PREFILL_RUNS];
-        for r in runs.iter_mut() {
-            let s = backend.prefill(&[PrefillItem {
-                seq,
-                tokens: None,
-                len: n,
-            }])?;
-            backend.release(seq);
-            *r = s.duration_s;
-        }
-        runs.sort_unstable_by(f64::total_cmp);
-        Ok(runs[PREFILL_RUNS / 2])
-    };
-    time_prefill(16, u64::MAX)?;
-    let n1 = 32usize;
-    let t1 = time_prefill(n1, u64::MAX)?;
-    done += 1;
-    progress(done, total);
-    let mut n2 = 256usize.min(max_prompt).max(n1 + 1);
-    let mut t2 = time_prefill(n2, u64::MAX)?;
-    while t2 < 4.0 * t1 && n2 * 2 <= max_prompt {
-        n2 *= 2;
-        t2 = time_prefill(n2, u64::MAX)?;
-    }
-    done += 1;
-    progress(done, total);
-    let rate = if t2 > t1 {
-        (n2 - n1) as f64 / (t2 - t1)
-    } else {
-        n2 as f64 / t2.max(1e-9)
-    };
-    let overhead = (t1 - n1 as f64 / rate).max(0.0);
-    let mut curves = Vec::new();
-    let mut batches = opts.batch_sizes.clone();
-    batches.sort_unstable();
-    batches.dedup();
-    let mut lens = opts.context_lens.clone();
-    lens.sort_unstable();
-    lens.dedup();
-    for &b in &batches {
-        let mut points = Vec::new();
-        for &l in &lens {
-            let seqs: Vec<u64> = (0..b as u64).map(|i| 1_000_000 + i).collect();
-            for &s in &seqs {
-                backend.insert_synthetic(s, l)?;
-            }
-            let items: Vec<DecodeItem> = seqs
-                .iter()
-                .map(|&seq| DecodeItem { seq, token: 100 })
-                .collect();
-            let occ = alpha * (b * l) as u64;
-            backend.decode(&items, occ)?; // warm-up
-            let mut sum = 0.0;
-            for _ in 0..opts.steps.max(1) {
-                sum += backend.decode(&items, occ)?.duration_s;
-            }
-            for &s in &seqs {
-                backend.release(s);
-            }
-            points.push(CurvePoint {
-                kv_bytes: occ,
-                step_s: sum / opts.steps.max(1) as f64,
-            });
-            done += 1;
-            progress(done, total);
-        }
-        curves.push(DecodeCurve { batch: b, points });
-    }
-    let p = Profile {
-        name: opts.name.clone(),
-        source: String::new(),
-        kv_capacity_bytes: opts.kv_capacity_bytes,
-        kv_bytes_per_token: alpha,
-        prefill_tok_s: rate,
-        prefill_overhead_s: overhead,
-        decode: curves,
-    };
-    p.validate("measured profile")?;
-    Ok(p)
 }
 
 #[cfg(test)]
@@ -553,7 +389,7 @@ mod tests {
         let dir = std::env::temp_dir();
         for ext in ["json", "toml"] {
             let f = dir.join(format!(
-                "edgemu-gpu-profile-test-{}.{ext}",
+                "edgemu-engine-profile-test-{}.{ext}",
                 std::process::id()
             ));
             p.save(&f).unwrap();
@@ -591,7 +427,10 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("kv_bytes must increase"));
-        let f = std::env::temp_dir().join(format!("edgemu-gpu-bad-{}.json", std::process::id()));
+        let f = std::env::temp_dir().join(format!(
+            "edgemu-engine-bad-profile-{}.json",
+            std::process::id()
+        ));
         std::fs::write(&f, "{\"name\": 3}").unwrap();
         let e = Profile::load(&f).unwrap_err().to_string();
         assert!(e.contains(&f.display().to_string()), "{e}");

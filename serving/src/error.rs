@@ -15,10 +15,20 @@ pub enum ServingError {
     Policy(#[from] edgemu_policies::lyreo::LyreoPolicyError),
     #[error("invalid scenario: {0}")]
     Invalid(String),
+    /// Training settings a run cannot use, or a run that cannot go on.
+    #[error("training: {0}")]
+    Train(String),
+    /// A training step failed; `during` says where (seed, episode, phase).
+    #[error("{during}: {source}")]
+    During {
+        during: String,
+        #[source]
+        source: Box<ServingError>,
+    },
     #[error("server {server}: {source}")]
-    Gpu {
+    Engine {
         server: usize,
         #[source]
-        source: Box<edgemu_gpu::GpuError>,
+        source: Box<edgemu_engine::EngineError>,
     },
 }

@@ -1,18 +1,14 @@
 //! Compute backends behind one trait.
 //!
-//! The [`crate::engine::BatchEngine`] decides *what* runs each iteration; a
-//! [`Backend`] runs it and says how long it took: [`RealBackend`] runs the candle
-//! model and measures wall time, [`ModeledBackend`] returns placeholder tokens
-//! and the time a [`crate::profile::Profile`] predicts. The engine code is the
-//! same for both.
+//! The [`crate::batch::BatchEngine`] decides *what* runs each iteration; a
+//! [`Backend`] runs it and says how long it took: `edgemu_gpu::RealBackend`
+//! runs the candle model and measures wall time, [`ModeledBackend`] returns
+//! placeholder tokens and the time a [`crate::profile::Profile`] predicts. The
+//! engine code is the same for both.
 
 pub mod modeled;
-pub mod real;
 
 pub use modeled::{ModeledBackend, ModeledCache};
-pub use real::RealBackend;
-
-use crate::error::Result;
 
 /// A sequence's handle inside a backend (the engine uses the request id).
 pub type SeqId = u64;
@@ -49,6 +45,9 @@ pub struct BackendStep {
 pub trait Backend {
     /// A sequence's KV cache as it can be moved between servers.
     type Cache;
+    /// What a failed call reports (the engine boxes it into
+    /// [`crate::EngineError::Backend`]).
+    type Error: std::error::Error + Send + Sync + 'static;
 
     /// KV bytes per token used for accounting.
     fn kv_bytes_per_token(&self) -> u64;
@@ -59,15 +58,19 @@ pub trait Backend {
     /// Prefills new sequences together; returns each one's first output token.
     /// A sequence that was given a cache ([`Backend::adopt`]) only runs the prompt
     /// tokens after the cached ones.
-    fn prefill(&mut self, items: &[PrefillItem<'_>]) -> Result<BackendStep>;
+    fn prefill(&mut self, items: &[PrefillItem<'_>]) -> Result<BackendStep, Self::Error>;
 
     /// Runs one decode iteration for all items; `occupancy_bytes` is the KV held
     /// by the whole batch (used by cost models).
-    fn decode(&mut self, items: &[DecodeItem], occupancy_bytes: u64) -> Result<BackendStep>;
+    fn decode(
+        &mut self,
+        items: &[DecodeItem],
+        occupancy_bytes: u64,
+    ) -> Result<BackendStep, Self::Error>;
 
     /// Installs an existing cache for `seq` before its prefill; returns the number
     /// of cached tokens.
-    fn adopt(&mut self, seq: SeqId, cache: Self::Cache) -> Result<usize>;
+    fn adopt(&mut self, seq: SeqId, cache: Self::Cache) -> Result<usize, Self::Error>;
 
     /// Removes `seq`, returning its cache.
     fn take(&mut self, seq: SeqId) -> Option<Self::Cache>;
