@@ -3,7 +3,7 @@
 //! **How a context is formed.** A conversation's turns become chat messages
 //! (`human`/`user` → `user`, `gpt`/… → `assistant`, `system` → `system`; see
 //! [`Role::chat_role`](crate::Role::chat_role)) and are rendered with the model's
-//! chat template exactly as the gpu crate renders a prompt
+//! chat template exactly as the model crate renders a prompt
 //! ([`ChatTemplate::render`], ChatML for SmolLM2: the default system prompt is
 //! prepended when the first turn is not a system one; no generation prompt). The
 //! text is tokenized with the model's tokenizer and the first
@@ -29,7 +29,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use edgemu_gpu::tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+use edgemu_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
 use crate::{Conversation, DataError, Result};
 
@@ -167,13 +167,11 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
-    use edgemu_gpu::model::load_tiny;
+    use edgemu_tokenizer::tiny;
 
+    /// The tokenizer and template of the random test models.
     fn tiny() -> (Tokenizer, ChatTemplate) {
-        let lm = load_tiny(7, &Device::Cpu, None).expect("tiny model");
-        let chat = lm.chat.expect("tiny model has a chat template");
-        (lm.tokenizer, chat)
+        (tiny::tokenizer(), tiny::chat_template())
     }
 
     #[test]

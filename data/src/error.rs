@@ -39,7 +39,4 @@ pub enum DataError {
     /// Building token contexts failed (e.g. not enough long conversations).
     #[error("contexts: {0}")]
     Contexts(String),
-    /// The tokenizer or chat template from the gpu crate failed.
-    #[error("tokenizer: {0}")]
-    Tokenizer(#[from] edgemu_gpu::GpuError),
 }

@@ -1,6 +1,7 @@
 //! Tight decode loop for profiling: `decode_loop <format> <batch> <steps>`.
 use candle_core::Device;
-use edgemu_gpu::model::{load, model_path, Phase, SeqInput, WeightFormat, WeightLayout};
+use edgemu_gpu::model::{load, Phase, SeqInput, WeightFormat, WeightLayout};
+use edgemu_tokenizer::model_path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().skip(1).collect();

@@ -3,7 +3,8 @@
 use std::time::Instant;
 
 use candle_core::Device;
-use edgemu_gpu::model::{load, model_path, Phase, SeqInput, WeightFormat, WeightLayout};
+use edgemu_gpu::model::{load, Phase, SeqInput, WeightFormat, WeightLayout};
+use edgemu_tokenizer::model_path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = model_path()?;

@@ -25,7 +25,7 @@ fn main() {
         std::process::exit(2);
     };
     let progress = |d: usize, t: usize| eprint!("\r[{d}/{t}]");
-    let r = run_profile(&opts, &progress).and_then(|p| p.save(&out).map(|_| p));
+    let r = run_profile(&opts, &progress).and_then(|p| p.save(&out).map(|_| p).map_err(Into::into));
     match r {
         Ok(p) => eprintln!(
             "\nwrote {} ({} curves, prefill {:.0} tok/s)",

@@ -30,14 +30,14 @@ use std::path::PathBuf;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
+use edgemu_engine::batch::{BatchEngine, EngineConfig, Request};
+use edgemu_engine::profile::{held_out_fit_batches, mean_relative_error, Profile};
+
 use crate::backend::RealBackend;
 use crate::baseline::{Baseline, BaselineWorkload};
-use crate::engine::{BatchEngine, EngineConfig, Request};
 use crate::error::{GpuError, Result};
 use crate::model::{KvDtype, ModelSource, RandomWeights, WeightLayout};
-use crate::profile::{
-    held_out_fit_batches, mean_relative_error, profile_backend, Profile, ProfileOptions,
-};
+use crate::profile::{profile_backend, ProfileOptions};
 use crate::telemetry::{GpuSample, Telemetry};
 
 /// Options of [`run_decode_bench`].
@@ -267,7 +267,7 @@ receives requests over a wireless link, prefills the prompt, and then decodes th
 token at a time while other requests join and leave the batch. The key-value cache of every \
 request grows with each generated token, and its memory decides how many requests fit at once. ";
 
-fn text_tokens(tok: &crate::tokenizer::Tokenizer, n: usize) -> Vec<u32> {
+fn text_tokens(tok: &edgemu_tokenizer::Tokenizer, n: usize) -> Vec<u32> {
     let base = tok.encode(TEXT);
     base.iter().copied().cycle().take(n).collect()
 }

@@ -15,10 +15,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::backend::{Backend, RealBackend};
+use edgemu_engine::{Backend, Profile};
+
+use crate::backend::RealBackend;
 use crate::error::Result;
 use crate::model::KvDtype;
-use crate::profile::{profile_backend, Profile, ProfileOptions};
+use crate::profile::{profile_backend, ProfileOptions};
 
 /// Batch sizes of the calibration grid.
 pub const CALIBRATION_BATCHES: [usize; 2] = [1, 8];
@@ -112,11 +114,8 @@ pub fn calibrate(
         // calibration: log it and go on.
         let dir = f.parent().unwrap_or(Path::new("."));
         let written = std::fs::create_dir_all(dir)
-            .map_err(|source| crate::GpuError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })
-            .and_then(|()| p.save(f));
+            .map_err(|e| e.to_string())
+            .and_then(|()| p.save(f).map_err(|e| e.to_string()));
         if let Err(e) = written {
             tracing::warn!(file = %f.display(), error = %e, "measured profile not cached");
         }

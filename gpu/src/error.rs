@@ -6,8 +6,9 @@
 
 use std::path::PathBuf;
 
-/// Errors from model loading, tokenization, the batching engine, KV transfer,
-/// profiles and telemetry.
+/// Errors from model loading, the model's computations, KV transfer, the
+/// KV-utility profile and telemetry; the tokenizer's and the batching
+/// engine's errors arrive as their own variants.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     /// The GGUF model file is not where it was looked up.
@@ -58,18 +59,18 @@ pub enum GpuError {
     /// A device string could not be parsed or the device is unavailable.
     #[error("device `{device}`: {msg}")]
     Device { device: String, msg: String },
-    /// The engine was given an invalid request or state.
+    /// The model or a backend was given an invalid request or state.
     #[error("engine: {0}")]
     Engine(String),
+    /// The batching engine, a modeled backend or a server profile failed.
+    #[error(transparent)]
+    Batch(#[from] edgemu_engine::EngineError),
     /// KV export/import got inconsistent ranges, shapes or bytes.
     #[error("kv transfer: {0}")]
     KvTransfer(String),
-    /// A profile file is unreadable or invalid.
+    /// A KV-utility profile file is unreadable or invalid.
     #[error("profile {path}: {msg}")]
     Profile { path: String, msg: String },
-    /// No built-in profile has this name.
-    #[error("unknown built-in profile `{0}` (known: rtx3080, rtx3090, rtx4090)")]
-    UnknownProfile(String),
     /// File system error.
     #[error("{path}: {source}")]
     Io {
@@ -77,6 +78,32 @@ pub enum GpuError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<edgemu_tokenizer::TokenizerError> for GpuError {
+    /// Variant for variant: a metadata or file error reads the same from the
+    /// tokenizer as from the model loader.
+    fn from(e: edgemu_tokenizer::TokenizerError) -> Self {
+        use edgemu_tokenizer::TokenizerError as T;
+        match e {
+            T::ModelMissing { path } => GpuError::ModelMissing { path },
+            T::Gguf { path, msg } => GpuError::Gguf { path, msg },
+            T::GgufLimit {
+                path,
+                what,
+                value,
+                limit,
+            } => GpuError::GgufLimit {
+                path,
+                what,
+                value,
+                limit,
+            },
+            T::Metadata { path, key, msg } => GpuError::Metadata { path, key, msg },
+            T::Tokenizer(msg) => GpuError::Tokenizer(msg),
+            T::Io { path, source } => GpuError::Io { path, source },
+        }
+    }
 }
 
 impl GpuError {

@@ -43,14 +43,15 @@ use candle_core::Device;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use edgemu_engine::batch::{BatchEngine, EngineConfig, Request};
+use edgemu_tokenizer::Tokenizer;
+
 use crate::backend::RealBackend;
-use crate::engine::{BatchEngine, EngineConfig, Request};
 use crate::error::{GpuError, Result};
 use crate::kv_transfer::{assemble, BlockBytes, KvBlock, MissingRows};
 use crate::model::config::{KvDtype, LlamaConfig};
 use crate::model::kv::{KvBase, SeqKv};
 use crate::model::llama::{argmax_rows, JoinRows, Llama, SeqInput};
-use crate::tokenizer::Tokenizer;
 
 /// What arrived of one BF16 transport block (module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,31 +1,30 @@
-//! edgemu's GPU core: a Llama-family model with explicit per-sequence KV
-//! caches, a continuous-batching engine with KV accounting, a cost-model
-//! backend, KV export/import for handoffs, profiling, benchmarks and NVML
-//! telemetry. No I/O in the engine, ledger or modeled backend.
+//! edgemu's model: a Llama-family model in candle with explicit
+//! per-sequence KV caches (CPU kernels, CUDA when built with `cuda`), GGUF
+//! loading, the real backend of `edgemu_engine`'s batching engine, KV
+//! export/import for handoffs, the KV-utility profiler, handoff quality
+//! scoring, measuring a server profile, benchmarks and NVML telemetry.
+//!
+//! The batching engine, KV ledger, modeled backend and profiles are in
+//! `edgemu-engine`; the tokenizer, chat template, GGUF metadata and where the
+//! model file is are in `edgemu-tokenizer` (both without candle).
 
 pub mod backend;
 pub mod baseline;
 pub mod bench;
 pub mod calibrate;
-pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod handoff_quality;
 pub mod kv_cache;
 pub mod kv_transfer;
 pub mod kv_utility;
-pub mod ledger;
 pub mod model;
 pub mod profile;
 pub mod telemetry;
-pub mod tokenizer;
 
 pub use error::{GpuError, Result};
 
-pub use backend::{Backend, ModeledBackend, RealBackend};
-pub use engine::{BatchEngine, BatchMode, EngineConfig, Request, StepOutput};
+pub use backend::RealBackend;
 pub use kv_transfer::{KvBlock, MissingRows, PresenceMask};
-pub use ledger::KvLedger;
 pub use model::{KvDtype, LlamaConfig, WeightFormat, WeightLayout};
-pub use profile::Profile;
 pub use telemetry::Telemetry;

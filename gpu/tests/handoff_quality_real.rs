@@ -5,9 +5,9 @@
 use candle_core::Device;
 use edgemu_gpu::handoff_quality::{chatml_cue, HandoffCase, PartialBlock, QualityEvaluator};
 use edgemu_gpu::kv_cache::export_context_blocks;
-use edgemu_gpu::model::{load, model_path};
-use edgemu_gpu::tokenizer::ChatMessage;
+use edgemu_gpu::model::load;
 use edgemu_gpu::MissingRows;
+use edgemu_tokenizer::{model_path, ChatMessage};
 
 const TEXT: &str = "Edge servers sit close to mobile users and answer their requests \
 with small language models. When a user moves, the agent that serves it hands its \

@@ -3,10 +3,10 @@
 //! model first with `scripts/fetch-model.sh`).
 
 use candle_core::Device;
-use edgemu_gpu::engine::{BatchEngine, EngineConfig, Request};
-use edgemu_gpu::model::{load, model_path, LoadedModel};
-use edgemu_gpu::tokenizer::ChatMessage;
+use edgemu_engine::batch::{BatchEngine, EngineConfig, Request};
+use edgemu_gpu::model::{load, LoadedModel};
 use edgemu_gpu::{KvDtype, RealBackend};
+use edgemu_tokenizer::{model_path, ChatMessage};
 
 fn model() -> Option<LoadedModel> {
     match model_path() {

@@ -194,7 +194,8 @@ pub fn run_check(
 ) -> Result<Retention> {
     use edgemu_data::contexts::{build, ContextConfig};
     use edgemu_gpu::kv_utility::ModelIdentity;
-    use edgemu_gpu::model::{load, parse_device, resolve_model_path};
+    use edgemu_gpu::model::{load, parse_device};
+    use edgemu_tokenizer::resolve_model_path;
     let t0 = std::time::Instant::now();
     let path = resolve_model_path(model).context("finding the model")?;
     let lm = load(&path, &parse_device("cpu")?, None).context("loading the model")?;

@@ -9,7 +9,8 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 use edgemu_data::contexts::{build, ContextConfig};
 use edgemu_gpu::kv_utility::{profile, ProfileSettings};
-use edgemu_gpu::model::{load, parse_device, resolve_model_path};
+use edgemu_gpu::model::{load, parse_device};
+use edgemu_tokenizer::resolve_model_path;
 
 #[derive(Args, Debug, Clone)]
 pub struct ProfileKvArgs {

@@ -105,7 +105,7 @@ pub fn ensure_assets(cluster: &Cluster, host: Option<&str>) -> Result<()> {
     let needs = Needs::of(cluster, host);
     let file = cluster.source.display();
     if needs.model {
-        let path = edgemu_gpu::model::locate::expected_model_path();
+        let path = edgemu_tokenizer::expected_model_path();
         ensure(&MODEL, &path, &file.to_string())?;
     }
     if needs.sharegpt {

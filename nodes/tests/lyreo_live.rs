@@ -240,7 +240,7 @@ fn bad_lyreo_actors_are_located_errors() {
 
 #[test]
 fn a_sharegpt_user_sends_lengths_from_the_real_conversations() {
-    if edgemu_data::locate().is_err() || edgemu_gpu::model::resolve_model_path(None).is_err() {
+    if edgemu_data::locate().is_err() || edgemu_tokenizer::resolve_model_path(None).is_err() {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "CI must have the ShareGPT file and the model (scripts/fetch-data.sh, fetch-model.sh)"

@@ -88,7 +88,7 @@ fn quick_grid_on_tiny_model() {
 
 #[test]
 fn quick_grid_on_real_model() {
-    if let Err(e) = edgemu_gpu::model::model_path() {
+    if let Err(e) = edgemu_tokenizer::model_path() {
         if std::env::var_os("CI").is_some() {
             panic!("CI is set and the model is missing: {e}");
         }

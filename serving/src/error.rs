@@ -21,10 +21,20 @@ pub enum ServingError {
         slot: u64,
         reason: crate::scheduler::ReportRefused,
     },
+    /// Training settings a run cannot use, or a run that cannot go on.
+    #[error("training: {0}")]
+    Train(String),
+    /// A training step failed; `during` says where (seed, episode, phase).
+    #[error("{during}: {source}")]
+    During {
+        during: String,
+        #[source]
+        source: Box<ServingError>,
+    },
     #[error("server {server}: {source}")]
-    Gpu {
+    Engine {
         server: usize,
         #[source]
-        source: Box<edgemu_gpu::GpuError>,
+        source: Box<edgemu_engine::EngineError>,
     },
 }

@@ -16,8 +16,8 @@
 //! bit, and the streams do not shift when a policy draws more or fewer
 //! numbers.
 
-use edgemu_gpu::engine::BatchMode;
-use edgemu_gpu::Profile;
+use edgemu_engine::batch::BatchMode;
+use edgemu_engine::Profile;
 use edgemu_policies::lyreo::{PolicySpec, SchedulingPolicy, ServerBatching};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -239,7 +239,7 @@ pub fn run_episode_with(
     let mut servers = Vec::with_capacity(sc.servers);
     let mut server_pos = Vec::with_capacity(sc.servers);
     for (i, class) in classes.iter().enumerate() {
-        let mut profile = Profile::builtin(class).map_err(|source| ServingError::Gpu {
+        let mut profile = Profile::builtin(class).map_err(|source| ServingError::Engine {
             server: i,
             source: Box::new(source),
         })?;

@@ -1,7 +1,8 @@
 //! The LYREO edge-serving system as cores without I/O: mobility, workloads,
 //! radio cells (Shannon uplink), edge-server slot cores around the batching
-//! engine, the request-scheduler core with Lyapunov virtual queues, and the
-//! slotted co-simulation harness, and a live server's upload gathering.
+//! engine, the request-scheduler core with Lyapunov virtual queues, the
+//! slotted co-simulation harness, a live server's upload gathering, and PPO
+//! training of the learned LYREO family on it ([`train`]).
 //!
 //! Time is integer nanoseconds (`u64`) everywhere; randomness is seeded
 //! `ChaCha8Rng`, so a run is reproducible bit for bit by its seed. The
@@ -15,6 +16,7 @@ pub mod mobility;
 pub mod radio;
 pub mod scheduler;
 pub mod server;
+pub mod train;
 pub mod uploads;
 pub mod workload;
 

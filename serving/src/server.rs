@@ -21,9 +21,9 @@
 //! be served here: [`ServerSlotCore::assign`] returns it as a rejection
 //! record (counted in the results), never a panic or a silent drop.
 
-use edgemu_gpu::backend::Backend;
-use edgemu_gpu::engine::{BatchEngine, BatchMode, EngineConfig, Request};
-use edgemu_gpu::{ModeledBackend, Profile};
+use edgemu_engine::backend::Backend;
+use edgemu_engine::batch::{BatchEngine, BatchMode, EngineConfig, Request};
+use edgemu_engine::{ModeledBackend, Profile};
 
 use crate::ServingError;
 use edgemu_policies::lyreo::SlotLoad;
@@ -289,7 +289,7 @@ impl<B: Backend> ServerSlotCore<B> {
                 let req = Request::with_lengths(r.id, r.input_len as usize, r.output_len as usize);
                 self.engine
                     .submit(req, r.arrival_ns)
-                    .map_err(|source| ServingError::Gpu {
+                    .map_err(|source| ServingError::Engine {
                         server: self.index,
                         source: Box::new(source),
                     })?;
@@ -321,7 +321,7 @@ impl<B: Backend> ServerSlotCore<B> {
                 return Ok(());
             }
             self.submit_ready(t)?;
-            let out = self.engine.step(t).map_err(|source| ServingError::Gpu {
+            let out = self.engine.step(t).map_err(|source| ServingError::Engine {
                 server: self.index,
                 source: Box::new(source),
             })?;
@@ -466,7 +466,7 @@ impl<B: Backend> ServerSlotCore<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgemu_gpu::profile::{CurvePoint, DecodeCurve};
+    use edgemu_engine::profile::{CurvePoint, DecodeCurve};
 
     /// α = 1000 B/token, M = 1 MB, prefill 1000 tok/s, decode 10 ms flat.
     fn tiny(mode: BatchMode) -> ServerSlotCore {

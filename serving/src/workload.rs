@@ -24,7 +24,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use edgemu_data::{Conversation, Role};
-use edgemu_gpu::tokenizer::Tokenizer;
+use edgemu_tokenizer::Tokenizer;
 use rand::Rng;
 
 use crate::ServingError;
@@ -111,7 +111,7 @@ impl Workload {
             why,
         };
         let data = edgemu_data::locate().map_err(|e| unavailable(e.to_string()))?;
-        let model = edgemu_gpu::model::resolve_model_path(None).map_err(|e| {
+        let model = edgemu_tokenizer::resolve_model_path(None).map_err(|e| {
             unavailable(format!(
                 "its lengths are counted with SmolLM2's tokenizer: {e} (scripts/fetch-model.sh)"
             ))
@@ -163,7 +163,7 @@ impl Workload {
             name: "sharegpt".to_string(),
             why,
         };
-        let gguf = edgemu_gpu::model::GgufFile::open(model)
+        let gguf = edgemu_tokenizer::GgufMetadata::open(model)
             .map_err(|e| unavailable(format!("{}: {e}", model.display())))?;
         let tokenizer = Tokenizer::from_gguf(&gguf)
             .map_err(|e| unavailable(format!("tokenizer of {}: {e}", model.display())))?;
@@ -242,9 +242,7 @@ mod tests {
 
     #[test]
     fn sharegpt_pairs_take_the_first_user_and_assistant_turns_truncated() {
-        let g = edgemu_gpu::model::GgufFile::from_bytes(edgemu_gpu::model::tiny_gguf(1), "tiny")
-            .unwrap();
-        let tok = Tokenizer::from_gguf(&g).unwrap();
+        let tok = edgemu_tokenizer::tiny::tokenizer();
         let convs = edgemu_data::builtin::conversations();
         let pairs = sharegpt_pairs(convs.clone(), &tok, 4096, 4096);
         assert_eq!(pairs.len(), convs.len());
@@ -281,7 +279,7 @@ mod tests {
     fn sharegpt_from_the_real_file() {
         let (Ok(data), Ok(model)) = (
             edgemu_data::locate(),
-            edgemu_gpu::model::resolve_model_path(None),
+            edgemu_tokenizer::resolve_model_path(None),
         ) else {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),

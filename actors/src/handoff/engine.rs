@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use edgemu_config::{ContextSource, RealModel};
-use edgemu_gpu::engine::{BatchEngine, EngineConfig, Request};
+use edgemu_engine::batch::{BatchEngine, EngineConfig, Request};
 use edgemu_gpu::handoff_quality::{chatml_cue, rebuild, PartialBlock};
 use edgemu_gpu::kv_cache::{ContextKv, ContextKvCache};
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
@@ -80,8 +80,8 @@ pub struct Decoded {
 pub struct AgentEngine {
     model: Llama,
     decoder: BatchEngine<RealBackend>,
-    lm_tokenizer: edgemu_gpu::tokenizer::Tokenizer,
-    chat: Option<edgemu_gpu::tokenizer::ChatTemplate>,
+    lm_tokenizer: edgemu_tokenizer::Tokenizer,
+    chat: Option<edgemu_tokenizer::ChatTemplate>,
     identity: ModelIdentity,
     cue: Vec<u32>,
     cache: Arc<ContextKvCache>,
@@ -95,7 +95,7 @@ fn load(model: RealModel) -> Result<(LoadedModel, String), String> {
             .map(|m| (m, "tiny-random-llama".to_string()))
             .map_err(|e| format!("tiny model: {e}")),
         RealModel::SmolLm2 => {
-            let path = edgemu_gpu::model::resolve_model_path(None).map_err(|e| {
+            let path = edgemu_tokenizer::resolve_model_path(None).map_err(|e| {
                 format!("{e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)")
             })?;
             let name = path

@@ -26,7 +26,7 @@ use crate::messages::{
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
 use edgemu_codec::wire::{Envelope, Msg};
-use edgemu_gpu::backend::Backend;
+use edgemu_engine::backend::Backend;
 use edgemu_policies::lyreo::SlotLoad;
 use edgemu_serving::server::RequestRecord;
 use edgemu_serving::{ExpectedUpload, ReleasedBatch, ServerSlotCore, UploadGathering};

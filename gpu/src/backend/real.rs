@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendStep, DecodeItem, PrefillItem, SeqId};
+use edgemu_engine::backend::{Backend, BackendStep, DecodeItem, PrefillItem, SeqId};
+
 use crate::error::{GpuError, Result};
 use crate::model::{KvDtype, Llama, Phase, SeqInput, SeqKv};
 
@@ -116,6 +117,7 @@ impl RealBackend {
 
 impl Backend for RealBackend {
     type Cache = SeqKv;
+    type Error = GpuError;
 
     fn kv_bytes_per_token(&self) -> u64 {
         self.model.config().kv_bytes_per_token(self.kv_dtype)

@@ -11,10 +11,11 @@ use std::time::Instant;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{DType, Device, Tensor, D};
 use candle_transformers::models::quantized_llama::ModelWeights;
+use edgemu_tokenizer::resolve_model_path;
 
 use crate::baseline::{BaselineFigures, BaselineWorkload};
 use crate::error::{CandleContext, GpuError, Result};
-use crate::model::{resolve_model_path, ModelSource};
+use crate::model::ModelSource;
 
 fn load<R: Read + Seek>(mut r: R, label: &str, device: &Device) -> Result<ModelWeights> {
     let ct = Content::read(&mut r).map_err(|e| GpuError::Gguf {

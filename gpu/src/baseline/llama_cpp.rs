@@ -9,10 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use edgemu_tokenizer::resolve_model_path;
 use serde::Deserialize;
 
 use crate::baseline::{Baseline, BaselineFigures, BaselineWorkload};
-use crate::model::{resolve_model_path, ModelSource};
+use crate::model::ModelSource;
 
 /// The script's path: env `EDGEMU_LLAMA_CPP_SCRIPT`, else the workspace's copy.
 pub fn script_path() -> PathBuf {

@@ -1,7 +1,9 @@
 //! GGUF reading (and writing of the tiny random test model).
 //!
-//! [`GgufFile`] wraps candle's `gguf_file::Content` with typed errors that name
-//! the file and the key or tensor at fault. Llama hyper-parameters come from the
+//! [`GgufFile`] wraps candle's `gguf_file::Content` (tensor descriptions and
+//! data) and `edgemu_tokenizer`'s [`GgufMetadata`] (the key–value header, one
+//! reader for the tokenizer and the model) with typed errors that name the
+//! file and the key or tensor at fault. Llama hyper-parameters come from the
 //! `llama.*` metadata keys: `block_count`, `embedding_length`,
 //! `feed_forward_length`, `attention.head_count`, `attention.head_count_kv`,
 //! `rope.freq_base`, `attention.layer_norm_rms_epsilon`, `context_length`; the
@@ -12,13 +14,13 @@
 //! unit tests run the very same loader and forward pass as the real model
 //! without a download.
 
-use std::collections::HashMap;
 use std::io::{Cursor, Read, Seek};
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::QTensor;
 use candle_core::Device;
+use edgemu_tokenizer::GgufMetadata;
 
 use crate::error::{GpuError, Result};
 use crate::model::config::LlamaConfig;
@@ -47,7 +49,8 @@ pub mod limits {
 
 /// An open GGUF file (or buffer) and its parsed header.
 pub struct GgufFile<R> {
-    pub(crate) content: Content,
+    content: Content,
+    metadata: GgufMetadata,
     reader: R,
     label: String,
 }
@@ -83,6 +86,10 @@ impl<R: Read + Seek> GgufFile<R> {
             .seek(std::io::SeekFrom::End(0))
             .and_then(|n| reader.seek(std::io::SeekFrom::Start(0)).map(|_| n))
             .map_err(|e| err(format!("cannot seek: {e}")))?;
+        let metadata = GgufMetadata::from_reader(&mut reader, label)?;
+        reader
+            .seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| err(format!("cannot seek: {e}")))?;
         // candle's parser bounds lengths by the file size, but a few header
         // values (e.g. `general.alignment = 0`) still make it panic: contain it.
         let content =
@@ -92,6 +99,7 @@ impl<R: Read + Seek> GgufFile<R> {
         check_tensor_sizes(&content, file_len, label)?;
         Ok(GgufFile {
             content,
+            metadata,
             reader,
             label: label.to_string(),
         })
@@ -102,9 +110,10 @@ impl<R: Read + Seek> GgufFile<R> {
         &self.label
     }
 
-    /// All metadata.
-    pub fn metadata(&self) -> &HashMap<String, Value> {
-        &self.content.metadata
+    /// The metadata (read by `edgemu_tokenizer`'s reader, the same for the
+    /// tokenizer and the model).
+    pub fn metadata(&self) -> &GgufMetadata {
+        &self.metadata
     }
 
     fn meta_err(&self, key: &str, msg: impl Into<String>) -> GpuError {
@@ -112,100 +121,6 @@ impl<R: Read + Seek> GgufFile<R> {
             path: self.label.clone(),
             key: key.to_string(),
             msg: msg.into(),
-        }
-    }
-
-    /// A metadata value, or an error naming the key.
-    pub fn value(&self, key: &str) -> Result<&Value> {
-        self.content
-            .metadata
-            .get(key)
-            .ok_or_else(|| self.meta_err(key, "missing"))
-    }
-
-    /// An integer metadata value (any integer width).
-    pub fn usize(&self, key: &str) -> Result<usize> {
-        let v = self.value(key)?;
-        let n: i128 = match v {
-            Value::U8(x) => *x as i128,
-            Value::I8(x) => *x as i128,
-            Value::U16(x) => *x as i128,
-            Value::I16(x) => *x as i128,
-            Value::U32(x) => *x as i128,
-            Value::I32(x) => *x as i128,
-            Value::U64(x) => *x as i128,
-            Value::I64(x) => *x as i128,
-            other => return Err(self.meta_err(key, format!("expected an integer, got {other:?}"))),
-        };
-        usize::try_from(n).map_err(|_| self.meta_err(key, format!("{n} is out of range")))
-    }
-
-    /// An integer metadata value that must not exceed `max` (checked before
-    /// anything is sized by it).
-    pub fn usize_at_most(&self, key: &str, max: usize) -> Result<usize> {
-        let v = self.usize(key)?;
-        if v > max {
-            return Err(GpuError::GgufLimit {
-                path: self.label.clone(),
-                what: format!("metadata `{key}`"),
-                value: v as u64,
-                limit: max as u64,
-            });
-        }
-        Ok(v)
-    }
-
-    /// A float metadata value.
-    pub fn f64(&self, key: &str) -> Result<f64> {
-        match self.value(key)? {
-            Value::F32(x) => Ok(*x as f64),
-            Value::F64(x) => Ok(*x),
-            other => Err(self.meta_err(key, format!("expected a float, got {other:?}"))),
-        }
-    }
-
-    /// A string metadata value.
-    pub fn string(&self, key: &str) -> Result<&str> {
-        match self.value(key)? {
-            Value::String(s) => Ok(s),
-            other => Err(self.meta_err(key, format!("expected a string, got {other:?}"))),
-        }
-    }
-
-    /// An array of strings.
-    pub fn strings(&self, key: &str) -> Result<Vec<&str>> {
-        match self.value(key)? {
-            Value::Array(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    Value::String(s) => Ok(s.as_str()),
-                    other => Err(self.meta_err(key, format!("element {i} is {other:?}"))),
-                })
-                .collect(),
-            other => Err(self.meta_err(key, format!("expected an array, got {other:?}"))),
-        }
-    }
-
-    /// An array of integers.
-    pub fn ints(&self, key: &str) -> Result<Vec<i64>> {
-        match self.value(key)? {
-            Value::Array(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    Value::U8(x) => Ok(*x as i64),
-                    Value::I8(x) => Ok(*x as i64),
-                    Value::U16(x) => Ok(*x as i64),
-                    Value::I16(x) => Ok(*x as i64),
-                    Value::U32(x) => Ok(*x as i64),
-                    Value::I32(x) => Ok(*x as i64),
-                    Value::U64(x) => Ok(*x as i64),
-                    Value::I64(x) => Ok(*x),
-                    other => Err(self.meta_err(key, format!("element {i} is {other:?}"))),
-                })
-                .collect(),
-            other => Err(self.meta_err(key, format!("expected an array, got {other:?}"))),
         }
     }
 
@@ -251,7 +166,8 @@ impl<R: Read + Seek> GgufFile<R> {
 
     /// Llama hyper-parameters from the metadata.
     pub fn llama_config(&self) -> Result<LlamaConfig> {
-        let arch = self.string("general.architecture")?;
+        let m = &self.metadata;
+        let arch = m.string("general.architecture")?;
         if arch != "llama" {
             return Err(self.meta_err(
                 "general.architecture",
@@ -259,11 +175,11 @@ impl<R: Read + Seek> GgufFile<R> {
             ));
         }
         use limits::*;
-        let hidden = self.usize_at_most("llama.embedding_length", MAX_EMBEDDING_LENGTH)?;
-        let n_heads = self.usize_at_most("llama.attention.head_count", MAX_HEAD_COUNT)?;
-        let vocab = match self.usize("llama.vocab_size") {
-            Ok(_) => self.usize_at_most("llama.vocab_size", MAX_VOCAB_SIZE)?,
-            Err(_) => self.strings("tokenizer.ggml.tokens")?.len(),
+        let hidden = m.usize_at_most("llama.embedding_length", MAX_EMBEDDING_LENGTH)?;
+        let n_heads = m.usize_at_most("llama.attention.head_count", MAX_HEAD_COUNT)?;
+        let vocab = match m.usize("llama.vocab_size") {
+            Ok(_) => m.usize_at_most("llama.vocab_size", MAX_VOCAB_SIZE)?,
+            Err(_) => m.strings("tokenizer.ggml.tokens")?.len(),
         };
         if vocab > MAX_VOCAB_SIZE {
             return Err(GpuError::GgufLimit {
@@ -274,29 +190,31 @@ impl<R: Read + Seek> GgufFile<R> {
             });
         }
         let head_dim = hidden.checked_div(n_heads).unwrap_or(0);
-        let n_kv_heads = match self.usize("llama.attention.head_count_kv") {
-            Ok(_) => self.usize_at_most("llama.attention.head_count_kv", MAX_HEAD_COUNT)?,
+        let n_kv_heads = match m.usize("llama.attention.head_count_kv") {
+            Ok(_) => m.usize_at_most("llama.attention.head_count_kv", MAX_HEAD_COUNT)?,
             Err(_) => n_heads,
         };
-        let max_seq_len = match self.usize("llama.context_length") {
-            Ok(_) => self.usize_at_most("llama.context_length", MAX_CONTEXT_LENGTH)?,
+        let max_seq_len = match m.usize("llama.context_length") {
+            Ok(_) => m.usize_at_most("llama.context_length", MAX_CONTEXT_LENGTH)?,
             Err(_) => 4096,
         };
         let config = LlamaConfig {
             vocab_size: vocab,
             hidden_size: hidden,
-            intermediate_size: self
+            intermediate_size: m
                 .usize_at_most("llama.feed_forward_length", MAX_FEED_FORWARD_LENGTH)?,
-            n_layers: self.usize_at_most("llama.block_count", MAX_BLOCK_COUNT)?,
+            n_layers: m.usize_at_most("llama.block_count", MAX_BLOCK_COUNT)?,
             n_heads,
             n_kv_heads,
             head_dim,
-            rope_theta: self.f64("llama.rope.freq_base").unwrap_or(10_000.0) as f32,
-            rms_norm_eps: self.f64("llama.attention.layer_norm_rms_epsilon")?,
+            rope_theta: m.f64("llama.rope.freq_base").unwrap_or(10_000.0) as f32,
+            rms_norm_eps: m.f64("llama.attention.layer_norm_rms_epsilon")?,
             max_seq_len,
         };
-        config.validate().map_err(|m| self.meta_err("llama.*", m))?;
-        if let Ok(d) = self.usize("llama.rope.dimension_count") {
+        config
+            .validate()
+            .map_err(|msg| self.meta_err("llama.*", msg))?;
+        if let Ok(d) = m.usize("llama.rope.dimension_count") {
             if d != head_dim {
                 return Err(self.meta_err(
                     "llama.rope.dimension_count",
@@ -450,7 +368,7 @@ mod tests {
 
     #[test]
     fn hostile_hyper_parameters_are_refused_before_allocation() {
-        use candle_core::quantized::gguf_file::Value;
+        use edgemu_tokenizer::MetaValue;
         for (key, value) in [
             ("llama.context_length", u32::MAX),
             ("llama.block_count", 1 << 30),
@@ -460,7 +378,7 @@ mod tests {
             ("llama.vocab_size", u32::MAX),
         ] {
             let mut g = GgufFile::from_bytes(tiny_gguf(1), "tiny").unwrap();
-            g.content.metadata.insert(key.into(), Value::U32(value));
+            g.metadata.insert(key, MetaValue::U32(value));
             let e = g.llama_config().unwrap_err();
             match &e {
                 GpuError::GgufLimit { what, value: v, .. } => {
@@ -471,13 +389,59 @@ mod tests {
             }
             // And the model loader stops there too.
             let mut g2 = GgufFile::from_bytes(tiny_gguf(1), "tiny").unwrap();
-            g2.content.metadata.insert(key.into(), Value::U32(value));
+            g2.metadata.insert(key, MetaValue::U32(value));
             let r = crate::model::Llama::from_gguf(
                 &mut g2,
                 &Device::Cpu,
                 crate::model::WeightLayout::uniform(crate::model::WeightFormat::F32),
             );
             assert!(matches!(r, Err(GpuError::GgufLimit { .. })), "{key}");
+        }
+    }
+
+    /// The tokenizer crate's metadata reader and candle's parser agree on
+    /// every key of the tiny model and, where it is present, the real file.
+    #[test]
+    fn metadata_reader_agrees_with_candle() {
+        use candle_core::quantized::gguf_file::Value;
+        use edgemu_tokenizer::MetaValue;
+        fn same(a: &Value, b: &MetaValue) -> bool {
+            match (a, b) {
+                (Value::U8(x), MetaValue::U8(y)) => x == y,
+                (Value::I8(x), MetaValue::I8(y)) => x == y,
+                (Value::U16(x), MetaValue::U16(y)) => x == y,
+                (Value::I16(x), MetaValue::I16(y)) => x == y,
+                (Value::U32(x), MetaValue::U32(y)) => x == y,
+                (Value::I32(x), MetaValue::I32(y)) => x == y,
+                (Value::U64(x), MetaValue::U64(y)) => x == y,
+                (Value::I64(x), MetaValue::I64(y)) => x == y,
+                (Value::F32(x), MetaValue::F32(y)) => x.to_bits() == y.to_bits(),
+                (Value::F64(x), MetaValue::F64(y)) => x.to_bits() == y.to_bits(),
+                (Value::Bool(x), MetaValue::Bool(y)) => x == y,
+                (Value::String(x), MetaValue::String(y)) => x == y,
+                (Value::Array(x), MetaValue::Array(y)) => {
+                    x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+                }
+                _ => false,
+            }
+        }
+        fn check<R: Read + Seek>(g: &GgufFile<R>) {
+            let ours = g.metadata().values();
+            assert_eq!(ours.len(), g.content.metadata.len(), "{}", g.label());
+            for (k, v) in &g.content.metadata {
+                assert!(same(v, &ours[k]), "{}: key {k}", g.label());
+            }
+        }
+        check(&GgufFile::from_bytes(tiny_gguf(1), "tiny").unwrap());
+        match edgemu_tokenizer::model_path() {
+            Ok(p) => check(&GgufFile::open(&p).unwrap()),
+            Err(e) => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "CI must have the model: {e}"
+                );
+                eprintln!("real file skipped: {e}");
+            }
         }
     }
 

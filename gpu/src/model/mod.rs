@@ -1,6 +1,6 @@
 //! The Llama-family model: hyper-parameters, GGUF loading, weight layouts, the
-//! forward pass with explicit per-sequence KV caches, devices, and where the
-//! model file is.
+//! forward pass with explicit per-sequence KV caches and devices. Where the
+//! model file is and its tokenizer are `edgemu_tokenizer`'s.
 
 mod attend_rows;
 mod column_chunks;
@@ -17,7 +17,6 @@ pub mod device;
 pub mod gguf;
 pub mod kv;
 pub mod llama;
-pub mod locate;
 pub mod random;
 pub mod weights;
 
@@ -30,12 +29,12 @@ pub use device::parse_device;
 pub use gguf::{tiny_gguf, GgufFile};
 pub use kv::SeqKv;
 pub use llama::{Llama, Phase, SeqInput};
-pub use locate::{model_path, resolve_model_path, GGUF_FILE_NAME};
 pub use random::{random_gguf, RandomArch, RandomWeights};
 pub use weights::{WeightFormat, WeightLayout};
 
+use edgemu_tokenizer::{resolve_model_path, ChatTemplate, Tokenizer};
+
 use crate::error::Result;
-use crate::tokenizer::{ChatTemplate, Tokenizer};
 
 /// A model with its tokenizer and chat template.
 pub struct LoadedModel {
@@ -50,8 +49,9 @@ fn finish<R: std::io::Read + std::io::Seek>(
     layout: WeightLayout,
 ) -> Result<LoadedModel> {
     let model = Llama::from_gguf(g, device, layout)?;
-    let tokenizer = Tokenizer::from_gguf(g)?;
+    let tokenizer = Tokenizer::from_gguf(g.metadata())?;
     let chat = g
+        .metadata()
         .string("tokenizer.chat_template")
         .ok()
         .and_then(|t| ChatTemplate::from_jinja(t).ok());

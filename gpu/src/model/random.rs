@@ -25,6 +25,8 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
+use edgemu_tokenizer::{tiny, MetaValue};
+
 use crate::error::{GpuError, Result};
 use crate::model::config::LlamaConfig;
 
@@ -49,7 +51,7 @@ impl RandomArch {
     /// The hyper-parameters.
     pub fn config(self) -> LlamaConfig {
         match self {
-            RandomArch::Tiny => LlamaConfig::tiny(tiny_vocab().0.len()),
+            RandomArch::Tiny => LlamaConfig::tiny(tiny::vocab_size()),
             RandomArch::SmolLm2_135M => LlamaConfig {
                 vocab_size: 49_152,
                 hidden_size: 576,
@@ -121,38 +123,23 @@ impl SplitMix {
     }
 }
 
-/// Tokens of the tiny tokenizer: 3 specials, 256 byte tokens, merges.
-fn tiny_vocab() -> (Vec<String>, Vec<String>, Vec<i32>) {
-    let mut tokens: Vec<String> = vec![
-        "<|endoftext|>".into(),
-        "<|im_start|>".into(),
-        "<|im_end|>".into(),
-    ];
-    let mut types = vec![3, 3, 3];
-    let enc = crate::tokenizer::bpe::byte_to_unicode();
-    for b in 0..=255u8 {
-        tokens.push(enc[b as usize].to_string());
-        types.push(1);
+/// A candle GGUF value of a metadata value.
+fn candle_value(v: MetaValue) -> Value {
+    match v {
+        MetaValue::U8(x) => Value::U8(x),
+        MetaValue::I8(x) => Value::I8(x),
+        MetaValue::U16(x) => Value::U16(x),
+        MetaValue::I16(x) => Value::I16(x),
+        MetaValue::U32(x) => Value::U32(x),
+        MetaValue::I32(x) => Value::I32(x),
+        MetaValue::U64(x) => Value::U64(x),
+        MetaValue::I64(x) => Value::I64(x),
+        MetaValue::F32(x) => Value::F32(x),
+        MetaValue::F64(x) => Value::F64(x),
+        MetaValue::Bool(x) => Value::Bool(x),
+        MetaValue::String(x) => Value::String(x),
+        MetaValue::Array(x) => Value::Array(x.into_iter().map(candle_value).collect()),
     }
-    let merges_src = [
-        ("h", "e"),
-        ("Ġ", "t"),
-        ("Ġt", "he"),
-        ("l", "l"),
-        ("o", "r"),
-        ("Ġ", "w"),
-        ("Ġw", "or"),
-        ("ll", "o"),
-        ("he", "llo"),
-        ("i", "n"),
-    ];
-    let mut merges = Vec::new();
-    for (a, b) in merges_src {
-        merges.push(format!("{a} {b}"));
-        tokens.push(format!("{a}{b}"));
-        types.push(1);
-    }
-    (tokens, merges, types)
 }
 
 fn gguf_err(arch: RandomArch, msg: String) -> GpuError {
@@ -170,12 +157,7 @@ pub fn random_gguf(arch: RandomArch, seed: u64) -> Vec<u8> {
 
 /// [`random_gguf`] with errors.
 pub fn try_random_gguf(arch: RandomArch, seed: u64) -> Result<Vec<u8>> {
-    let (mut tokens, merges, mut types) = tiny_vocab();
     let c = arch.config();
-    for i in tokens.len()..c.vocab_size {
-        tokens.push(format!("<|pad_{i}|>"));
-        types.push(1);
-    }
     let err = |e: candle_core::Error| gguf_err(arch, e.to_string());
     let mut rng = SplitMix(seed);
     let dev = Device::Cpu;
@@ -220,8 +202,7 @@ pub fn try_random_gguf(arch: RandomArch, seed: u64) -> Result<Vec<u8>> {
             ));
         }
     }
-    let str_arr = |v: &[String]| Value::Array(v.iter().map(|s| Value::String(s.clone())).collect());
-    let meta: Vec<(&str, Value)> = vec![
+    let mut meta: Vec<(&str, Value)> = vec![
         ("general.architecture", Value::String("llama".into())),
         (
             "general.name",
@@ -243,24 +224,12 @@ pub fn try_random_gguf(arch: RandomArch, seed: u64) -> Result<Vec<u8>> {
         ),
         ("llama.vocab_size", Value::U32(c.vocab_size as u32)),
         ("llama.rope.dimension_count", Value::U32(c.head_dim as u32)),
-        ("tokenizer.ggml.model", Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre", Value::String("smollm".into())),
-        ("tokenizer.ggml.tokens", str_arr(&tokens)),
-        ("tokenizer.ggml.merges", str_arr(&merges)),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array(types.iter().map(|t| Value::I32(*t)).collect()),
-        ),
-        ("tokenizer.ggml.bos_token_id", Value::U32(1)),
-        ("tokenizer.ggml.eos_token_id", Value::U32(2)),
-        ("tokenizer.ggml.padding_token_id", Value::U32(2)),
-        (
-            "tokenizer.chat_template",
-            Value::String(
-                "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}".into(),
-            ),
-        ),
     ];
+    meta.extend(
+        tiny::metadata(c.vocab_size)
+            .into_iter()
+            .map(|(k, v)| (k, candle_value(v))),
+    );
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = named.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut buf = Cursor::new(Vec::new());
@@ -296,7 +265,10 @@ mod tests {
         let g = GgufFile::from_bytes(random_gguf(RandomArch::SmolLm2_135M, 1), "r").unwrap();
         let c = g.llama_config().unwrap();
         assert_eq!(c, RandomArch::SmolLm2_135M.config());
-        assert_eq!(g.strings("tokenizer.ggml.tokens").unwrap().len(), 49_152);
+        assert_eq!(
+            g.metadata().strings("tokenizer.ggml.tokens").unwrap().len(),
+            49_152
+        );
         assert!(g.has_tensor("blk.29.ffn_down.weight"));
         assert!(
             !g.has_tensor("output.weight"),

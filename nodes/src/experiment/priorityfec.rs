@@ -63,9 +63,7 @@ use edgemu_data::contexts::{build, ContextConfig};
 use edgemu_gpu::handoff_quality::{chatml_cue, EvalStats};
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
 use edgemu_gpu::model::llama::Llama;
-use edgemu_gpu::model::{
-    load, load_tiny, parse_device, resolve_model_path, LoadedModel, WeightFormat, WeightLayout,
-};
+use edgemu_gpu::model::{load, load_tiny, parse_device, LoadedModel, WeightFormat, WeightLayout};
 use edgemu_gpu::{KvBlock, MissingRows};
 use edgemu_handoff::reliable::{paper_link, run_quic, run_tcp, ReliableRun};
 use edgemu_handoff::{
@@ -75,6 +73,7 @@ use edgemu_handoff::{
 use edgemu_links::{LossSpec, LossTrace};
 use edgemu_policies::repair::ddqn::DdqnScheduler;
 use edgemu_policies::repair::RepairScheduler;
+use edgemu_tokenizer::resolve_model_path;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 

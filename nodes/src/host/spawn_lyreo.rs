@@ -21,8 +21,9 @@ use edgemu_config::{
     ActorKind, ActorSpec, Cluster, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
     WorkloadKind,
 };
-use edgemu_gpu::engine::BatchMode;
-use edgemu_gpu::{KvDtype, Profile, RealBackend};
+use edgemu_engine::batch::BatchMode;
+use edgemu_engine::Profile;
+use edgemu_gpu::{KvDtype, RealBackend};
 use edgemu_policies::lyreo::{PolicySpec, ServerBatching};
 use edgemu_policies::slot::{LyreoPolicies, PolicySlot};
 use edgemu_serving::mobility::Position;
@@ -215,7 +216,7 @@ pub fn spawn(
                     // error now; a load that fails later leaves a server
                     // that rejects every request, logged.
                     if model == RealModel::SmolLm2 {
-                        edgemu_gpu::model::resolve_model_path(None).map_err(|e| {
+                        edgemu_tokenizer::resolve_model_path(None).map_err(|e| {
                             anyhow!("server {:?} (backend = \"real\"): {e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)", a.name)
                         })?;
                     }

@@ -403,7 +403,7 @@ fn server_table(slots: &[Csv], requests: &[Csv]) -> Result<SummaryTable, String>
     let rows = by
         .into_iter()
         .map(|(name, a)| {
-            let cap = edgemu_gpu::Profile::builtin(&a.gpu)
+            let cap = edgemu_engine::Profile::builtin(&a.gpu)
                 .map(|p| p.kv_capacity_bytes)
                 .ok();
             let (served, failed) = outcome.get(&name).copied().unwrap_or_default();

@@ -12,13 +12,13 @@
 //! `η = Σ m·τ / (M_s·Δ)` and the high-KV flag `peak > 90 % of M_s`.
 //!
 //! `bytes_per_token` comes from the model config and the KV dtype
-//! ([`crate::model::LlamaConfig::kv_bytes_per_token`]) or from a profile (α).
+//! (`edgemu_gpu::LlamaConfig::kv_bytes_per_token`) or from a profile (α).
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{GpuError, Result};
+use crate::error::{EngineError, Result};
 
 /// Fraction of capacity above which a peak counts as high-KV.
 pub const HIGH_KV_FRACTION: f64 = 0.9;
@@ -124,12 +124,12 @@ impl KvLedger {
     /// Reserves `tokens` for request `id`; fails if it does not fit or `id` is known.
     pub fn reserve(&mut self, id: u64, tokens: u64) -> Result<()> {
         if self.reserved.contains_key(&id) {
-            return Err(GpuError::Engine(format!(
+            return Err(EngineError::State(format!(
                 "request {id} already holds a reservation"
             )));
         }
         if !self.fits(tokens) {
-            return Err(GpuError::Engine(format!(
+            return Err(EngineError::State(format!(
                 "request {id}: {} B of KV does not fit ({} of {} B reserved)",
                 self.bytes_for(tokens),
                 self.reserved_total,

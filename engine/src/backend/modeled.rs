@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use crate::backend::{Backend, BackendStep, DecodeItem, PrefillItem, SeqId};
-use crate::error::{GpuError, Result};
+use crate::error::{EngineError, Result};
 use crate::profile::Profile;
 
 /// A modeled sequence's cache: just its length.
@@ -39,6 +39,7 @@ impl ModeledBackend {
 
 impl Backend for ModeledBackend {
     type Cache = ModeledCache;
+    type Error = EngineError;
 
     fn kv_bytes_per_token(&self) -> u64 {
         self.profile.kv_bytes_per_token
@@ -53,7 +54,7 @@ impl Backend for ModeledBackend {
         for it in items {
             let cached = self.seqs.get(&it.seq).copied().unwrap_or(0);
             if cached >= it.len {
-                return Err(GpuError::Engine(format!(
+                return Err(EngineError::State(format!(
                     "sequence {}: cache holds {cached} tokens, prompt has {}",
                     it.seq, it.len
                 )));
@@ -72,7 +73,7 @@ impl Backend for ModeledBackend {
             match self.seqs.get_mut(&it.seq) {
                 Some(n) => *n += 1,
                 None => {
-                    return Err(GpuError::Engine(format!(
+                    return Err(EngineError::State(format!(
                         "decode of unknown sequence {}",
                         it.seq
                     )))

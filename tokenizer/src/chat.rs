@@ -12,7 +12,7 @@
 //!
 //! The default system prompt is taken from the template text itself.
 
-use crate::error::{GpuError, Result};
+use crate::error::{Result, TokenizerError};
 
 /// One chat turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +41,7 @@ impl ChatTemplate {
     /// Recognises the Jinja template from `tokenizer.chat_template`.
     pub fn from_jinja(template: &str) -> Result<Self> {
         if !template.contains("<|im_start|>") {
-            return Err(GpuError::Tokenizer(
+            return Err(TokenizerError::Tokenizer(
                 "chat template is not ChatML (no <|im_start|>)".into(),
             ));
         }
