@@ -112,10 +112,14 @@ pub fn calibrate(
     if let Some(f) = &file {
         // A cache that cannot be written only costs the next run a
         // calibration: log it and go on.
+        // Written beside and renamed into place, so a server starting at
+        // the same time never reads half a file.
         let dir = f.parent().unwrap_or(Path::new("."));
+        let tmp = f.with_extension(format!("{}.json.tmp", std::process::id()));
         let written = std::fs::create_dir_all(dir)
             .map_err(|e| e.to_string())
-            .and_then(|()| p.save(f).map_err(|e| e.to_string()));
+            .and_then(|()| p.save(&tmp).map_err(|e| e.to_string()))
+            .and_then(|()| std::fs::rename(&tmp, f).map_err(|e| e.to_string()));
         if let Err(e) = written {
             tracing::warn!(file = %f.display(), error = %e, "measured profile not cached");
         }
