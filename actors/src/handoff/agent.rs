@@ -18,6 +18,7 @@ use edgemu_policies::slot::{PolicySlot, RepairPolicies, RepairSpec};
 use edgemu_protocol::{Envelope, Msg};
 
 use super::engine::{ComputeActor, Decode, Decoded, Prefill, Prefilled, TaskSetup};
+use super::error::AgentError;
 use super::messages::{AgentMsg, HandoffOffer};
 use super::paced::PacedSender;
 use super::records::HandoffRecord;
@@ -198,7 +199,7 @@ impl AgentActor {
             .send(Prefill(context.tokens.clone()))
             .into_actor(self)
             .map(move |res, act, ctx| {
-                let res = res.map_err(|e| format!("compute: {e}")).and_then(|r| r);
+                let res = res.map_err(AgentError::Compute).and_then(|r| r);
                 match res {
                     // The handoff starts when the KV is ready. In virtual
                     // time the prefill ran inline and the handoff starts at
@@ -208,7 +209,7 @@ impl AgentActor {
                     Ok(p) => act.start_sending(k, context.id, p, ctx),
                     Err(e) => act.event(
                         "handoff.error",
-                        serde_json::json!({"handoff": k, "error": e}),
+                        serde_json::json!({"handoff": k, "error": e.to_string()}),
                     ),
                 }
             })
@@ -234,7 +235,7 @@ impl AgentActor {
         let Some((link, link_addr)) = self.s.links_out.get(&to).cloned() else {
             self.event(
                 "handoff.error",
-                serde_json::json!({"handoff": k, "error": "no link direction towards the next agent on this host"}),
+                serde_json::json!({"handoff": k, "error": AgentError::NoLinkOut.to_string()}),
             );
             return;
         };
@@ -265,18 +266,18 @@ impl AgentActor {
             }
         };
         let built = if rate_bps == 0 {
-            Err("the link has no fixed rate to pace by".to_string())
+            Err(AgentError::NoFixedRate)
         } else {
             scenario
                 .sender(plan.spec, repairs, policy.spec.build(), false)
-                .map_err(|e| e.to_string())
+                .map_err(AgentError::from)
         };
         let core = match built {
             Ok(c) => c,
             Err(e) => {
                 self.event(
                     "handoff.error",
-                    serde_json::json!({"handoff": k, "error": e}),
+                    serde_json::json!({"handoff": k, "error": e.to_string()}),
                 );
                 return;
             }
@@ -580,8 +581,8 @@ impl AgentActor {
             })
             .into_actor(self)
             .map(move |res, act, _| {
-                let res: Result<Decoded, String> =
-                    res.map_err(|e| format!("compute: {e}")).and_then(|r| r);
+                let res: Result<Decoded, AgentError> =
+                    res.map_err(AgentError::Compute).and_then(|r| r);
                 let mut rec = rec;
                 match res {
                     Ok(d) => {
@@ -659,7 +660,7 @@ impl Actor for AgentActor {
             .send(msg)
             .into_actor(self)
             .map(
-                |res, act, ctx| match res.map_err(|e| e.to_string()).and_then(|r| r) {
+                |res, act, ctx| match res.map_err(AgentError::Compute).and_then(|r| r) {
                     Ok(setup) => {
                         act.event(
                             "agent.ready",
@@ -674,7 +675,7 @@ impl Actor for AgentActor {
                     }
                     Err(e) => {
                         tracing::error!(agent = %act.s.name, error = %e, "agent cannot hand off");
-                        act.event("agent.error", serde_json::json!({"error": e}));
+                        act.event("agent.error", serde_json::json!({"error": e.to_string()}));
                     }
                 },
             )
