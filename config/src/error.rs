@@ -209,6 +209,8 @@ pub enum ControlError {
     /// the wire (`serde(skip)`): a command is forwarded once, so a host's
     /// reply never carries another host's error, and an error decoded from
     /// a peer cannot nest.
+    /// Keep it the last variant: a skipped variant before others would
+    /// shift their binary tags between encoding and decoding.
     #[serde(skip)]
     #[error("{host}: {error}")]
     Remote {
