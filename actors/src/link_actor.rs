@@ -17,8 +17,8 @@ use crate::messages::{
 };
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
-use edgemu_codec::wire::Envelope;
 use edgemu_links::{LinkModel, LinkParams, LossSpec, Offer, RateSpec};
+use edgemu_protocol::Envelope;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
@@ -270,15 +270,12 @@ impl Handler<SetLead> for LinkActor {
 }
 
 impl Handler<LinkControl> for LinkActor {
-    type Result = Result<u64, String>;
+    type Result = Result<u64, crate::link_overrides::TooManyLayers>;
     fn handle(&mut self, msg: LinkControl, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ns();
         match msg {
             LinkControl::Kill { heal_after_ns } => {
-                let id = self
-                    .overrides
-                    .kill(heal_after_ns.is_some())
-                    .map_err(|e| e.to_string())?;
+                let id = self.overrides.kill(heal_after_ns.is_some())?;
                 if let Some(after) = heal_after_ns {
                     self.heal_later(ctx, after, id, "link.restore");
                 }
@@ -288,10 +285,7 @@ impl Handler<LinkControl> for LinkActor {
                 patch,
                 heal_after_ns,
             } => {
-                let id = self
-                    .overrides
-                    .set(patch, heal_after_ns.is_some())
-                    .map_err(|e| e.to_string())?;
+                let id = self.overrides.set(patch, heal_after_ns.is_some())?;
                 if let Some(after) = heal_after_ns {
                     self.heal_later(ctx, after, id, "link.set");
                 }

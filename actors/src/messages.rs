@@ -2,8 +2,8 @@
 
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, HostId, LinkId};
-use edgemu_codec::wire::Envelope;
 use edgemu_config::LinkPatch;
+use edgemu_protocol::Envelope;
 use serde::Serialize;
 
 /// Hand an envelope to the router of this host, which sends it to its link,
@@ -23,9 +23,9 @@ pub struct Deliver {
 }
 
 /// A control command for one link direction; answered with the run time at
-/// which it took effect.
+/// which it took effect, or why it could not (too many overrides at once).
 #[derive(Message, Debug, Clone)]
-#[rtype(result = "Result<u64, String>")]
+#[rtype(result = "Result<u64, crate::link_overrides::TooManyLayers>")]
 pub enum LinkControl {
     Kill {
         heal_after_ns: Option<u64>,
@@ -169,7 +169,7 @@ pub struct Flush;
 /// every actor kind that can fail (LYREO users, servers, schedulers,
 /// agents); the host finds the actor's [`Recipient<ActorFault>`] in its
 /// fault registry (`nodes/src/host/faults.rs`). Answered with what happened
-/// ([`FaultReply`]) or an error the control reply carries.
+/// ([`FaultReply`]): a fault cannot fail (a repeated one changes nothing).
 ///
 /// What a kill means is the actor kind's to define (and document): it
 /// stops doing its work and drops what it held, as a crashed process
@@ -177,7 +177,7 @@ pub struct Flush;
 /// brings it back empty, as a fresh process. [`Liveness`] keeps the
 /// bookkeeping every kind needs.
 #[derive(Message, Debug, Clone, PartialEq)]
-#[rtype(result = "Result<FaultReply, String>")]
+#[rtype(result = "FaultReply")]
 pub enum ActorFault {
     Kill {
         /// Run time (ns) at which the actor restarts by itself (`for = D`:
@@ -193,7 +193,7 @@ pub enum ActorFault {
 }
 
 /// What a fault did to an actor.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, MessageResponse)]
 pub struct FaultReply {
     /// Run time (ns) at which it took effect.
     pub at_ns: u64,

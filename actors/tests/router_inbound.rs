@@ -8,7 +8,7 @@ use edgemu_actors::events::EventLog;
 use edgemu_actors::messages::Deliver;
 use edgemu_actors::router::{GetRouterCounters, Inbound, RegisterActor, Router};
 use edgemu_codec::ids::{ActorId, HostId, LinkId};
-use edgemu_codec::wire::{Envelope, Msg};
+use edgemu_protocol::{Envelope, Msg};
 use std::sync::{Arc, Mutex};
 
 const CLUSTER: &str = r#"
@@ -60,7 +60,7 @@ fn env(src: u32, dst: u32, via: Option<u32>) -> Envelope {
         via: via.map(LinkId),
         sent_at_ns: 0,
         due_ns: None,
-        payload: Msg::Bytes(vec![1]),
+        payload: Msg::KvFrame(vec![1]),
     }
 }
 

@@ -121,7 +121,7 @@ pub enum HandoffDeadline {
 }
 
 /// How the receiver rebuilds missing KV.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RebuildMode {
     ZeroFill,
     Mask,

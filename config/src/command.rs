@@ -55,10 +55,12 @@ impl From<Dir> for Direction {
 pub struct LinkTarget {
     /// The link's name in `cluster.toml`.
     pub link: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub dir: Option<Dir>,
     /// Heal after this long (a duration like `"3s"`); `link.kill` only.
-    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "for")]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub for_: Option<String>,
 }
 
@@ -68,31 +70,42 @@ pub struct LinkTarget {
 #[serde(deny_unknown_fields)]
 pub struct LinkSet {
     pub link: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub dir: Option<Dir>,
     /// Heal (remove this change) after this long.
-    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "for")]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub for_: Option<String>,
     /// A rate like `"20Mbps"` or `"unlimited"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
     /// A mahimahi trace file inside the config's folder.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub rate_trace: Option<String>,
     /// A step trace file inside the config's folder.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub rate_steps: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub delay: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub rtt: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub jitter: Option<String>,
     /// A size like `"256KiB"` or `"unlimited"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     /// A loss table as in `[[links]]`: `{"model": "ge", "eps_g": …}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, with = "crate::command_wire::loss_table")]
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Map<String, Value>>")]
     pub loss: Option<Map<String, Value>>,
 }
 
@@ -104,7 +117,8 @@ pub struct HostPair {
     #[schemars(length(min = 2, max = 2))]
     pub hosts: Vec<String>,
     /// Heal after this long; `host.partition` only.
-    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "for")]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub for_: Option<String>,
 }
 
@@ -118,10 +132,12 @@ pub struct LinkFlap {
     /// Mean down time (a duration).
     pub mttr: String,
     /// Default: the run's seed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// Stop flapping at this run time (a duration from the start).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub until: Option<String>,
 }
 
@@ -130,7 +146,8 @@ pub struct LinkFlap {
 #[serde(deny_unknown_fields)]
 pub struct Subscribe {
     /// Period (a duration, default `"1s"`, at least 10 ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
 }
 
@@ -152,15 +169,18 @@ pub struct PolicySwap {
     pub actor: String,
     /// The policy to run (`"least-loaded"`, `"lyreo"`, `"priorityfec-ddqn"`,
     /// …); absent: the active policy's name with new weights.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
     /// A safetensors weights file, relative to the config file's folder
     /// (no `..`, at most 64 MiB), read on the host that owns `actor`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub weights: Option<String>,
     /// The safetensors bytes inline, standard base64; at most 512 KiB
     /// decoded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub weights_base64: Option<String>,
 }
 
@@ -173,7 +193,8 @@ pub struct ActorTarget {
     pub actor: String,
     /// Restart by itself after this long (a duration like `"5s"`);
     /// `actor.kill` only.
-    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "for")]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub for_: Option<String>,
 }
 
@@ -349,6 +370,16 @@ impl Command {
         let attempt =
             |o: &Map<String, Value>| serde_json::from_value::<Command>(Value::Object(o.clone()));
         attempt(obj).map_err(|e| locate_error(&name, obj, &e.to_string(), attempt))
+    }
+
+    /// The request object a control socket parses into this command
+    /// (`{"cmd": name, <keys>}`; keys left out are absent, not `null`).
+    pub fn to_request(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(obj) = &mut v {
+            obj.retain(|_, value| !value.is_null());
+        }
+        v
     }
 
     /// The command's name (`cmd`).
@@ -688,7 +719,9 @@ fn locate_error(
 }
 
 /// What one target of a command did (an element of `applied`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+// Serialize: `crate::command_wire` (optional fields left out of JSON when empty,
+// always present in bincode).
 pub struct AppliedTarget {
     /// The host that owns the target.
     pub host: String,
@@ -716,7 +749,9 @@ pub struct Applied {
 
 /// The result of `policy.get`, `policy.swap` and `policy.rollback`: the
 /// slot's active version after the command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+// Serialize: `crate::command_wire` (optional fields left out of JSON when empty,
+// always present in bincode).
 pub struct PolicyReply {
     /// The host that owns the actor.
     pub host: String,
@@ -836,7 +871,9 @@ pub struct ControlStatus {
 }
 
 /// The counters of one host, or why they are missing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+// Serialize: `crate::command_wire` (optional fields left out of JSON when empty,
+// always present in bincode).
 pub struct HostStatus {
     pub host: String,
     /// Run time of the reading (ns).
@@ -863,6 +900,30 @@ pub struct HostStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StatusReply {
     pub hosts: Vec<HostStatus>,
+}
+
+/// A command's typed result: what a host answers a command with (and a
+/// forwarded command's reply carries between hosts); the control socket
+/// writes it as the `result` of its [`Reply`] ([`CommandReply::to_json`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CommandReply {
+    /// `status`, `metrics`.
+    Status(StatusReply),
+    /// Link, host and actor commands, `run.stop`.
+    Applied(Applied),
+    /// `policy.get`, `policy.swap`, `policy.rollback`.
+    Policy(PolicyReply),
+}
+
+impl CommandReply {
+    /// The reply's JSON, as the `result` of a [`Reply`].
+    pub fn to_json(&self) -> Result<Value, serde_json::Error> {
+        match self {
+            CommandReply::Status(r) => serde_json::to_value(r),
+            CommandReply::Applied(r) => serde_json::to_value(r),
+            CommandReply::Policy(r) => serde_json::to_value(r),
+        }
+    }
 }
 
 /// The reply to one request: `ok` with a `result`, or an `error`.

@@ -142,3 +142,85 @@ impl ActionError {
         }
     }
 }
+
+/// Why a control command failed: the control path's error from the host
+/// that received the command to the hosts that own its targets and back.
+/// Hosts pass it to each other as it is (bincode, in a forwarded command's
+/// reply); only the control socket writes it as text, in its JSON reply.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+pub enum ControlError {
+    /// The command does not parse or resolve on this host (an
+    /// [`ActionError`]'s message, which names the key at fault).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("metrics.subscribe is answered by the control socket it was sent to")]
+    SubscribeElsewhere,
+    #[error("target is owned by another host and this host has no mesh")]
+    TargetNeedsMesh,
+    #[error("the command has no target on any host")]
+    NoTarget,
+    #[error("no actor with id {0}")]
+    NoSuchActor(u32),
+    #[error("the actor is owned by another host; not forwarded again")]
+    NotForwardedAgain,
+    #[error("the actor is owned by another host and this host has no mesh")]
+    ActorNeedsMesh,
+    /// The route planned for a command does not fit it (a bug, not input).
+    #[error("the command does not fit its route ({0})")]
+    RouteMismatch(String),
+    #[error("actor {actor:?} on host {host} has no policy slot")]
+    NoPolicySlot { actor: String, host: String },
+    /// The policy slot refused the command (weights unreadable or invalid,
+    /// unknown policy, nothing to roll back to); the old policy stays.
+    #[error("{actor}: {reason}; the active policy is unchanged")]
+    PolicyRefused { actor: String, reason: String },
+    /// Every target of the command failed, one line per target or host.
+    #[error("{}", .0.join("; "))]
+    NothingApplied(Vec<String>),
+    #[error("run has not started on this host")]
+    NotStarted,
+    /// A task on the host's blocking pool did not finish (it panicked or
+    /// the runtime is shutting down).
+    #[error("{task} failed: {reason}")]
+    TaskFailed { task: String, reason: String },
+    /// The host's supervisor is gone (the run ended) or its task failed.
+    #[error("host is shutting down: {0}")]
+    HostStopping(String),
+    #[error("no reply within {0:?}")]
+    NoReply(std::time::Duration),
+    #[error("this host has no mesh")]
+    NoMesh,
+    #[error("no such peer host#{0}")]
+    NoSuchPeer(u16),
+    #[error("host {0} is down")]
+    PeerDown(String),
+    #[error("control queue to host {0} is full")]
+    PeerQueueFull(String),
+    #[error("host {0} is shutting down")]
+    PeerLeaving(String),
+    #[error("host {0} went down before answering")]
+    PeerLost(String),
+    #[error("host {host} did not answer within {after:?}")]
+    PeerSilent {
+        host: String,
+        after: std::time::Duration,
+    },
+    /// Host `host` refused or failed the command forwarded to it. Never on
+    /// the wire (`serde(skip)`): a command is forwarded once, so a host's
+    /// reply never carries another host's error, and an error decoded from
+    /// a peer cannot nest.
+    /// Keep it the last variant: a skipped variant before others would
+    /// shift their binary tags between encoding and decoding.
+    #[serde(skip)]
+    #[error("{host}: {error}")]
+    Remote {
+        host: String,
+        error: Box<ControlError>,
+    },
+}
+
+impl From<ActionError> for ControlError {
+    fn from(e: ActionError) -> Self {
+        ControlError::Invalid(e.to_string())
+    }
+}

@@ -265,6 +265,7 @@
 mod action;
 pub mod agent;
 pub mod command;
+pub mod command_wire;
 mod describe;
 mod error;
 mod fields;
@@ -276,7 +277,7 @@ pub mod units;
 
 pub use action::{read_run_file, MAX_TRACE_BYTES};
 pub use describe::ge_stationary_loss;
-pub use error::{ActionError, ConfigError, Diagnostic, Diagnostics};
+pub use error::{ActionError, ConfigError, ControlError, Diagnostic, Diagnostics};
 pub use load::{default_queue_bytes, MIN_EVERY_NS};
 pub use model::*;
 pub use units::{

@@ -29,7 +29,7 @@ pub use harness::{
     run_handoff, run_handoff_timed, synthetic_payload, HandoffRun, HandoffScenario, RunOptions,
 };
 pub use receiver::{HandoffReceiver, HandoffReport, ReceivedBlock, ReceivedKv, ReceiverConfig};
-pub use scheme::{scheme, SchemeSpec, SCHEMES};
+pub use scheme::{scheme, Scheme, SchemeSpec, SCHEMES};
 pub use sender::{
     shaping_potential, Decision, HandoffSender, PotentialWeights, RepairGate, SenderConfig,
     SenderStats,

@@ -34,9 +34,35 @@ pub enum SchedulerSource {
     External,
 }
 
+/// Which scheme, as a plain value (what a handoff offer tells the
+/// receiver): the key of [`SCHEMES`], in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Scheme {
+    Udp,
+    UniformFec,
+    FlecRt,
+    PriorityOnly,
+    PriorityFixedFec,
+    RlFecOnly,
+    PriorityFec,
+    DeficitHeuristic,
+}
+
+impl Scheme {
+    /// The scheme's entry in [`SCHEMES`].
+    pub fn spec(self) -> &'static SchemeSpec {
+        &SCHEMES[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.spec().name
+    }
+}
+
 /// One compared scheme.
 #[derive(Debug, Clone, Copy)]
 pub struct SchemeSpec {
+    pub scheme: Scheme,
     pub name: &'static str,
     pub order: SourceOrder,
     pub gate: RepairGate,
@@ -80,6 +106,7 @@ fn deficit() -> Box<dyn RepairScheduler> {
 /// Every scheme, in the order tables list them.
 pub const SCHEMES: &[SchemeSpec] = &[
     SchemeSpec {
+        scheme: Scheme::Udp,
         name: "udp",
         order: SourceOrder::Fifo,
         gate: RepairGate::Deficit,
@@ -87,6 +114,7 @@ pub const SCHEMES: &[SchemeSpec] = &[
         about: "FIFO source, no retransmission, no FEC",
     },
     SchemeSpec {
+        scheme: Scheme::UniformFec,
         name: "uniform-fec",
         order: SourceOrder::Fifo,
         gate: RepairGate::Window,
@@ -94,6 +122,7 @@ pub const SCHEMES: &[SchemeSpec] = &[
         about: "FIFO source, one repair per 8 sources",
     },
     SchemeSpec {
+        scheme: Scheme::FlecRt,
         name: "flec-rt",
         order: SourceOrder::Fifo,
         gate: RepairGate::Window,
@@ -101,6 +130,7 @@ pub const SCHEMES: &[SchemeSpec] = &[
         about: "FIFO source, repair from feedback, loss/burst estimates and deadline",
     },
     SchemeSpec {
+        scheme: Scheme::PriorityOnly,
         name: "priority-only",
         order: SourceOrder::Priority,
         gate: RepairGate::Deficit,
@@ -108,6 +138,7 @@ pub const SCHEMES: &[SchemeSpec] = &[
         about: "utility order, no repair",
     },
     SchemeSpec {
+        scheme: Scheme::PriorityFixedFec,
         name: "priority-fixed-fec",
         order: SourceOrder::Priority,
         gate: RepairGate::Window,
@@ -115,6 +146,7 @@ pub const SCHEMES: &[SchemeSpec] = &[
         about: "utility order, one repair per 8 sources",
     },
     SchemeSpec {
+        scheme: Scheme::RlFecOnly,
         name: "rl-fec-only",
         order: SourceOrder::Fifo,
         gate: RepairGate::Deficit,
@@ -122,6 +154,7 @@ pub const SCHEMES: &[SchemeSpec] = &[
         about: "FIFO source, DDQN repair scheduler",
     },
     SchemeSpec {
+        scheme: Scheme::PriorityFec,
         name: "priorityfec",
         order: SourceOrder::Priority,
         gate: RepairGate::Deficit,
@@ -129,6 +162,7 @@ pub const SCHEMES: &[SchemeSpec] = &[
         about: "utility order, DDQN repair scheduler",
     },
     SchemeSpec {
+        scheme: Scheme::DeficitHeuristic,
         name: "deficit-heuristic",
         order: SourceOrder::Priority,
         gate: RepairGate::Deficit,
@@ -148,4 +182,19 @@ pub fn scheme(name: &str) -> Result<&'static SchemeSpec, HandoffError> {
 /// The schemes that run without an external scheduler.
 pub fn builtin_schemes() -> impl Iterator<Item = &'static SchemeSpec> {
     SCHEMES.iter().filter(|s| !s.needs_external())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scheme_value_names_its_own_entry() {
+        for (i, spec) in SCHEMES.iter().enumerate() {
+            assert_eq!(spec.scheme as usize, i, "{} is out of order", spec.name);
+            assert_eq!(spec.scheme.name(), spec.name);
+        }
+        // The last variant is the last entry: no variant without one.
+        assert_eq!(Scheme::DeficitHeuristic as usize, SCHEMES.len() - 1);
+    }
 }

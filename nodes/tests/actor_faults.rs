@@ -316,14 +316,17 @@ fn chaos_and_control_share_the_actor_commands_and_refuse_bad_names() {
         let e = chaos(keys).expect_err(keys).to_string();
         assert!(e.contains(want), "{want:?} not in {e}");
         assert!(e.contains("c.toml:"), "located: {e}");
-        let e = parse_request(&cluster, &json).expect_err("refused");
+        let e = parse_request(&cluster, &json)
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains(want), "{want:?} not in {e}");
     }
     let e = parse_request(
         &cluster,
         &serde_json::json!({"cmd": "actor.restart", "actor": "s1", "for": "1s"}),
     )
-    .expect_err("restart has nothing to heal");
+    .expect_err("restart has nothing to heal")
+    .to_string();
     assert!(e.contains("`for` is valid only with"), "{e}");
 }
 

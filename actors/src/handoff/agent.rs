@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
-use edgemu_codec::wire::{Envelope, Msg};
 use edgemu_config::{HandoffDeadline, HandoffTask, RebuildMode};
 use edgemu_gpu::kv_cache::ContextKvCache;
 use edgemu_gpu::MissingRows;
@@ -16,8 +15,10 @@ use edgemu_handoff::harness::{DEFAULT_BUDGET_FRACTION, DEFAULT_FEEDBACK_EVERY};
 use edgemu_handoff::{HandoffReceiver, HandoffScenario, ReceiverConfig, SchemeSpec};
 use edgemu_links::{LinkParams, RateSpec};
 use edgemu_policies::slot::{PolicySlot, RepairPolicies, RepairSpec};
+use edgemu_protocol::{Envelope, Msg};
 
 use super::engine::{ComputeActor, Decode, Decoded, Prefill, Prefilled, TaskSetup};
+use super::error::AgentError;
 use super::messages::{AgentMsg, HandoffOffer};
 use super::paced::PacedSender;
 use super::records::HandoffRecord;
@@ -144,14 +145,14 @@ impl AgentActor {
         });
     }
 
-    fn send_control(&self, to: ActorId, msg: &AgentMsg) {
+    fn send_control(&self, to: ActorId, msg: AgentMsg) {
         self.router.do_send(Route(Envelope {
             src: self.s.id,
             dst: to,
             via: None,
             sent_at_ns: self.clock.now_ns(),
             due_ns: None,
-            payload: msg.to_msg(),
+            payload: msg.into(),
         }));
     }
 
@@ -198,7 +199,7 @@ impl AgentActor {
             .send(Prefill(context.tokens.clone()))
             .into_actor(self)
             .map(move |res, act, ctx| {
-                let res = res.map_err(|e| format!("compute: {e}")).and_then(|r| r);
+                let res = res.map_err(AgentError::Compute).and_then(|r| r);
                 match res {
                     // The handoff starts when the KV is ready. In virtual
                     // time the prefill ran inline and the handoff starts at
@@ -208,7 +209,7 @@ impl AgentActor {
                     Ok(p) => act.start_sending(k, context.id, p, ctx),
                     Err(e) => act.event(
                         "handoff.error",
-                        serde_json::json!({"handoff": k, "error": e}),
+                        serde_json::json!({"handoff": k, "error": e.to_string()}),
                     ),
                 }
             })
@@ -234,7 +235,7 @@ impl AgentActor {
         let Some((link, link_addr)) = self.s.links_out.get(&to).cloned() else {
             self.event(
                 "handoff.error",
-                serde_json::json!({"handoff": k, "error": "no link direction towards the next agent on this host"}),
+                serde_json::json!({"handoff": k, "error": AgentError::NoLinkOut.to_string()}),
             );
             return;
         };
@@ -265,18 +266,18 @@ impl AgentActor {
             }
         };
         let built = if rate_bps == 0 {
-            Err("the link has no fixed rate to pace by".to_string())
+            Err(AgentError::NoFixedRate)
         } else {
             scenario
                 .sender(plan.spec, repairs, policy.spec.build(), false)
-                .map_err(|e| e.to_string())
+                .map_err(AgentError::from)
         };
         let core = match built {
             Ok(c) => c,
             Err(e) => {
                 self.event(
                     "handoff.error",
-                    serde_json::json!({"handoff": k, "error": e}),
+                    serde_json::json!({"handoff": k, "error": e.to_string()}),
                 );
                 return;
             }
@@ -291,17 +292,17 @@ impl AgentActor {
             utilities: utilities.to_vec(),
             tokens: p.kv.tokens.clone(),
             context_id,
-            scheme: plan.spec.name.to_string(),
+            scheme: plan.spec.scheme,
             policy: policy.name.clone(),
             policy_version: policy.version.chars().take(12).collect(),
-            rebuild: plan.task.rebuild.name().to_string(),
+            rebuild: plan.task.rebuild,
             decode_tokens: plan.task.decode_tokens,
             k: scenario.k,
             feedback_every: scenario.feedback_every,
             source_packets: layout.n_source_packets(),
             cache_hit: p.hit,
         };
-        self.send_control(to, &AgentMsg::Offer(Box::new(offer)));
+        self.send_control(to, AgentMsg::Offer(Box::new(offer)));
         let stats = self.s.cache.stats();
         self.event(
             "handoff.start",
@@ -345,7 +346,7 @@ impl AgentActor {
                     via: Some(s.link),
                     sent_at_ns: at,
                     due_ns: None,
-                    payload: Msg::Bytes(bytes),
+                    payload: Msg::KvFrame(bytes),
                 },
                 at_ns: at,
             });
@@ -378,7 +379,7 @@ impl AgentActor {
         let st = *s.paced.core().stats();
         self.send_control(
             s.to,
-            &AgentMsg::SenderDone {
+            AgentMsg::SenderDone {
                 handoff: s.handoff,
                 source_sent: st.source_sent,
                 repair_sent: st.repair_sent,
@@ -407,7 +408,7 @@ impl AgentActor {
         let repair_sent = s.paced.core().stats().repair_sent;
         self.send_control(
             s.to,
-            &AgentMsg::Abort {
+            AgentMsg::Abort {
                 handoff: s.handoff,
                 reason: reason.to_string(),
                 repair_sent,
@@ -505,7 +506,7 @@ impl AgentActor {
                         via: Some(*link),
                         sent_at_ns: recv_ns,
                         due_ns: None,
-                        payload: Msg::Bytes(fb),
+                        payload: Msg::KvFeedback(fb),
                     },
                     at_ns: recv_ns,
                 });
@@ -520,7 +521,7 @@ impl AgentActor {
             handoff: o.handoff,
             from: self.name_of(r.from),
             to: self.s.name.clone(),
-            scheme: o.scheme.clone(),
+            scheme: o.scheme.name().to_string(),
             policy: o.policy.clone(),
             policy_version: o.policy_version.clone(),
             context: o.context_id.clone(),
@@ -563,10 +564,9 @@ impl AgentActor {
         } else {
             self.clock.now_ns()
         };
-        let mode = if r.offer.rebuild == RebuildMode::Mask.name() {
-            MissingRows::Mask
-        } else {
-            MissingRows::ZeroFill
+        let mode = match r.offer.rebuild {
+            RebuildMode::Mask => MissingRows::Mask,
+            RebuildMode::ZeroFill => MissingRows::ZeroFill,
         };
         let n = r.offer.decode_tokens as usize;
         let t0 = r.offer.t0_ns;
@@ -581,8 +581,8 @@ impl AgentActor {
             })
             .into_actor(self)
             .map(move |res, act, _| {
-                let res: Result<Decoded, String> =
-                    res.map_err(|e| format!("compute: {e}")).and_then(|r| r);
+                let res: Result<Decoded, AgentError> =
+                    res.map_err(AgentError::Compute).and_then(|r| r);
                 let mut rec = rec;
                 match res {
                     Ok(d) => {
@@ -660,7 +660,7 @@ impl Actor for AgentActor {
             .send(msg)
             .into_actor(self)
             .map(
-                |res, act, ctx| match res.map_err(|e| e.to_string()).and_then(|r| r) {
+                |res, act, ctx| match res.map_err(AgentError::Compute).and_then(|r| r) {
                     Ok(setup) => {
                         act.event(
                             "agent.ready",
@@ -675,7 +675,7 @@ impl Actor for AgentActor {
                     }
                     Err(e) => {
                         tracing::error!(agent = %act.s.name, error = %e, "agent cannot hand off");
-                        act.event("agent.error", serde_json::json!({"error": e}));
+                        act.event("agent.error", serde_json::json!({"error": e.to_string()}));
                     }
                 },
             )
@@ -690,36 +690,30 @@ impl Handler<Deliver> for AgentActor {
         if !self.live.is_alive() {
             return;
         }
-        if env.due_ns.is_none() {
-            if let Some(m) = AgentMsg::from_msg(&env.payload) {
-                self.control(env.src, m, ctx);
+        match env.payload {
+            Msg::Agent(m) => self.control(env.src, m, ctx),
+            Msg::KvFrame(bytes) => self.frame(env.src, msg.recv_ns, &bytes),
+            Msg::KvFeedback(bytes) => {
+                // Feedback of the handoff this agent is sending, from its receiver.
+                if let Some(s) = self.sending.as_mut().filter(|s| s.to == env.src) {
+                    s.paced.feedback(msg.recv_ns, bytes);
+                    let at = msg.recv_ns.saturating_add(self.lookahead());
+                    self.wake_at(at, ctx);
+                }
             }
-            return;
-        }
-        let Msg::Bytes(bytes) = env.payload else {
-            return;
-        };
-        let is_feedback = self.sending.as_ref().is_some_and(|s| s.to == env.src);
-        if is_feedback {
-            if let Some(s) = &mut self.sending {
-                s.paced.feedback(msg.recv_ns, bytes);
-                let at = msg.recv_ns.saturating_add(self.lookahead());
-                self.wake_at(at, ctx);
-            }
-        } else {
-            self.frame(env.src, msg.recv_ns, &bytes);
+            _ => {}
         }
     }
 }
 
 impl Handler<ActorFault> for AgentActor {
-    type Result = Result<FaultReply, String>;
+    type Result = FaultReply;
     fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ns();
         match msg {
             ActorFault::Kill { until_ns, by } => {
                 let Some(epoch) = self.live.kill() else {
-                    return Ok(FaultReply::unchanged(now, "already dead"));
+                    return FaultReply::unchanged(now, "already dead");
                 };
                 let reason = format!("killed by {by}");
                 let mut dropped = self.abort_sending(&reason, ctx);
@@ -736,24 +730,24 @@ impl Handler<ActorFault> for AgentActor {
                     "agent.kill",
                     serde_json::json!({"by": by, "handoffs_dropped": dropped}),
                 );
-                Ok(FaultReply::killed(
+                FaultReply::killed(
                     now,
                     dropped,
                     format!("aborted {dropped} handoff(s)"),
                     until_ns,
-                ))
+                )
             }
             ActorFault::Restart { by } => {
                 if self.live.restart() {
                     self.event("agent.restart", serde_json::json!({"by": by}));
-                    Ok(FaultReply {
+                    FaultReply {
                         at_ns: now,
                         changed: true,
                         dropped: 0,
                         detail: "idle, ready for the next handoff".into(),
-                    })
+                    }
                 } else {
-                    Ok(FaultReply::unchanged(now, "already alive"))
+                    FaultReply::unchanged(now, "already alive")
                 }
             }
         }

@@ -35,6 +35,8 @@ use edgemu_gpu::model::LoadedModel;
 use edgemu_gpu::{KvDtype, MissingRows, RealBackend};
 use edgemu_handoff::{BlockLayout, ReceivedKv};
 
+use super::error::AgentError;
+
 /// The seed of the tiny test model: every agent loads the same weights, so a
 /// KV cache made by one is meaningful to another.
 pub const TINY_SEED: u64 = 7;
@@ -88,35 +90,35 @@ pub struct AgentEngine {
     next_id: u64,
 }
 
-fn load(model: RealModel) -> Result<(LoadedModel, String), String> {
-    let device = edgemu_gpu::model::parse_device("cpu").map_err(|e| format!("CPU device: {e}"))?;
+fn load(model: RealModel) -> Result<(LoadedModel, String), AgentError> {
+    let device =
+        edgemu_gpu::model::parse_device("cpu").map_err(|e| AgentError::Device(e.to_string()))?;
     match model {
         RealModel::Tiny => edgemu_gpu::model::load_tiny(TINY_SEED, &device, None)
             .map(|m| (m, "tiny-random-llama".to_string()))
-            .map_err(|e| format!("tiny model: {e}")),
+            .map_err(|e| AgentError::TinyModel(e.to_string())),
         RealModel::SmolLm2 => {
-            let path = edgemu_tokenizer::resolve_model_path(None).map_err(|e| {
-                format!("{e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)")
-            })?;
+            let path = edgemu_tokenizer::resolve_model_path(None)
+                .map_err(|e| AgentError::ModelMissing(e.to_string()))?;
             let name = path
                 .file_name()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
             edgemu_gpu::model::load(&path, &device, None)
                 .map(|m| (m, name))
-                .map_err(|e| format!("loading SmolLM2: {e}"))
+                .map_err(|e| AgentError::ModelLoad(e.to_string()))
         }
     }
 }
 
 impl AgentEngine {
     /// Loads `model` twice (one copy prefills, one decodes in the engine).
-    pub fn load(model: RealModel, cache: Arc<ContextKvCache>) -> Result<Self, String> {
+    pub fn load(model: RealModel, cache: Arc<ContextKvCache>) -> Result<Self, AgentError> {
         let (lm, name) = load(model)?;
         let (decode_lm, _) = load(model)?;
         let cue = chatml_cue(&lm.tokenizer);
         if cue.is_empty() {
-            return Err("the ChatML cue has no tokens".into());
+            return Err(AgentError::NoCue);
         }
         let decoder = BatchEngine::new(
             RealBackend::new(decode_lm.model, KvDtype::Bf16, None),
@@ -139,7 +141,7 @@ impl AgentEngine {
     }
 
     /// The transport layout of a context of `n_tokens` for this model.
-    pub fn layout(&self, n_tokens: u32) -> Result<BlockLayout, String> {
+    pub fn layout(&self, n_tokens: u32) -> Result<BlockLayout, AgentError> {
         let c = self.model.config();
         BlockLayout::for_model(
             c.n_layers as u32,
@@ -148,7 +150,7 @@ impl AgentEngine {
             2,
             n_tokens,
         )
-        .map_err(|e| e.to_string())
+        .map_err(AgentError::from)
     }
 
     /// Block utilities: the shipped profile when it matches the model, else
@@ -167,16 +169,14 @@ impl AgentEngine {
         n_tokens: u32,
         count: u32,
         seed: u64,
-    ) -> Result<Vec<HandoffContext>, String> {
-        let chat = self
-            .chat
-            .as_ref()
-            .ok_or("the model has no ChatML chat template")?;
+    ) -> Result<Vec<HandoffContext>, AgentError> {
+        let chat = self.chat.as_ref().ok_or(AgentError::NoChatTemplate)?;
+        let sharegpt = |e: edgemu_data::DataError| AgentError::ShareGpt(e.to_string());
         let convs = match source {
             ContextSource::Builtin => edgemu_data::builtin::conversations(),
             ContextSource::ShareGpt => {
-                let path = edgemu_data::locate().map_err(|e| format!("ShareGPT data: {e}"))?;
-                edgemu_data::sharegpt::load(&path).map_err(|e| format!("ShareGPT data: {e}"))?
+                let path = edgemu_data::locate().map_err(sharegpt)?;
+                edgemu_data::sharegpt::load(&path).map_err(sharegpt)?
             }
         };
         let sets = edgemu_data::contexts::build(
@@ -190,7 +190,11 @@ impl AgentEngine {
                 seed,
             },
         )
-        .map_err(|e| format!("{} contexts of {n_tokens} tokens: {e}", source.name()))?;
+        .map_err(|e| AgentError::Contexts {
+            set: source.name(),
+            n_tokens,
+            reason: e.to_string(),
+        })?;
         Ok(sets
             .evaluation
             .into_iter()
@@ -203,12 +207,12 @@ impl AgentEngine {
     }
 
     /// The context's KV from the cache, or prefilled now.
-    pub fn prefill(&self, tokens: &[u32]) -> Result<Prefilled, String> {
+    pub fn prefill(&self, tokens: &[u32]) -> Result<Prefilled, AgentError> {
         let t = Instant::now();
         let (kv, hit) = self
             .cache
             .get_or_prefill(&self.model, tokens)
-            .map_err(|e| format!("prefill: {e}"))?;
+            .map_err(|e| AgentError::Prefill(e.to_string()))?;
         Ok(Prefilled {
             kv,
             hit,
@@ -222,28 +226,31 @@ impl AgentEngine {
         blocks: &[PartialBlock],
         mode: MissingRows,
         n: usize,
-    ) -> Result<(Vec<u32>, u64), String> {
+    ) -> Result<(Vec<u32>, u64), AgentError> {
         let model = self.decoder.backend().model();
         let n_tokens = prompt.len() - self.cue.len();
         let kv = rebuild(model.config(), model.device(), n_tokens, blocks, mode)
-            .map_err(|e| format!("rebuild: {e}"))?;
+            .map_err(|e| AgentError::Rebuild(e.to_string()))?;
         let id = self.next_id;
         self.next_id += 1;
         self.decoder
             .submit_with_cache(Request::with_tokens(id, prompt.to_vec(), n), kv, 0)
-            .map_err(|e| format!("decode: {e}"))?;
+            .map_err(|e| AgentError::Decode(e.to_string()))?;
         let mut first = None;
         let mut now = 0;
         while !self.decoder.is_idle() {
             let t = Instant::now();
-            let step = self.decoder.step(now).map_err(|e| format!("decode: {e}"))?;
+            let step = self
+                .decoder
+                .step(now)
+                .map_err(|e| AgentError::Decode(e.to_string()))?;
             now = step.ended_at();
             first.get_or_insert(elapsed_ns(t));
             if let Some(f) = step.finished.into_iter().find(|f| f.id == id) {
                 return Ok((f.tokens, first.unwrap_or(0)));
             }
         }
-        Err(format!("handoff decode {id} did not finish"))
+        Err(AgentError::Unfinished(id))
     }
 
     /// Rebuilds the cache from what arrived and decodes `n` tokens, then the
@@ -254,15 +261,14 @@ impl AgentEngine {
         received: &ReceivedKv,
         mode: MissingRows,
         n: usize,
-    ) -> Result<Decoded, String> {
+    ) -> Result<Decoded, AgentError> {
         let t = Instant::now();
         let full = self.prefill(context)?;
         if full.kv.blocks.len() != received.blocks.len() {
-            return Err(format!(
-                "{} blocks arrived for a context of {} blocks",
-                received.blocks.len(),
-                full.kv.blocks.len()
-            ));
+            return Err(AgentError::BlockCount {
+                arrived: received.blocks.len(),
+                expected: full.kv.blocks.len(),
+            });
         }
         let partial: Vec<PartialBlock> = full
             .kv
@@ -311,11 +317,11 @@ fn elapsed_ns(t: Instant) -> u64 {
 /// The engine as an actor (module docs). Answers `Err` when the model could
 /// not be loaded.
 pub struct ComputeActor {
-    engine: Result<AgentEngine, String>,
+    engine: Result<AgentEngine, AgentError>,
 }
 
 impl ComputeActor {
-    pub fn new(engine: Result<AgentEngine, String>) -> Self {
+    pub fn new(engine: Result<AgentEngine, AgentError>) -> Self {
         ComputeActor { engine }
     }
 }
@@ -326,7 +332,7 @@ impl Actor for ComputeActor {
 
 /// Contexts, layout and utilities for a handoff task.
 #[derive(Message)]
-#[rtype(result = "Result<TaskSetup, String>")]
+#[rtype(result = "Result<TaskSetup, AgentError>")]
 pub struct SetupTask {
     pub source: ContextSource,
     pub n_tokens: u32,
@@ -344,12 +350,12 @@ pub struct TaskSetup {
 
 /// Prefill (or find in the cache) one context.
 #[derive(Message)]
-#[rtype(result = "Result<Prefilled, String>")]
+#[rtype(result = "Result<Prefilled, AgentError>")]
 pub struct Prefill(pub Vec<u32>);
 
 /// Rebuild and decode after a handoff.
 #[derive(Message)]
-#[rtype(result = "Result<Decoded, String>")]
+#[rtype(result = "Result<Decoded, AgentError>")]
 pub struct Decode {
     pub context: Vec<u32>,
     pub received: ReceivedKv,
@@ -358,13 +364,15 @@ pub struct Decode {
 }
 
 impl ComputeActor {
-    fn engine(&mut self) -> Result<&mut AgentEngine, String> {
-        self.engine.as_mut().map_err(|e| format!("no model: {e}"))
+    fn engine(&mut self) -> Result<&mut AgentEngine, AgentError> {
+        self.engine
+            .as_mut()
+            .map_err(|e| AgentError::NoModel(Box::new(e.clone())))
     }
 }
 
 impl Handler<SetupTask> for ComputeActor {
-    type Result = Result<TaskSetup, String>;
+    type Result = Result<TaskSetup, AgentError>;
     fn handle(&mut self, m: SetupTask, _: &mut Context<Self>) -> Self::Result {
         let e = self.engine()?;
         let contexts = e.contexts(m.source, m.n_tokens, m.count, m.seed)?;
@@ -380,14 +388,14 @@ impl Handler<SetupTask> for ComputeActor {
 }
 
 impl Handler<Prefill> for ComputeActor {
-    type Result = Result<Prefilled, String>;
+    type Result = Result<Prefilled, AgentError>;
     fn handle(&mut self, m: Prefill, _: &mut Context<Self>) -> Self::Result {
         self.engine()?.prefill(&m.0)
     }
 }
 
 impl Handler<Decode> for ComputeActor {
-    type Result = Result<Decoded, String>;
+    type Result = Result<Decoded, AgentError>;
     fn handle(&mut self, m: Decode, _: &mut Context<Self>) -> Self::Result {
         self.engine()?
             .decode(&m.context, &m.received, m.mode, m.tokens)

@@ -27,6 +27,7 @@
 
 pub mod agent;
 pub mod engine;
+pub mod error;
 pub mod messages;
 pub mod paced;
 pub mod records;

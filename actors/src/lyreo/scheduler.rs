@@ -28,9 +28,9 @@ use crate::messages::{
 };
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
-use edgemu_codec::wire::Envelope;
 use edgemu_policies::lyreo::PolicySpec;
 use edgemu_policies::slot::{LoadedPolicy, LyreoPolicies, PolicySlot};
+use edgemu_protocol::Envelope;
 use edgemu_serving::mobility::Position;
 use edgemu_serving::scheduler::SlotRequest;
 use edgemu_serving::SchedulerCore;
@@ -118,14 +118,14 @@ impl SchedulerActor {
         }
     }
 
-    fn send(&self, dst: ActorId, msg: &LyreoMsg) {
+    fn send(&self, dst: ActorId, msg: LyreoMsg) {
         self.router.do_send(Route(Envelope {
             src: self.s.id,
             dst,
             via: None,
             sent_at_ns: self.clock.now_ns(),
             due_ns: None,
-            payload: msg.to_msg(),
+            payload: msg.into(),
         }));
     }
 
@@ -199,7 +199,7 @@ impl SchedulerActor {
             });
             self.send(
                 h.user,
-                &LyreoMsg::Assign {
+                LyreoMsg::Assign {
                     id,
                     slot: h.slot,
                     server,
@@ -221,7 +221,7 @@ impl SchedulerActor {
         for (s, requests) in expect.into_iter().enumerate() {
             if !requests.is_empty() {
                 let dst = self.s.servers[s];
-                self.send(dst, &LyreoMsg::Expect { slot: t, requests });
+                self.send(dst, LyreoMsg::Expect { slot: t, requests });
             }
         }
     }
@@ -336,7 +336,7 @@ impl Handler<Deliver> for SchedulerActor {
             self.dropped_while_dead += 1;
             return;
         }
-        match LyreoMsg::from_msg(&msg.envelope.payload) {
+        match LyreoMsg::from_msg(msg.envelope.payload) {
             Some(LyreoMsg::Request {
                 id,
                 slot,
@@ -373,9 +373,9 @@ impl Handler<Deliver> for SchedulerActor {
 }
 
 impl Handler<ActorFault> for SchedulerActor {
-    type Result = Result<FaultReply, String>;
+    type Result = FaultReply;
     fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
-        Ok(match msg {
+        match msg {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
             ActorFault::Restart { .. } => {
                 if self.liveness.restart() {
@@ -389,7 +389,7 @@ impl Handler<ActorFault> for SchedulerActor {
                     FaultReply::unchanged(self.clock.now_ns(), "not dead; nothing to restart")
                 }
             }
-        })
+        }
     }
 }
 

@@ -25,9 +25,9 @@ use crate::messages::{
 };
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
-use edgemu_codec::wire::{Envelope, Msg};
 use edgemu_engine::backend::Backend;
 use edgemu_policies::lyreo::SlotLoad;
+use edgemu_protocol::{Envelope, Msg};
 use edgemu_serving::server::RequestRecord;
 use edgemu_serving::{ExpectedUpload, ReleasedBatch, ServerSlotCore, UploadGathering};
 use std::collections::HashMap;
@@ -132,14 +132,14 @@ impl<B: Backend + 'static> ServerActor<B> {
         Self::with_core(s, None, clock, router, table)
     }
 
-    fn send(&self, dst: ActorId, msg: &LyreoMsg) {
+    fn send(&self, dst: ActorId, msg: LyreoMsg) {
         self.router.do_send(Route(Envelope {
             src: self.s.id,
             dst,
             via: None,
             sent_at_ns: self.clock.now_ns(),
             due_ns: None,
-            payload: msg.to_msg(),
+            payload: msg.into(),
         }));
     }
 
@@ -154,7 +154,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             finished_ns: self.clock.now_ns(),
             reason: reason.into(),
         };
-        self.send(user, &LyreoMsg::Answer(a));
+        self.send(user, LyreoMsg::Answer(a));
     }
 
     /// `actor.kill`: crash, fail every request held, stop until restarted.
@@ -235,7 +235,7 @@ impl<B: Backend + 'static> ServerActor<B> {
                     finished_ns: now,
                     reason: String::new(),
                 };
-                self.send(r.user, &LyreoMsg::Answer(a));
+                self.send(r.user, LyreoMsg::Answer(a));
             }
             return;
         }
@@ -335,7 +335,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             finished_ns: start.saturating_add(r.e2e_ns),
             reason: String::new(),
         };
-        self.send(user, &LyreoMsg::Answer(a));
+        self.send(user, LyreoMsg::Answer(a));
     }
 
     /// Runs the core up to now and arms a wake-up for its next event.
@@ -445,7 +445,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             load: r.load,
             capability: self.core.as_ref().map(|c| c.capability()),
         };
-        self.send(self.s.scheduler, &LyreoMsg::Report(report));
+        self.send(self.s.scheduler, LyreoMsg::Report(report));
         let (capacity, running, queued) = self.core.as_ref().map_or((0, 0, 0), |c| {
             (c.profile().kv_capacity_bytes, c.running(), c.queued())
         });
@@ -514,7 +514,7 @@ impl<B: Backend + 'static> Handler<Deliver> for ServerActor<B> {
             self.upload(p.seq, env.sent_at_ns, msg.recv_ns, ctx);
             return;
         }
-        match LyreoMsg::from_msg(&env.payload) {
+        match LyreoMsg::from_msg(msg.envelope.payload) {
             Some(LyreoMsg::Expect { slot, requests }) => self.expect(slot, requests, ctx),
             _ => self.ignored += 1,
         }
@@ -522,9 +522,9 @@ impl<B: Backend + 'static> Handler<Deliver> for ServerActor<B> {
 }
 
 impl<B: Backend + 'static> Handler<ActorFault> for ServerActor<B> {
-    type Result = Result<FaultReply, String>;
+    type Result = FaultReply;
     fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
-        Ok(match msg {
+        match msg {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
             ActorFault::Restart { .. } => {
                 if self.liveness.restart() {
@@ -539,7 +539,7 @@ impl<B: Backend + 'static> Handler<ActorFault> for ServerActor<B> {
                     FaultReply::unchanged(self.clock.now_ns(), "not dead; nothing to restart")
                 }
             }
-        })
+        }
     }
 }
 

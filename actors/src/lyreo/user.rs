@@ -26,7 +26,7 @@ use crate::messages::{
 };
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
-use edgemu_codec::wire::Envelope;
+use edgemu_protocol::Envelope;
 use edgemu_serving::mobility::{Area, Mobility, Position, UserMotion};
 use edgemu_serving::radio::dbm_to_w;
 use edgemu_serving::workload::Workload;
@@ -119,7 +119,7 @@ impl UserActor {
         }
     }
 
-    fn send(&self, dst: ActorId, via: Option<LinkId>, payload: edgemu_codec::wire::Msg) {
+    fn send(&self, dst: ActorId, via: Option<LinkId>, payload: edgemu_protocol::Msg) {
         self.send_stamped(dst, via, payload, self.clock.now_ns());
     }
 
@@ -127,7 +127,7 @@ impl UserActor {
         &self,
         dst: ActorId,
         via: Option<LinkId>,
-        payload: edgemu_codec::wire::Msg,
+        payload: edgemu_protocol::Msg,
         sent_at_ns: u64,
     ) {
         self.router.do_send(Route(Envelope {
@@ -175,7 +175,7 @@ impl UserActor {
             y_m: y,
             power_w: self.power_w,
         };
-        self.send(self.s.scheduler, None, msg.to_msg());
+        self.send(self.s.scheduler, None, msg.into());
         self.pending.insert(
             id,
             Pending {
@@ -365,7 +365,7 @@ impl Actor for UserActor {
 impl Handler<Deliver> for UserActor {
     type Result = ();
     fn handle(&mut self, msg: Deliver, ctx: &mut Context<Self>) {
-        match LyreoMsg::from_msg(&msg.envelope.payload) {
+        match LyreoMsg::from_msg(msg.envelope.payload) {
             Some(LyreoMsg::Assign {
                 id,
                 server,
@@ -389,9 +389,9 @@ impl Handler<Deliver> for UserActor {
 }
 
 impl Handler<ActorFault> for UserActor {
-    type Result = Result<FaultReply, String>;
+    type Result = FaultReply;
     fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
-        Ok(match msg {
+        match msg {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
             ActorFault::Restart { .. } => {
                 let changed = self.liveness.restart();
@@ -406,7 +406,7 @@ impl Handler<ActorFault> for UserActor {
                     },
                 }
             }
-        })
+        }
     }
 }
 

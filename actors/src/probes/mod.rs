@@ -8,9 +8,9 @@
 //!   receive time, streams them to a [`ProbeLog`], and keeps a per-flow
 //!   summary (packets, bytes, sequence gaps, delay and delay-error percentiles).
 //!
-//! [`Probe`]: edgemu_codec::wire::Probe
-//! [`Ping`]: edgemu_codec::wire::Ping
-//! [`Pong`]: edgemu_codec::wire::Pong
+//! [`Probe`]: edgemu_protocol::Probe
+//! [`Ping`]: edgemu_protocol::Ping
+//! [`Pong`]: edgemu_protocol::Pong
 
 mod pinger;
 mod sender;

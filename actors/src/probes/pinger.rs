@@ -6,7 +6,7 @@ use crate::messages::{Deliver, Flush, Route, StopSending};
 use crate::probes::sink::FlowStats;
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
-use edgemu_codec::wire::{Envelope, Msg, Ping};
+use edgemu_protocol::{Envelope, Msg, Ping};
 
 pub struct Pinger {
     id: ActorId,

@@ -4,7 +4,7 @@ use crate::clock::Clock;
 use crate::messages::{Route, StopSending};
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
-use edgemu_codec::wire::{Envelope, Msg, Probe};
+use edgemu_protocol::{Envelope, Msg, Probe};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,7 @@ use crate::clock::Clock;
 use crate::messages::{Deliver, Flush, Route};
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
-use edgemu_codec::wire::{Envelope, Msg, Pong};
+use edgemu_protocol::{Envelope, Msg, Pong};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -204,7 +204,8 @@ impl Handler<Deliver> for Sink {
                     }),
                 }));
             }
-            Msg::Pong(_) | Msg::Bytes(_) => {}
+            Msg::Pong(_) | Msg::Lyreo(_) | Msg::Agent(_) | Msg::KvFrame(_) | Msg::KvFeedback(_) => {
+            }
         }
     }
 }

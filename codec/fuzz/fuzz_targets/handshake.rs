@@ -9,9 +9,9 @@
 #![no_main]
 
 use edgemu_codec::wire::{
-    auth_mac, config_digest, decode_frame, Auth, Frame, Handshake, HandshakeError, Hello,
-    PROTOCOL_VERSION,
+    auth_mac, config_digest, Auth, Handshake, HandshakeError, Hello, PROTOCOL_VERSION,
 };
+use edgemu_protocol::{decode_frame, Frame};
 
 const TOKEN: &[u8] = b"fuzz-token";
 
@@ -31,7 +31,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     };
     let expected = (mode & 1 == 1).then(|| "peer".to_string());
     let mut hs = Handshake::new(hello("local", 1), TOKEN.to_vec(), expected);
-    let _ = hs.hello_frame();
+    let _: Frame = hs.hello_frame();
     let mut peer_hello_ok = false;
     let mut peer_host = String::new();
     if mode & 2 == 2 {

@@ -1,12 +1,19 @@
 //! Frames: what one websocket binary message carries between two hosts.
+//!
+//! The frame is generic over the application's three types: `M`, what one
+//! actor says to another (the payload of an [`Envelope`]); `C`, a control
+//! command forwarded to the host that owns its target; `R`, its reply.
+//! edgemu's concrete protocol names them once (`edgemu_protocol::Frame`);
+//! the codec only frames, bounds and decodes them.
 
-use super::envelope::Envelope;
+use super::envelope::{BulkBytes, Envelope};
 use super::error::WireError;
 use super::handshake::{Auth, Hello};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: [u8; 4] = *b"EDGM";
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 /// Largest encoded frame (header included) accepted or produced.
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 
@@ -25,27 +32,27 @@ pub struct Heartbeat {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Frame {
+pub enum Frame<M, C, R> {
     /// First frame each side sends.
     Hello(Hello),
     /// Answer to the peer's `Hello` nonce.
     Auth(Auth),
     Heartbeat(Heartbeat),
     /// One or more envelopes for actors on the receiving host.
-    Envelopes(Vec<Envelope>),
+    Envelopes(Vec<Envelope<M>>),
     /// The run starts at this unix time (ns); sent by the coordinator host.
     Start {
         unix_ns: u64,
     },
-    /// A control-plane command forwarded to the host that owns its target:
-    /// JSON text of the request, answered by `ControlReply` with the same id.
+    /// A control-plane command forwarded to the host that owns its target,
+    /// answered by `ControlReply` with the same id.
     ControlForward {
         id: u64,
-        json: String,
+        command: C,
     },
     ControlReply {
         id: u64,
-        json: String,
+        reply: R,
     },
     /// The sender is leaving cleanly (run over or stopped).
     Bye {
@@ -53,7 +60,7 @@ pub enum Frame {
     },
 }
 
-impl Frame {
+impl<M, C, R> Frame<M, C, R> {
     /// A short name of the variant, for logs and error messages.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -76,12 +83,16 @@ const HEADER_LEN: usize = MAGIC.len() + 1;
 /// bincode counts against it the bytes every decoded value *claims* (a
 /// `u64` claims 8 even when its varint took 1 byte on the wire; a string or
 /// byte vector claims its declared length before it is allocated). Among the
-/// types a [`Frame`] holds no value claims more than 8 bytes per wire byte, so
-/// with the body itself at most [`MAX_FRAME_BYTES`] every well-formed body
+/// types a frame may hold no value may claim more than 8 bytes per wire byte,
+/// so with the body itself at most [`MAX_FRAME_BYTES`] every well-formed body
 /// stays under this limit, while a hostile length prefix can make the decoder
 /// reserve at most this much (zeroed, untouched memory) before it fails.
 /// A field that claims more per wire byte (a `u128`: 16 from 1) would break
-/// that bound; `full_frame_of_tiny_envelopes_decodes` in the tests guards it.
+/// that bound. The application's types are part of that contract: their
+/// serde forms must be plain (integers, floats, bools, strings, byte
+/// strings, sequences, options, externally tagged enums). The codec's
+/// `full_frame_of_tiny_envelopes_decodes` test and the concrete protocol's
+/// own densest-frame test guard it.
 const DECODE_LIMIT: usize = 8 * MAX_FRAME_BYTES;
 
 /// bincode configuration of the frame body: standard (little endian, varint
@@ -89,6 +100,15 @@ const DECODE_LIMIT: usize = 8 * MAX_FRAME_BYTES;
 /// frame cannot make the decoder reserve gigabytes.
 fn body_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
+}
+
+/// Bytes `value` takes in a frame body (the same encoding, counted without
+/// writing anything). For messages whose wire size is their encoded size.
+pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> Result<usize, WireError> {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, body_config())
+        .map_err(|e| WireError::Encode(e.to_string()))?;
+    Ok(size.bytes_written)
 }
 
 /// A `Vec` writer that refuses to grow past [`MAX_FRAME_BYTES`], so encoding
@@ -111,30 +131,29 @@ impl bincode::enc::write::Writer for BoundedVec {
     }
 }
 
-/// Encodes `frame` with header. Fails with [`WireError::TooLarge`] past [`MAX_FRAME_BYTES`].
-///
-/// On `TooLarge`, `len` is a lower bound (encoding stops at the limit), always
-/// more than `max`.
 /// A close upper estimate of the encoded size, so a large batch is encoded
 /// into one allocation instead of a chain of doublings (each a full copy).
-fn size_hint(frame: &Frame) -> usize {
+fn size_hint<M: BulkBytes, C, R>(frame: &Frame<M, C, R>) -> usize {
     let body = match frame {
         Frame::Envelopes(envs) => envs
             .iter()
-            .map(|e| {
-                48 + match &e.payload {
-                    super::envelope::Msg::Bytes(b) => b.len(),
-                    _ => 0,
-                }
-            })
+            .map(|e| 48 + e.payload.bulk_bytes())
             .sum::<usize>(),
-        Frame::ControlForward { json, .. } | Frame::ControlReply { json, .. } => json.len() + 16,
         _ => 128,
     };
     (body + 16).min(MAX_FRAME_BYTES)
 }
 
-pub fn encode_frame(frame: &Frame) -> Result<Vec<u8>, WireError> {
+/// Encodes `frame` with header. Fails with [`WireError::TooLarge`] past [`MAX_FRAME_BYTES`].
+///
+/// On `TooLarge`, `len` is a lower bound (encoding stops at the limit), always
+/// more than `max`.
+pub fn encode_frame<M, C, R>(frame: &Frame<M, C, R>) -> Result<Vec<u8>, WireError>
+where
+    M: Serialize + BulkBytes,
+    C: Serialize,
+    R: Serialize,
+{
     let mut out = BoundedVec {
         buf: Vec::with_capacity(size_hint(frame)),
         overflowed: false,
@@ -158,7 +177,12 @@ pub fn encode_frame(frame: &Frame) -> Result<Vec<u8>, WireError> {
 /// version ([`WireError::WrongVersion`]); then the body must decode and use
 /// every remaining byte ([`WireError::Malformed`] otherwise, including a body
 /// cut short and trailing garbage).
-pub fn decode_frame(bytes: &[u8]) -> Result<Frame, WireError> {
+pub fn decode_frame<M, C, R>(bytes: &[u8]) -> Result<Frame<M, C, R>, WireError>
+where
+    M: DeserializeOwned,
+    C: DeserializeOwned,
+    R: DeserializeOwned,
+{
     if bytes.len() > MAX_FRAME_BYTES {
         return Err(WireError::TooLarge {
             len: bytes.len(),
@@ -180,8 +204,8 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame, WireError> {
             expected: WIRE_VERSION,
         });
     }
-    let (frame, used): (Frame, usize) = bincode::serde::decode_from_slice(body, body_config())
-        .map_err(|e| match e {
+    let (frame, used): (Frame<M, C, R>, usize) =
+        bincode::serde::decode_from_slice(body, body_config()).map_err(|e| match e {
             bincode::error::DecodeError::UnexpectedEnd { additional } => {
                 WireError::Malformed(format!("body truncated ({additional} more bytes needed)"))
             }

@@ -148,8 +148,9 @@ impl Handshake {
         }
     }
 
-    /// The frame to send first.
-    pub fn hello_frame(&self) -> super::Frame {
+    /// The frame to send first (of any application protocol: the
+    /// handshake looks only at `Hello` and `Auth`).
+    pub fn hello_frame<M, C, R>(&self) -> Frame<M, C, R> {
         Frame::Hello(self.local.clone())
     }
 
@@ -160,10 +161,11 @@ impl Handshake {
 
     /// Feed one peer frame. Returns a frame to send (the `Auth` answer after
     /// the peer's `Hello`), and `Some(outcome)` once the peer's `Auth` verified.
-    pub fn on_frame(
+    #[allow(clippy::type_complexity)]
+    pub fn on_frame<M, C, R>(
         &mut self,
-        frame: super::Frame,
-    ) -> Result<(Option<super::Frame>, Option<HandshakeOutcome>), HandshakeError> {
+        frame: Frame<M, C, R>,
+    ) -> Result<(Option<Frame<M, C, R>>, Option<HandshakeOutcome>), HandshakeError> {
         let result = self.step(frame);
         if result.is_err() {
             self.state = State::Failed;
@@ -171,10 +173,11 @@ impl Handshake {
         result
     }
 
-    fn step(
+    #[allow(clippy::type_complexity)]
+    fn step<M, C, R>(
         &mut self,
-        frame: Frame,
-    ) -> Result<(Option<Frame>, Option<HandshakeOutcome>), HandshakeError> {
+        frame: Frame<M, C, R>,
+    ) -> Result<(Option<Frame<M, C, R>>, Option<HandshakeOutcome>), HandshakeError> {
         match (&self.state, frame) {
             (State::AwaitHello, Frame::Hello(peer)) => {
                 self.check_hello(&peer)?;

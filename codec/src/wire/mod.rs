@@ -6,6 +6,11 @@
 //! than [`MAX_FRAME_BYTES`] are refused on both encode and decode. Decoding
 //! never panics: any malformed, truncated, oversized or wrong-version input is
 //! a [`WireError`].
+//!
+//! The codec frames any application protocol: [`Frame`] and [`Envelope`]
+//! are generic over the actor message, the forwarded control command and
+//! its reply. edgemu's one protocol (the actors' messages, typed commands
+//! and replies) is `edgemu_protocol`, which names the concrete frame.
 
 mod envelope;
 mod error;
@@ -14,10 +19,10 @@ mod handshake;
 #[cfg(test)]
 mod tests;
 
-pub use envelope::{Envelope, Msg, Ping, Pong, Probe};
+pub use envelope::{BulkBytes, Envelope};
 pub use error::WireError;
 pub use frame::{
-    decode_frame, encode_frame, Frame, Heartbeat, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION,
+    decode_frame, encode_frame, encoded_len, Frame, Heartbeat, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION,
 };
 pub use handshake::{
     auth_mac, config_digest, Auth, Handshake, HandshakeError, HandshakeOutcome, Hello,

@@ -3,7 +3,7 @@
 //!
 //! The websocket side is the real mesh: two [`Mesh`]es (each host on its
 //! own thread and actix system, as `edgemu run` does), handshake included.
-//! On host `a` a generator pushes `Msg::Bytes` envelopes into the peer's
+//! On host `a` a generator pushes byte-string envelopes (`Msg::KvFrame`) into the peer's
 //! bounded outbound queue as fast as it takes them (yielding to the session
 //! task when it is full); the session batches them into frames; on host `b`
 //! the session decodes every frame and hands each envelope to a counting
@@ -26,8 +26,9 @@ use anyhow::{Context as _, Result};
 use edgemu_actors::messages::PeerStatus;
 use edgemu_actors::router::{Inbound, InboundGate, PeerSendError, PeerSender, INBOUND_LIMIT};
 use edgemu_codec::ids::{ActorId, HostId};
-use edgemu_codec::wire::{Envelope, Msg};
-use edgemu_config::Cluster;
+use edgemu_config::command::CommandReply;
+use edgemu_config::{Cluster, ControlError};
+use edgemu_protocol::{Envelope, Msg};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,7 +63,7 @@ impl Handler<Inbound> for CountingRouter {
     fn handle(&mut self, msg: Inbound, _: &mut Context<Self>) {
         self.1.done();
         let n = match &msg.0.payload {
-            Msg::Bytes(b) => b.len() as u64,
+            Msg::KvFrame(b) => b.len() as u64,
             _ => 0,
         };
         self.0.envelopes.fetch_add(1, Ordering::Relaxed);
@@ -71,9 +72,9 @@ impl Handler<Inbound> for CountingRouter {
 }
 
 impl Handler<Control> for CountingRouter {
-    type Result = Result<serde_json::Value, String>;
+    type Result = Result<CommandReply, ControlError>;
     fn handle(&mut self, _: Control, _: &mut Context<Self>) -> Self::Result {
-        Err("bench host".into())
+        Err(ControlError::NotStarted)
     }
 }
 
@@ -151,7 +152,7 @@ async fn drive(
         via: None,
         sent_at_ns: 0,
         due_ns: None,
-        payload: Msg::Bytes(vec![0u8; size]),
+        payload: Msg::KvFrame(vec![0u8; size]),
     };
     let t0 = Instant::now();
     let mut mark: Option<(Instant, (u64, u64))> = None;

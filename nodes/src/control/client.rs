@@ -103,7 +103,7 @@ pub enum PolicyCmd {
 /// A typed command as the JSON request a control socket parses (the
 /// protocol's own serde form, so the client cannot drift from it).
 fn request_of(command: Command) -> Result<serde_json::Value> {
-    serde_json::to_value(command).context("encoding the request")
+    Ok(command.to_request())
 }
 
 impl PolicyCmd {

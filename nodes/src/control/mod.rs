@@ -40,7 +40,8 @@ use crate::metrics::CommandResult;
 use actix::Addr;
 use anyhow::Result;
 use edgemu_codec::ids::HostId;
-use edgemu_config::Cluster;
+use edgemu_config::command::{Command, CommandReply, NoKeys};
+use edgemu_config::{Cluster, ControlError};
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +56,14 @@ use tokio_tungstenite::tungstenite::Message;
 /// derived from the cluster token.
 fn token_ok(control_key: &[u8], given: &str) -> bool {
     crate::host::keys::control_token_ok(control_key, given)
+}
+
+/// A command's typed result as the JSON of its reply: the one place the
+/// control path's reply and error become text.
+fn command_result(result: Result<CommandReply, ControlError>) -> Result<serde_json::Value, String> {
+    result
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.to_json().map_err(|e| format!("reply not encodable: {e}")))
 }
 
 fn reply(id: &serde_json::Value, result: Result<serde_json::Value, String>) -> String {
@@ -459,11 +468,12 @@ async fn handle_text(
         }
     }
     let limits = shared.limits;
-    let (parsed, raw) = match commands::parse_off_thread(shared.cluster.clone(), request).await {
+    let (command, parsed) = match commands::parse_off_thread(shared.cluster.clone(), request).await
+    {
         Ok(v) => v,
         Err(e) => {
             count(cmd.as_deref(), CommandResult::BadRequest);
-            let _ = out.send(reply(&id, Err(e))).await;
+            let _ = out.send(reply(&id, Err(e.to_string()))).await;
             return;
         }
     };
@@ -484,17 +494,17 @@ async fn handle_text(
         limits.reply_timeout,
         shared.sup.send(Control {
             request: parsed,
-            raw,
+            command,
             forwarded: false,
             source: "control".into(),
         }),
     )
     .await;
-    let result = match r {
+    let result = command_result(match r {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(format!("host is shutting down: {e}")),
-        Err(_) => Err(format!("no reply within {:?}", limits.reply_timeout)),
-    };
+        Ok(Err(e)) => Err(ControlError::HostStopping(e.to_string())),
+        Err(_) => Err(ControlError::NoReply(limits.reply_timeout)),
+    });
     let outcome = if result.is_ok() {
         CommandResult::Ok
     } else {
@@ -535,12 +545,12 @@ async fn subscribe(
             let r = sup
                 .send(Control {
                     request: commands::Request::Status,
-                    raw: serde_json::json!({ "cmd": "metrics" }),
+                    command: Command::Metrics(NoKeys {}),
                     forwarded: false,
                     source: "control".into(),
                 })
                 .await;
-            let v = match r {
+            let v = match r.map(command_result) {
                 Ok(Ok(v)) => v,
                 _ => break,
             };

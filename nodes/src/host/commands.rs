@@ -4,12 +4,13 @@
 //! one execution path on the host (`Supervisor::handle_request`).
 
 use super::spawn::HostActors;
+use edgemu_actors::link_overrides::TooManyLayers;
 use edgemu_actors::messages::ActorFault;
 use edgemu_actors::messages::{LinkControl, PeerControl};
 use edgemu_actors::router::RouterCounters;
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
-use edgemu_config::command::RouterStatus;
-use edgemu_config::{Cluster, NetAction};
+use edgemu_config::command::{Command, RouterStatus};
+use edgemu_config::{Cluster, ControlError, NetAction};
 
 /// One thing a command acts on, on the host that owns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +21,26 @@ pub enum Target {
     Peer { peer: HostId },
     /// An actor (`actor.kill` / `actor.restart`), on its host.
     Actor { actor: ActorId },
+}
+
+/// Why a command did not take effect on one target (the reply's
+/// per-target `error`).
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error(transparent)]
+    Link(#[from] TooManyLayers),
+    #[error("link direction is not on this host")]
+    LinkNotHere,
+    #[error("this actor cannot be killed or restarted (no fault handler on its host)")]
+    NotFaultable,
+    #[error("the actor did not answer: {0}")]
+    ActorGone(actix::MailboxError),
+    /// The link actor or the router is gone (the run is ending).
+    #[error("{0}")]
+    Gone(actix::MailboxError),
+    /// The command is not one for this kind of target (a routing bug).
+    #[error("{0}")]
+    Mismatch(&'static str),
 }
 
 /// The effect of a command on one target.
@@ -169,24 +190,55 @@ pub fn router_status(c: &RouterCounters) -> RouterStatus {
 pub use edgemu_config::command::Resolved as Request;
 
 /// Turns a control request (`{"cmd": "link.kill", "link": "wan", "for": "3s"}`)
-/// into a [`Request`] through the typed [`edgemu_config::command::Command`].
-/// May read trace files: call it through [`parse_off_thread`] from an
-/// actor's thread.
-pub fn parse_request(cluster: &Cluster, request: &serde_json::Value) -> Result<Request, String> {
-    let command =
-        edgemu_config::command::Command::from_request(request).map_err(|e| e.to_string())?;
-    command.resolve(cluster).map_err(|e| e.to_string())
+/// into the typed [`Command`] and its [`Request`]. The control socket's
+/// one parse of a client's JSON. May read trace files: call it through
+/// [`parse_off_thread`] from an actor's thread.
+pub fn parse_command(
+    cluster: &Cluster,
+    request: &serde_json::Value,
+) -> Result<(Command, Request), ControlError> {
+    let command = Command::from_request(request)?;
+    let resolved = command.resolve(cluster)?;
+    Ok((command, resolved))
 }
 
-/// [`parse_request`] on the blocking pool, so that reading a trace file
+/// The [`Request`] of a JSON control request (see [`parse_command`]).
+pub fn parse_request(
+    cluster: &Cluster,
+    request: &serde_json::Value,
+) -> Result<Request, ControlError> {
+    parse_command(cluster, request).map(|(_, r)| r)
+}
+
+/// [`parse_command`] on the blocking pool, so that reading a trace file
 /// never stalls the actors of the host (its data path).
 pub async fn parse_off_thread(
     cluster: std::sync::Arc<Cluster>,
     request: serde_json::Value,
-) -> Result<(Request, serde_json::Value), String> {
-    tokio::task::spawn_blocking(move || parse_request(&cluster, &request).map(|r| (r, request)))
+) -> Result<(Command, Request), ControlError> {
+    tokio::task::spawn_blocking(move || parse_command(&cluster, &request))
         .await
-        .map_err(|e| format!("parsing the request failed: {e}"))?
+        .map_err(|e| ControlError::TaskFailed {
+            task: "parsing the request".into(),
+            reason: e.to_string(),
+        })?
+}
+
+/// Resolves a command another host forwarded (already typed: no parse) on
+/// the blocking pool, as [`parse_off_thread`] does.
+pub async fn resolve_off_thread(
+    cluster: std::sync::Arc<Cluster>,
+    command: Command,
+) -> Result<(Command, Request), ControlError> {
+    tokio::task::spawn_blocking(move || {
+        let resolved = command.resolve(&cluster)?;
+        Ok((command, resolved))
+    })
+    .await
+    .map_err(|e| ControlError::TaskFailed {
+        task: "resolving the command".into(),
+        reason: e.to_string(),
+    })?
 }
 
 fn target_name(cluster: &Cluster, t: &Target) -> String {
@@ -235,7 +287,7 @@ pub async fn apply(
     for t in targets {
         let name = target_name(&cluster, &t);
         let mut detail = None;
-        let result: Result<u64, String> = match (&t, &action) {
+        let result: Result<u64, TargetError> = match (&t, &action) {
             (Target::Link { link, dir }, a) => {
                 let msg = match a {
                     NetAction::LinkKill { .. } => Some(LinkControl::Kill {
@@ -261,11 +313,12 @@ pub async fn apply(
                     _ => None,
                 };
                 match (msg, actors.links.get(&(*link, *dir))) {
-                    (Some(m), Some(addr)) => {
-                        addr.send(m).await.unwrap_or_else(|e| Err(e.to_string()))
-                    }
-                    (None, _) => Err("not a link command".into()),
-                    (_, None) => Err("link direction is not on this host".into()),
+                    (Some(m), Some(addr)) => match addr.send(m).await {
+                        Ok(r) => r.map_err(TargetError::from),
+                        Err(e) => Err(TargetError::Gone(e)),
+                    },
+                    (None, _) => Err(TargetError::Mismatch("not a link command")),
+                    (_, None) => Err(TargetError::LinkNotHere),
                 }
             }
             (Target::Peer { peer }, NetAction::HostPartition { .. }) => actors
@@ -275,13 +328,13 @@ pub async fn apply(
                     heal_after_ns: for_ns,
                 })
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(TargetError::Gone),
             (Target::Peer { peer }, NetAction::HostHeal { .. }) => actors
                 .router
                 .send(PeerControl::Heal { peer: *peer })
                 .await
-                .map_err(|e| e.to_string()),
-            (Target::Peer { .. }, _) => Err("not a host command".into()),
+                .map_err(TargetError::Gone),
+            (Target::Peer { .. }, _) => Err(TargetError::Mismatch("not a host command")),
             (Target::Actor { actor }, a) => {
                 let msg = match a {
                     NetAction::ActorKill { .. } => Some(ActorFault::Kill {
@@ -295,18 +348,14 @@ pub async fn apply(
                 };
                 match (msg, actors.faults.get(*actor)) {
                     (Some(m), Some(r)) => match r.send(m).await {
-                        Ok(Ok(reply)) => {
+                        Ok(reply) => {
                             detail = Some(reply.detail);
                             Ok(reply.at_ns)
                         }
-                        Ok(Err(e)) => Err(e),
-                        Err(e) => Err(format!("the actor did not answer: {e}")),
+                        Err(e) => Err(TargetError::ActorGone(e)),
                     },
-                    (None, _) => Err("not an actor command".into()),
-                    (_, None) => Err(
-                        "this actor cannot be killed or restarted (no fault handler on its host)"
-                            .into(),
-                    ),
+                    (None, _) => Err(TargetError::Mismatch("not an actor command")),
+                    (_, None) => Err(TargetError::NotFaultable),
                 }
             }
         };
@@ -323,7 +372,7 @@ pub async fn apply(
                 target: name,
                 at_ns: 0,
                 detail,
-                error: Some(e),
+                error: Some(e.to_string()),
             },
         });
     }

@@ -13,7 +13,7 @@
 use super::registry::ActorRegistry;
 use edgemu_codec::ids::ActorId;
 use edgemu_config::command::{PolicyOp, PolicyReply, Weights, MAX_WEIGHTS_FILE_BYTES};
-use edgemu_config::Cluster;
+use edgemu_config::{Cluster, ControlError};
 use edgemu_policies::slot::{ControlledPolicy, PolicyInfo};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,14 +44,17 @@ pub fn apply(
     op: &PolicyOp,
     now_ns: u64,
     requested_by: &str,
-) -> Result<PolicyReply, String> {
+) -> Result<PolicyReply, ControlError> {
     let name = cluster
         .get_actor(actor)
         .map(|a| a.name.clone())
         .unwrap_or_else(|| format!("actor#{}", actor.0));
-    let slot = registry
-        .get(actor)
-        .ok_or_else(|| format!("actor {name:?} on host {host} has no policy slot"))?;
+    let Some(slot) = registry.get(actor) else {
+        return Err(ControlError::NoPolicySlot {
+            actor: name,
+            host: host.to_string(),
+        });
+    };
     let info = match op {
         PolicyOp::Get => Ok(slot.info()),
         PolicyOp::Rollback => slot
@@ -84,7 +87,10 @@ pub fn apply(
             })
         }
     }
-    .map_err(|e| format!("{name}: {e}; the active policy is unchanged"))?;
+    .map_err(|reason| ControlError::PolicyRefused {
+        actor: name.clone(),
+        reason,
+    })?;
     Ok(reply(host, &name, info))
 }
 
@@ -97,7 +103,7 @@ pub async fn apply_off_thread(
     op: PolicyOp,
     now_ns: u64,
     requested_by: String,
-) -> Result<PolicyReply, String> {
+) -> Result<PolicyReply, ControlError> {
     tokio::task::spawn_blocking(move || {
         apply(
             &registry,
@@ -110,7 +116,10 @@ pub async fn apply_off_thread(
         )
     })
     .await
-    .map_err(|e| format!("policy command failed: {e}"))?
+    .map_err(|e| ControlError::TaskFailed {
+        task: "policy command".into(),
+        reason: e.to_string(),
+    })?
 }
 
 #[cfg(test)]
@@ -139,7 +148,9 @@ mod tests {
             policy: policy.map(str::to_string),
             weights: file.map(|f| Weights::File(f.to_string())),
         };
-        let e = apply(&reg, &c, "alpha", actor, &PolicyOp::Get, 0, "t").unwrap_err();
+        let e = apply(&reg, &c, "alpha", actor, &PolicyOp::Get, 0, "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no policy slot"), "{e}");
         let slot = PolicySlot::new(
             RepairPolicies,
@@ -177,7 +188,9 @@ mod tests {
             ("../etc/passwd", "relative to the config file's folder"),
             ("w/missing", "cannot open"),
         ] {
-            let e = apply(&reg, &c, "alpha", actor, &op(None, Some(file)), 9, "c").unwrap_err();
+            let e = apply(&reg, &c, "alpha", actor, &op(None, Some(file)), 9, "c")
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(want) && e.contains("unchanged"), "{file}: {e}");
             assert!(!e.contains("root:"), "{e}");
         }

@@ -34,7 +34,7 @@
 
 use super::commands::{self, Request, Target};
 use edgemu_codec::ids::{ActorId, HostId};
-use edgemu_config::Cluster;
+use edgemu_config::{Cluster, ControlError};
 
 /// What the supervisor does with one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,7 +54,7 @@ pub enum Plan {
         forward_to: Option<HostId>,
     },
     /// Answer with this error.
-    Refuse(String),
+    Refuse(ControlError),
 }
 
 /// Plans `request` on `host`. `forwarded`: it came from another host (act
@@ -80,9 +80,7 @@ pub fn plan(
     match request {
         Request::Status => Plan::Status { peers: peers() },
         Request::RunStop => Plan::Stop { peers: peers() },
-        Request::Subscribe { .. } => Plan::Refuse(
-            "metrics.subscribe is answered by the control socket it was sent to".into(),
-        ),
+        Request::Subscribe { .. } => Plan::Refuse(ControlError::SubscribeElsewhere),
         Request::Action { action, .. } => {
             let local = commands::local_targets(cluster, action, host);
             let remote: Vec<HostId> = if forwarded {
@@ -94,27 +92,21 @@ pub fn plan(
                     .collect()
             };
             if !remote.is_empty() && !has_mesh {
-                return Plan::Refuse(
-                    "target is owned by another host and this host has no mesh".into(),
-                );
+                return Plan::Refuse(ControlError::TargetNeedsMesh);
             }
             if local.is_empty() && remote.is_empty() {
-                return Plan::Refuse("the command has no target on any host".into());
+                return Plan::Refuse(ControlError::NoTarget);
             }
             Plan::Apply { local, remote }
         }
         Request::Policy { actor, .. } => match commands::policy_owner(cluster, *actor) {
-            None => Plan::Refuse(format!("no actor with id {}", actor.0)),
+            None => Plan::Refuse(ControlError::NoSuchActor(actor.0)),
             Some(owner) if owner == host => Plan::Policy {
                 actor: *actor,
                 forward_to: None,
             },
-            Some(_) if forwarded => {
-                Plan::Refuse("the actor is owned by another host; not forwarded again".into())
-            }
-            Some(_) if !has_mesh => {
-                Plan::Refuse("the actor is owned by another host and this host has no mesh".into())
-            }
+            Some(_) if forwarded => Plan::Refuse(ControlError::NotForwardedAgain),
+            Some(_) if !has_mesh => Plan::Refuse(ControlError::ActorNeedsMesh),
             Some(owner) => Plan::Policy {
                 actor: *actor,
                 forward_to: Some(owner),

@@ -15,8 +15,10 @@ use edgemu_actors::messages::{GetLinkStats, LinkStatus, PeerStatus, StopSending}
 use edgemu_actors::probes::FlowSummary;
 use edgemu_actors::router::{GetRouterCounters, RouterCounters};
 use edgemu_codec::ids::{Direction, HostId, LinkId};
-use edgemu_config::command::{Applied, AppliedTarget, HostStatus, MeshPeerStatus, StatusReply};
-use edgemu_config::{ChaosSpec, Cluster};
+use edgemu_config::command::{
+    Applied, AppliedTarget, Command, CommandReply, HostStatus, MeshPeerStatus, StatusReply,
+};
+use edgemu_config::{ChaosSpec, Cluster, ControlError};
 use futures_util::future::BoxFuture;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -24,7 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// Sends a control request to another host and waits for its JSON reply.
+/// Sends a typed control command to another host and waits for its typed
+/// reply (an error the other host answered with is
+/// [`ControlError::Remote`]).
 pub trait ControlForwarder: Send + Sync {
     /// Per-peer mesh counters (malformed frames, dropped control frames,
     /// write timeouts, silences) for `status`, by peer host name.
@@ -32,19 +36,20 @@ pub trait ControlForwarder: Send + Sync {
     fn forward(
         &self,
         host: HostId,
-        request: serde_json::Value,
-    ) -> BoxFuture<'static, Result<serde_json::Value, String>>;
+        command: Command,
+    ) -> BoxFuture<'static, Result<CommandReply, ControlError>>;
 }
 
-/// A control request (from the control websocket or a peer), parsed at the
-/// edge (off the actor thread, see [`commands::parse_off_thread`]).
+/// A control command (from the control websocket, a peer or the chaos
+/// timeline), parsed at the edge (off the actor thread, see
+/// [`commands::parse_off_thread`]) and resolved.
 #[derive(Message)]
-#[rtype(result = "Result<serde_json::Value, String>")]
+#[rtype(result = "Result<CommandReply, ControlError>")]
 pub struct Control {
     pub request: commands::Request,
-    /// The request as received (without its token): what is forwarded to
-    /// the hosts that own other targets.
-    pub raw: serde_json::Value,
+    /// The typed command as received: what is forwarded to the hosts that
+    /// own other targets (the client's token never leaves the control socket).
+    pub command: Command,
     /// Came from another host: apply locally only, never forward again.
     pub forwarded: bool,
     pub source: String,
@@ -235,7 +240,7 @@ impl Supervisor {
         self.snapshots.clear();
         let fut = self.handle_request(
             spec.request.clone(),
-            serde_json::Value::Null,
+            spec.command.clone(),
             true,
             source.clone(),
             ctx,
@@ -244,7 +249,12 @@ impl Supervisor {
             act.snapshots.clear();
             if let Err(e) = r {
                 let t = act.clock.now_ns();
-                act.log(t, &source, kind, serde_json::json!({ "error": e }));
+                act.log(
+                    t,
+                    &source,
+                    kind,
+                    serde_json::json!({ "error": e.to_string() }),
+                );
             }
         }));
     }
@@ -320,15 +330,11 @@ impl Supervisor {
     fn handle_request(
         &mut self,
         parsed: commands::Request,
-        mut request: serde_json::Value,
+        command: Command,
         forwarded: bool,
         source: String,
         ctx: &mut Context<Self>,
-    ) -> ResponseActFuture<Self, Result<serde_json::Value, String>> {
-        // The token was checked at the control socket; it never crosses the mesh.
-        if let Some(obj) = request.as_object_mut() {
-            obj.remove("token");
-        }
+    ) -> ResponseActFuture<Self, Result<CommandReply, ControlError>> {
         let host = self.host_name.clone();
         let plan = route::plan(
             &self.cluster,
@@ -385,10 +391,11 @@ impl Supervisor {
                         };
                         if let Some(f) = fwd {
                             for (p, name) in peers {
-                                let theirs = f.forward(p, request.clone()).await.and_then(|v| {
-                                    serde_json::from_value::<StatusReply>(v)
-                                        .map_err(|e| format!("bad status reply: {e}"))
-                                });
+                                let theirs = match f.forward(p, command.clone()).await {
+                                    Ok(CommandReply::Status(t)) => Ok(t),
+                                    Ok(_) => Err("bad status reply: not a status".to_string()),
+                                    Err(e) => Err(e.to_string()),
+                                };
                                 match theirs {
                                     Ok(mut t) => reply.hosts.append(&mut t.hosts),
                                     Err(e) => reply.hosts.push(HostStatus {
@@ -404,24 +411,23 @@ impl Supervisor {
                                 }
                             }
                         }
-                        to_json(&reply)
+                        Ok(CommandReply::Status(reply))
                     }
                     .into_actor(self),
                 )
             }
             Plan::Policy { actor, forward_to } => {
                 let commands::Request::Policy { op, .. } = parsed else {
-                    return Box::pin(
-                        async { Err("not a policy command".to_string()) }.into_actor(self),
-                    );
+                    let e = ControlError::RouteMismatch("not a policy command".into());
+                    return Box::pin(async { Err(e) }.into_actor(self));
                 };
                 if let Some(owner) = forward_to {
                     let fwd = self.forwarder.clone();
                     return Box::pin(
                         async move {
                             match fwd {
-                                Some(f) => f.forward(owner, request).await,
-                                None => Err("this host has no mesh".to_string()),
+                                Some(f) => f.forward(owner, command).await,
+                                None => Err(ControlError::NoMesh),
                             }
                         }
                         .into_actor(self),
@@ -459,10 +465,10 @@ impl Supervisor {
                             t,
                             &source,
                             kind,
-                            serde_json::json!({ "actor": actor_name, "error": e }),
+                            serde_json::json!({ "actor": actor_name, "error": e.to_string() }),
                         ),
                     }
-                    r.and_then(|reply| to_json(&reply))
+                    r.map(CommandReply::Policy)
                 }))
             }
             Plan::Stop { peers } => {
@@ -470,7 +476,7 @@ impl Supervisor {
                 self.log(t, &source, "run.stop", serde_json::json!({}));
                 if let Some(f) = self.forwarder.clone() {
                     for h in peers {
-                        let fut = f.forward(h, request.clone());
+                        let fut = f.forward(h, command.clone());
                         ctx.spawn(
                             async move {
                                 let _ = fut.await;
@@ -490,11 +496,12 @@ impl Supervisor {
                     }],
                     errors: Vec::new(),
                 };
-                Box::pin(async move { to_json(&applied) }.into_actor(self))
+                Box::pin(async move { Ok(CommandReply::Applied(applied)) }.into_actor(self))
             }
             Plan::Apply { local, remote } => {
                 let commands::Request::Action { action, for_ns } = parsed else {
-                    return Box::pin(async { Err("not an action".to_string()) }.into_actor(self));
+                    let e = ControlError::RouteMismatch("not an action".into());
+                    return Box::pin(async { Err(e) }.into_actor(self));
                 };
                 let fut = commands::apply(
                     self.actors.clone(),
@@ -517,16 +524,15 @@ impl Supervisor {
                         };
                         if let Some(f) = fwd {
                             for h in remote {
-                                match f.forward(h, request.clone()).await {
-                                    Ok(v) => match serde_json::from_value::<Applied>(v) {
-                                        Ok(mut theirs) => {
-                                            reply.applied.append(&mut theirs.applied);
-                                            reply.errors.append(&mut theirs.errors);
-                                        }
-                                        Err(e) => reply
-                                            .errors
-                                            .push(format!("host#{}: bad reply: {e}", h.0)),
-                                    },
+                                match f.forward(h, command.clone()).await {
+                                    Ok(CommandReply::Applied(mut theirs)) => {
+                                        reply.applied.append(&mut theirs.applied);
+                                        reply.errors.append(&mut theirs.errors);
+                                    }
+                                    Ok(_) => reply.errors.push(format!(
+                                        "host#{}: bad reply: not what was applied",
+                                        h.0
+                                    )),
                                     Err(e) => reply.errors.push(format!("host#{}: {e}", h.0)),
                                 }
                             }
@@ -539,9 +545,9 @@ impl Supervisor {
                             act.log(a.at_ns, &source, kind, a.detail());
                         }
                         if reply.applied.is_empty() && !reply.errors.is_empty() {
-                            return Err(reply.errors.join("; "));
+                            return Err(ControlError::NothingApplied(reply.errors));
                         }
-                        to_json(&reply)
+                        Ok(CommandReply::Applied(reply))
                     }),
                 )
             }
@@ -582,10 +588,6 @@ impl Supervisor {
     }
 }
 
-fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, String> {
-    serde_json::to_value(v).map_err(|e| e.to_string())
-}
-
 impl Actor for Supervisor {
     type Context = Context<Self>;
 
@@ -612,15 +614,15 @@ impl Actor for Supervisor {
 }
 
 impl Handler<Control> for Supervisor {
-    type Result = ResponseActFuture<Self, Result<serde_json::Value, String>>;
+    type Result = ResponseActFuture<Self, Result<CommandReply, ControlError>>;
     fn handle(&mut self, msg: Control, ctx: &mut Context<Self>) -> Self::Result {
         if matches!(msg.request, commands::Request::Status) {
-            return self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx);
+            return self.handle_request(msg.request, msg.command, msg.forwarded, msg.source, ctx);
         }
         // A snapshot taken before or while it applies must not outlive it.
         self.snapshots.clear();
         Box::pin(
-            self.handle_request(msg.request, msg.raw, msg.forwarded, msg.source, ctx)
+            self.handle_request(msg.request, msg.command, msg.forwarded, msg.source, ctx)
                 .map(|r, act, _| {
                     act.snapshots.clear();
                     r

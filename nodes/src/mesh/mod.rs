@@ -22,8 +22,10 @@ pub use peer::{BaseRtt, MeshTargets};
 use crate::host::supervisor::ControlForwarder;
 use anyhow::{Context as _, Result};
 use edgemu_codec::ids::HostId;
-use edgemu_codec::wire::{Envelope, Frame, Hello, PROTOCOL_VERSION};
-use edgemu_config::Cluster;
+use edgemu_codec::wire::{Hello, PROTOCOL_VERSION};
+use edgemu_config::command::{Command, CommandReply};
+use edgemu_config::{Cluster, ControlError};
+use edgemu_protocol::{Envelope, Frame};
 use futures_util::future::BoxFuture;
 use peer::PeerShared;
 use rand::RngCore;
@@ -239,27 +241,25 @@ impl ControlForwarder for MeshForwarder {
     fn forward(
         &self,
         host: HostId,
-        request: serde_json::Value,
-    ) -> BoxFuture<'static, Result<serde_json::Value, String>> {
+        command: Command,
+    ) -> BoxFuture<'static, Result<CommandReply, ControlError>> {
         let peer = self.peers.get(&host).cloned();
         Box::pin(async move {
-            let peer = peer.ok_or_else(|| format!("no such peer host#{}", host.0))?;
+            let peer = peer.ok_or(ControlError::NoSuchPeer(host.0))?;
             if !peer.up.load(Ordering::Acquire) {
-                return Err(format!("host {} is down", peer.name));
+                return Err(ControlError::PeerDown(peer.name.clone()));
             }
-            let rx = peer.register_request(&request)?;
+            let rx = peer.register_request(command)?;
             match tokio::time::timeout(FORWARD_TIMEOUT, rx).await {
-                Ok(Ok(text)) => serde_json::from_str::<serde_json::Value>(&text)
-                    .map_err(|e| format!("bad reply from {}: {e}", peer.name))
-                    .and_then(|v| match v.get("error").and_then(|e| e.as_str()) {
-                        Some(e) => Err(format!("{}: {e}", peer.name)),
-                        None => Ok(v.get("result").cloned().unwrap_or(v)),
-                    }),
-                Ok(Err(_)) => Err(format!("host {} went down before answering", peer.name)),
-                Err(_) => Err(format!(
-                    "host {} did not answer within {FORWARD_TIMEOUT:?}",
-                    peer.name
-                )),
+                Ok(Ok(reply)) => reply.map_err(|e| ControlError::Remote {
+                    host: peer.name.clone(),
+                    error: Box::new(e),
+                }),
+                Ok(Err(_)) => Err(ControlError::PeerLost(peer.name.clone())),
+                Err(_) => Err(ControlError::PeerSilent {
+                    host: peer.name.clone(),
+                    after: FORWARD_TIMEOUT,
+                }),
             }
         })
     }

@@ -8,8 +8,11 @@ use actix::prelude::*;
 use edgemu_actors::messages::PeerStatus;
 use edgemu_actors::router::{Inbound, InboundGate, PeerSendError, PeerSender};
 use edgemu_codec::ids::HostId;
-use edgemu_codec::wire::{
-    decode_frame, encode_frame, Envelope, Frame, Handshake, HandshakeOutcome,
+use edgemu_codec::wire::{Handshake, HandshakeOutcome};
+use edgemu_config::command::Command;
+use edgemu_config::ControlError;
+use edgemu_protocol::{
+    decode_frame, encode_frame, Envelope, ForwardedCommand, ForwardedReply, Frame,
 };
 use futures_util::{SinkExt, StreamExt};
 use std::collections::{BTreeMap, HashMap};
@@ -129,7 +132,7 @@ pub(crate) struct PeerShared {
     pub counters: PeerCounters,
     pub rtt_min_ns: AtomicU64,
     next_request: AtomicU64,
-    pending: Mutex<HashMap<u64, oneshot::Sender<String>>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<ForwardedReply>>>,
 }
 
 impl PeerShared {
@@ -152,48 +155,55 @@ impl PeerShared {
         }
     }
 
-    /// Queues a forwarded control request; the receiver gets the reply text.
+    /// The requests waiting for a reply (a map without invariants, so a
+    /// panic elsewhere that poisoned the lock leaves it usable).
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<ForwardedReply>>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a forwarded control command; the receiver gets the reply.
     pub fn register_request(
         &self,
-        request: &serde_json::Value,
-    ) -> Result<oneshot::Receiver<String>, String> {
+        command: Command,
+    ) -> Result<oneshot::Receiver<ForwardedReply>, ControlError> {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.send_control(Frame::ControlForward {
+        // Registered before it is sent, so a quick reply finds it.
+        self.pending().insert(id, tx);
+        let sent = self.send_control(Frame::ControlForward {
             id,
-            json: request.to_string(),
-        })?;
-        self.pending.lock().map_err(|_| "poisoned")?.insert(id, tx);
+            command: ForwardedCommand(command),
+        });
+        if let Err(e) = sent {
+            self.pending().remove(&id);
+            return Err(e);
+        }
         Ok(rx)
     }
 
     /// Queues a control frame; a full queue drops it and counts it.
-    pub fn send_control(&self, frame: Frame) -> Result<(), String> {
+    pub fn send_control(&self, frame: Frame) -> Result<(), ControlError> {
         self.ctrl_tx.try_send(frame).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
                 self.counters
                     .control_dropped
                     .fetch_add(1, Ordering::Relaxed);
-                format!("control queue to host {} is full", self.name)
+                ControlError::PeerQueueFull(self.name.clone())
             }
-            mpsc::error::TrySendError::Closed(_) => {
-                format!("host {} is shutting down", self.name)
-            }
+            mpsc::error::TrySendError::Closed(_) => ControlError::PeerLeaving(self.name.clone()),
         })
     }
 
-    pub fn complete_request(&self, id: u64, json: String) {
-        let tx = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+    pub fn complete_request(&self, id: u64, reply: ForwardedReply) {
+        let tx = self.pending().remove(&id);
         if let Some(tx) = tx {
-            let _ = tx.send(json);
+            let _ = tx.send(reply);
         }
     }
 
     /// Drops pending requests (their senders see the peer went down).
     pub fn fail_pending(&self) {
-        if let Ok(mut p) = self.pending.lock() {
-            p.clear();
-        }
+        self.pending().clear();
     }
 
     pub fn note_rtt(&self, rtt_ns: u64) -> bool {

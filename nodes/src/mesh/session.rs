@@ -4,7 +4,10 @@ use super::peer::PeerShared;
 use super::{MeshContext, HEARTBEAT, PEER_TIMEOUT};
 use crate::host::supervisor::Control;
 use edgemu_actors::router::Inbound;
-use edgemu_codec::wire::{decode_frame, encode_frame, Envelope, Frame, Heartbeat, MAX_FRAME_BYTES};
+use edgemu_codec::wire::{BulkBytes, Heartbeat, MAX_FRAME_BYTES};
+use edgemu_config::command::Command;
+use edgemu_config::ControlError;
+use edgemu_protocol::{decode_frame, encode_frame, Envelope, ForwardedReply, Frame};
 use futures_util::{SinkExt, StreamExt};
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -31,11 +34,7 @@ const BATCH_BYTES: usize = MAX_FRAME_BYTES / 4;
 /// Bytes an envelope adds to a frame: its real payload, not the declared
 /// size a link charges (a probe of 1400 declared bytes encodes to ~30).
 fn encoded_estimate(e: &Envelope) -> usize {
-    32 + match &e.payload {
-        edgemu_codec::wire::Msg::Bytes(b) => b.len(),
-        edgemu_codec::wire::Msg::Probe(p) => p.pad.len(),
-        _ => 0,
-    }
+    32 + e.payload.bulk_bytes()
 }
 
 /// Longest a single websocket write may take. A peer that stops reading
@@ -124,18 +123,18 @@ async fn read_loop(
                     let _ = ctx.start.send(Some(unix_ns));
                 }
             }
-            Frame::ControlForward { id, json } => {
+            Frame::ControlForward { id, command } => {
                 let supervisor = ctx.targets.supervisor();
                 let ctrl = peer.ctrl_tx.clone();
                 let name = peer.name.clone();
                 let cluster = ctx.cluster.clone();
                 actix_rt::spawn(async move {
-                    let reply = answer_forward(supervisor, cluster, json, &name).await;
+                    let reply = answer_forward(supervisor, cluster, command.0, &name).await;
                     // The reply waits for room: the requester times out on its own.
-                    let _ = ctrl.send(Frame::ControlReply { id, json: reply }).await;
+                    let _ = ctrl.send(Frame::ControlReply { id, reply }).await;
                 });
             }
-            Frame::ControlReply { id, json } => peer.complete_request(id, json),
+            Frame::ControlReply { id, reply } => peer.complete_request(id, reply),
             Frame::Bye { reason } => return format!("bye: {reason}"),
             Frame::Hello(_) | Frame::Auth(_) => {
                 peer.counters
@@ -237,44 +236,25 @@ async fn write_loop(
     }
 }
 
+/// Runs a command another host forwarded: resolved here (off the actor
+/// thread: it may read a trace file) and applied to this host's targets
+/// only. The typed reply goes back as it is.
 async fn answer_forward(
     supervisor: Option<actix::Recipient<Control>>,
     cluster: std::sync::Arc<edgemu_config::Cluster>,
-    json: String,
+    command: Command,
     from: &str,
-) -> String {
-    let Some(sup) = supervisor else {
-        return serde_json::json!({ "error": "run has not started on this host" }).to_string();
-    };
-    // Parsed off the actor thread: it may read a trace file.
-    let parsed = tokio::task::spawn_blocking(move || {
-        serde_json::from_str::<serde_json::Value>(&json)
-            .map_err(|e| format!("malformed forwarded request: {e}"))
+) -> ForwardedReply {
+    let sup = supervisor.ok_or(ControlError::NotStarted)?;
+    let (command, request) = crate::host::commands::resolve_off_thread(cluster, command).await?;
+    sup.send(Control {
+        request,
+        command,
+        forwarded: true,
+        source: format!("control (via {from})"),
     })
     .await
-    .map_err(|e| e.to_string())
-    .and_then(|r| r);
-    let raw = match parsed {
-        Ok(v) => v,
-        Err(e) => return serde_json::json!({ "error": e }).to_string(),
-    };
-    let (request, raw) = match crate::host::commands::parse_off_thread(cluster, raw).await {
-        Ok(v) => v,
-        Err(e) => return serde_json::json!({ "error": e }).to_string(),
-    };
-    match sup
-        .send(Control {
-            request,
-            raw,
-            forwarded: true,
-            source: format!("control (via {from})"),
-        })
-        .await
-    {
-        Ok(Ok(v)) => serde_json::json!({ "result": v }).to_string(),
-        Ok(Err(e)) => serde_json::json!({ "error": e }).to_string(),
-        Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
-    }
+    .map_err(|e| ControlError::HostStopping(e.to_string()))?
 }
 
 #[cfg(test)]
@@ -283,7 +263,7 @@ mod tests {
     use super::*;
     use crate::mesh::MeshTargets;
     use edgemu_codec::ids::{ActorId, HostId};
-    use edgemu_codec::wire::Msg;
+    use edgemu_protocol::Msg;
     use std::sync::Arc;
     use tokio::sync::watch;
     use tokio_tungstenite::tungstenite::protocol::Role;
@@ -324,7 +304,7 @@ mod tests {
             via: None,
             sent_at_ns: 0,
             due_ns: None,
-            payload: Msg::Bytes(vec![7u8; 64 * 1024]),
+            payload: Msg::KvFrame(vec![7u8; 64 * 1024]),
         }
     }
 
