@@ -10,12 +10,13 @@
 //! available again at the first decision after its first report following a
 //! restart.
 //!
-//! A server that has **never reported** is starting up (a real model may
-//! take seconds to load while its mailbox holds what it is sent) and stays
-//! available until its first report; the timeout runs from then on. A
-//! restarted scheduler ([`Availability::reset`]) instead counts every
-//! server as seen at the restart, so one that stays dead is marked
-//! unavailable after the timeout.
+//! A server that has **never reported** counts as seen when the scheduler
+//! started ([`Availability::reset`], as a restarted scheduler does): a real
+//! server loads its model and measures its speed first, seconds in which
+//! work sent to it would only wait in its mailbox, so after the timeout it
+//! is unavailable until its first report. [`Availability::new`] alone
+//! (the slotted harness, whose servers report every slot) keeps a server
+//! that never reported available.
 
 /// Slots without a report before a server is marked unavailable.
 pub const DEFAULT_TIMEOUT_SLOTS: u64 = 2;

@@ -208,6 +208,13 @@ impl SchedulerCore {
         Ok(())
     }
 
+    /// The scheduler starts at `now_ns`: a server that has not reported a
+    /// timeout later is unavailable until it does (see
+    /// [`crate::availability`]).
+    pub fn start(&mut self, now_ns: u64) {
+        self.availability.reset(now_ns);
+    }
+
     /// Re-evaluates availability at `now_ns` (once per decision); returns
     /// the servers whose availability changed.
     pub fn update_availability(&mut self, now_ns: u64) -> Vec<AvailabilityChange> {
@@ -459,6 +466,26 @@ mod tests {
         take_down(&mut c, &[0, 1, 2]);
         let d = c.decide(1, &requests(5));
         assert_eq!((servers_of(&d), d.moved), (vec![0; 5], 0));
+    }
+
+    #[test]
+    fn a_server_still_loading_after_the_timeout_gets_nothing_until_it_reports() {
+        let mut c = core(2, Box::new(AllToFirst));
+        c.start(0);
+        // Server 1 reports every slot; server 0 (a real model loading and
+        // measuring itself) has not reported 3 s after the start.
+        c.report(1, 0, SlotLoad::default(), None, S).expect("report");
+        c.report(1, 1, SlotLoad::default(), None, 2 * S).expect("report");
+        assert!(c.update_availability(2 * S).is_empty(), "within the timeout");
+        let changes = c.update_availability(3 * S);
+        assert_eq!(changes.len(), 1);
+        assert!(!changes[0].available && changes[0].server == 0);
+        let d = c.decide(3, &requests(2));
+        assert_eq!(servers_of(&d), vec![1, 1]);
+        // Its first report brings it in at the next decision.
+        c.report(0, 3, SlotLoad::default(), None, 4 * S).expect("report");
+        c.update_availability(4 * S);
+        assert_eq!(servers_of(&c.decide(4, &requests(1))), vec![0]);
     }
 
     #[test]

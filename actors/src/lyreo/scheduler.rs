@@ -323,6 +323,7 @@ fn name(names: &[String], id: ActorId) -> &str {
 impl Actor for SchedulerActor {
     type Context = Context<Self>;
     fn started(&mut self, ctx: &mut Context<Self>) {
+        self.core.start(self.clock.now_ns());
         let first = self.decide_at(0);
         ctx.run_later(self.clock.until(first), |act, ctx| act.decide(ctx));
     }
