@@ -20,7 +20,8 @@
 use crate::trace::{RateTraceKind, MAHIMAHI_MTU};
 use crate::RateSpec;
 
-const NS_PER_S: u128 = 1_000_000_000;
+/// [`crate::time::NS_PER_S`] for exact products of bits and nanoseconds.
+const NS_PER_S: u128 = crate::time::NS_PER_S as u128;
 
 /// When a packet would be serialized; apply with [`Serializer::commit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,5 +23,4 @@ pub use harness::{run_episode, run_episode_with, EpisodeOutcome, GpuMix, Scenari
 pub use scheduler::{LyapunovQueues, SchedulerCore};
 pub use server::{Dropped, RequestRecord, ServerReport, ServerSlotCore};
 
-/// Nanoseconds per second.
-pub const NS_PER_S: u64 = 1_000_000_000;
+pub use edgemu_links::time::NS_PER_S;

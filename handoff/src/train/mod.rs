@@ -49,7 +49,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::blocks::{placeholder_utilities, BlockLayout};
 use crate::error::HandoffError;
-use crate::harness::{run_handoff, synthetic_payload, HandoffScenario, RunOptions};
+use crate::harness::{run_handoff, synthetic_payload, RunOptions};
+use crate::scenario::HandoffScenario;
 use crate::scheme::scheme;
 use crate::sender::PotentialWeights;
 use env::{draw_episode, EpisodeRanges};
@@ -317,11 +318,7 @@ impl Evaluation {
 }
 
 fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
+    edgemu_stats::mean(v).unwrap_or(0.0)
 }
 
 /// What a training produced.
