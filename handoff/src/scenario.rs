@@ -22,6 +22,7 @@
 use std::sync::Arc;
 
 use edgemu_codec::fec::FRAME_SIZE;
+use edgemu_links::time::NS_PER_S;
 use edgemu_links::{paper_channel, LinkParams, LossSpec, RateSpec};
 use edgemu_policies::repair::RepairScheduler;
 
@@ -78,6 +79,30 @@ pub const DEFAULT_BUDGET_FRACTION: f64 = 0.25;
 pub const DEFAULT_FEEDBACK_EVERY: u32 = 4;
 
 impl HandoffScenario {
+    /// The blocks over `forward` and `reverse` at nominal rate `rate_bps`,
+    /// ρ = 1, session 0, and the defaults for K, the repair budget and
+    /// feedback.
+    fn assemble(
+        (layout, utilities, payload): (BlockLayout, Arc<[f64]>, Arc<[u8]>),
+        forward: LinkParams,
+        reverse: LinkParams,
+        rate_bps: u64,
+    ) -> Self {
+        HandoffScenario {
+            layout,
+            utilities,
+            payload,
+            forward,
+            reverse,
+            rate_bps,
+            rho: 1.0,
+            k: DEFAULT_K,
+            budget_fraction: DEFAULT_BUDGET_FRACTION,
+            feedback_every: DEFAULT_FEEDBACK_EVERY,
+            session: 0,
+        }
+    }
+
     /// A symmetric link of `rate_bps` and `rtt_ns` (half each way), `loss` on
     /// the forward direction, a lossless reverse direction (the paper's
     /// reverse feedback channel is reliable), at deadline ρ.
@@ -96,18 +121,11 @@ impl HandoffScenario {
             loss,
             ..LinkParams::default()
         };
+        let blocks = (layout, utilities, payload);
         HandoffScenario {
-            layout,
-            utilities,
-            payload,
-            forward: dir(loss),
-            reverse: dir(LossSpec::None),
-            rate_bps,
             rho,
-            k: DEFAULT_K,
-            budget_fraction: DEFAULT_BUDGET_FRACTION,
-            feedback_every: DEFAULT_FEEDBACK_EVERY,
             session: 1,
+            ..Self::assemble(blocks, dir(loss), dir(LossSpec::None), rate_bps)
         }
     }
 
@@ -147,19 +165,7 @@ impl HandoffScenario {
                 ))
             }
         };
-        let mut s = HandoffScenario {
-            layout,
-            utilities,
-            payload,
-            forward,
-            reverse,
-            rate_bps,
-            rho: 1.0,
-            k: DEFAULT_K,
-            budget_fraction: DEFAULT_BUDGET_FRACTION,
-            feedback_every: DEFAULT_FEEDBACK_EVERY,
-            session: 0,
-        };
+        let mut s = Self::assemble((layout, utilities, payload), forward, reverse, rate_bps);
         s.rho = match deadline {
             Deadline::Rho(rho) => rho,
             Deadline::Ttft(d) => {
@@ -171,7 +177,7 @@ impl HandoffScenario {
 
     /// One slot: a full frame at the nominal rate, ns (rounded up).
     pub fn slot_ns(&self) -> u64 {
-        (FRAME_SIZE as u64 * 8 * 1_000_000_000).div_ceil(self.rate_bps.max(1))
+        (FRAME_SIZE as u64 * 8 * NS_PER_S).div_ceil(self.rate_bps.max(1))
     }
 
     /// T_ser = N · t_slot.
@@ -324,40 +330,26 @@ mod tests {
     fn a_link_handoff_takes_its_rate_and_its_deadline_from_the_task() {
         let (l, u, p) = blocks();
         let fixed = link(RateSpec::Fixed { bps: 50_000_000 });
-        let s = HandoffScenario::over_link(
-            l,
-            Arc::clone(&u),
-            Arc::clone(&p),
-            fixed.clone(),
-            fixed.clone(),
-            Deadline::Rho(0.9),
-        )
-        .unwrap();
+        let over = |forward: LinkParams, deadline| {
+            HandoffScenario::over_link(
+                l,
+                Arc::clone(&u),
+                Arc::clone(&p),
+                forward,
+                fixed.clone(),
+                deadline,
+            )
+        };
+        let s = over(fixed.clone(), Deadline::Rho(0.9)).unwrap();
         assert_eq!((s.rate_bps, s.rho, s.k), (50_000_000, 0.9, DEFAULT_K));
         assert_eq!(s.slot_ns(), 224_000);
         // A TTFT budget of T_ow + half of T_ser is ρ = 0.5.
         let t_ser = 72 * 224_000;
-        let s = HandoffScenario::over_link(
-            l,
-            Arc::clone(&u),
-            Arc::clone(&p),
-            fixed.clone(),
-            fixed.clone(),
-            Deadline::Ttft(5_000_000 + t_ser / 2),
-        )
-        .unwrap();
+        let s = over(fixed.clone(), Deadline::Ttft(5_000_000 + t_ser / 2)).unwrap();
         assert_eq!(s.rho, 0.5);
         assert_eq!(s.deadline_ns(), 5_000_000 + t_ser / 2);
         // A budget shorter than the one-way delay leaves ρ = 0: no sender.
-        let s = HandoffScenario::over_link(
-            l,
-            Arc::clone(&u),
-            Arc::clone(&p),
-            fixed.clone(),
-            fixed.clone(),
-            Deadline::Ttft(1_000_000),
-        )
-        .unwrap();
+        let s = over(fixed.clone(), Deadline::Ttft(1_000_000)).unwrap();
         assert_eq!(s.rho, 0.0);
         let spec = scheme("priority-fixed-fec").unwrap();
         assert!(matches!(
@@ -365,14 +357,7 @@ mod tests {
             Err(HandoffError::Config(_))
         ));
         for rate in [RateSpec::Unlimited, RateSpec::Fixed { bps: 0 }] {
-            let e = HandoffScenario::over_link(
-                l,
-                Arc::clone(&u),
-                Arc::clone(&p),
-                link(rate),
-                fixed.clone(),
-                Deadline::Rho(1.0),
-            );
+            let e = over(link(rate), Deadline::Rho(1.0));
             assert!(matches!(e, Err(HandoffError::Config(_))), "{e:?}");
         }
     }

@@ -114,7 +114,7 @@ impl LinkFlapper {
 mod tests {
     use super::*;
 
-    const S: u64 = 1_000_000_000;
+    const S: u64 = crate::time::NS_PER_S;
 
     fn params(seed: u64, until_ns: Option<u64>) -> FlapParams {
         FlapParams {

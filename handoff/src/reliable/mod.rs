@@ -50,6 +50,7 @@ pub use error::ReliableError;
 pub use quic::run_quic;
 pub use tcp::{run_tcp, TCP_RX_BUFFER, TCP_TX_BUFFER};
 
+use edgemu_links::time::NS_PER_S;
 #[cfg(doc)]
 use edgemu_links::LinkModel;
 use edgemu_links::{paper_channel, LinkParams, LossSpec};
@@ -203,7 +204,7 @@ impl ReliableOutcome {
     /// Application goodput to completion, bits per second.
     pub fn goodput_bps(&self) -> Option<f64> {
         let t = self.completion_ns?;
-        (t > 0).then(|| self.bytes as f64 * 8.0 * 1e9 / t as f64)
+        (t > 0).then(|| self.bytes as f64 * 8.0 * NS_PER_S as f64 / t as f64)
     }
 }
 

@@ -97,7 +97,7 @@ pub struct TrainConfig {
     /// test).
     pub keep_best: bool,
     /// Coding window limit K of the training episodes and the evaluation
-    /// handoffs (`None`: the harness default).
+    /// handoffs (`None`: the scenario default).
     pub k: Option<u16>,
     /// Weights of the shaping potential F (paper §IV-C3) in the reward.
     pub potential: PotentialWeights,

@@ -13,6 +13,7 @@
 use super::table::{link_cells, render, render_markdown, LinkRow};
 use crate::report::csv::Table as Csv;
 use crate::report::events::{read_events, EventLine};
+use edgemu_links::time::NS_PER_S;
 use edgemu_stats::{percentile, sorted_finite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -476,7 +477,7 @@ fn handoff_table(handoffs: &[Csv]) -> Result<SummaryTable, String> {
             rows.push((
                 start_ns,
                 vec![
-                    f(Some(start_ns / 1e9), 1),
+                    f(Some(start_ns / NS_PER_S as f64), 1),
                     format!("{}→{}", text(r, &["from"]), text(r, &["to"])),
                     r[cs].clone(),
                     text(r, &["policy"]),
@@ -577,7 +578,7 @@ fn detail(e: &EventLine) -> String {
         .map(|(k, v)| match (k.strip_suffix("_ns"), v) {
             // Times and durations in seconds, like the time column.
             (Some(k), serde_json::Value::Number(n)) => match n.as_u64() {
-                Some(ns) => format!("{k}={:.3}s", ns as f64 / 1e9),
+                Some(ns) => format!("{k}={:.3}s", ns as f64 / NS_PER_S as f64),
                 None => format!("{k}={n}"),
             },
             (_, serde_json::Value::String(s)) if k == "detail" => s.clone(),
@@ -608,7 +609,7 @@ fn event_table(events: &[EventLine]) -> SummaryTable {
         .filter(|e| !(e.source == "mesh" && e.t_ns >= end))
     {
         let row = vec![
-            format!("{:.3}", e.t_ns as f64 / 1e9),
+            format!("{:.3}", e.t_ns as f64 / NS_PER_S as f64),
             e.host.clone(),
             e.source.clone(),
             e.kind.clone(),
