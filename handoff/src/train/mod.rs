@@ -112,6 +112,17 @@ pub struct TrainConfig {
     pub init: Option<DdqnNet>,
 }
 
+/// The evaluation handoff on `layout` without a measured profile: the
+/// paper's channel at ρ = 0.8, placeholder utilities, a stand-in payload.
+fn placeholder_evaluation(layout: BlockLayout) -> HandoffScenario {
+    HandoffScenario::paper(
+        layout,
+        placeholder_utilities(&layout).into(),
+        synthetic_payload(&layout, 1),
+        0.8,
+    )
+}
+
 impl TrainConfig {
     /// The full training: SmolLM2's layout with placeholder utilities for
     /// evaluation, the default episode ranges.
@@ -125,12 +136,7 @@ impl TrainConfig {
             eval_every: 20,
             eval_seeds: 4,
             final_seeds: 0,
-            eval_scenario: HandoffScenario::paper(
-                layout,
-                placeholder_utilities(&layout).into(),
-                synthetic_payload(&layout, 1),
-                0.8,
-            ),
+            eval_scenario: placeholder_evaluation(layout),
             learner: DdqnNet::learner_config(seed),
             init: None,
             potential: PotentialWeights::default(),
@@ -154,12 +160,7 @@ impl TrainConfig {
             eval_every: episodes.div_ceil(2).max(1),
             eval_seeds: 2,
             final_seeds: 0,
-            eval_scenario: HandoffScenario::paper(
-                layout,
-                placeholder_utilities(&layout).into(),
-                synthetic_payload(&layout, 1),
-                0.8,
-            ),
+            eval_scenario: placeholder_evaluation(layout),
             learner: DdqnConfig {
                 min_replay: 32,
                 ..DdqnNet::learner_config(seed)
