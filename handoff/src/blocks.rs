@@ -360,7 +360,11 @@ mod tests {
         // A layer in no group counts in the last one.
         let u = cell_utilities(&cells, &[0..3, 3..5], &layout).unwrap();
         assert_eq!(u[layout.block_id(5, 0) as usize], 0.6 / 6.0);
-        assert!(cell_utilities(&cells, &[0..6], &layout).is_err());
+        let three_groups = [0..2, 2..4, 4..6];
+        assert!(
+            cell_utilities(&cells, &three_groups, &layout).is_err(),
+            "2 rows, 3 groups"
+        );
         assert!(cell_utilities(&[vec![1.0], vec![]], &groups, &layout).is_err());
         assert!(cell_utilities(&[], &[], &layout).is_err());
     }
