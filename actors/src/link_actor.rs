@@ -17,9 +17,8 @@ use crate::messages::{
 };
 use actix::prelude::*;
 use edgemu_codec::ids::{Direction, LinkId};
-use edgemu_links::{LinkModel, LinkParams, LossSpec, Offer, RateSpec};
+use edgemu_links::{FlapChange, FlapParams, LinkFlapper, LinkModel, LinkParams, Offer, RateSpec};
 use edgemu_protocol::Envelope;
-use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
 pub struct LinkActor {
@@ -41,6 +40,9 @@ pub struct LinkActor {
     overrides: LinkOverrides,
     /// Latest offer time, so a back-dated [`OfferAt`] never goes behind it.
     last_offer_ns: u64,
+    /// The running flap process and its epoch in `overrides` (a restore or a
+    /// new flap ends it).
+    flap: Option<(u64, LinkFlapper)>,
 }
 
 /// Offer an envelope at run time `at_ns` rather than at `now`: a sender
@@ -84,6 +86,7 @@ impl LinkActor {
             wake_generation: 0,
             wake_at: None,
             last_offer_ns: 0,
+            flap: None,
         }
     }
 
@@ -177,55 +180,44 @@ impl LinkActor {
         });
     }
 
-    fn schedule_flap(
-        &mut self,
-        ctx: &mut Context<Self>,
-        mut rng: rand_chacha::ChaCha8Rng,
-        mtbf_ns: u64,
-        mttr_ns: u64,
-        until_ns: Option<u64>,
-        epoch: u64,
-    ) {
-        let up = !self.overrides.flap_down();
-        let mean = if up { mtbf_ns } else { mttr_ns } as f64;
-        // Exponential holding time with the given mean.
-        let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
-        let hold = (-u.ln() * mean).min(u64::MAX as f64 / 2.0) as u64;
-        let at = self.clock.now_ns().saturating_add(hold.max(1));
-        if let Some(until) = until_ns {
-            if at >= until {
-                if !up {
-                    ctx.run_later(self.clock.until(until), move |act, ctx| {
-                        if act.overrides.flap_epoch() == epoch {
-                            let now = act.clock.now_ns();
-                            act.overrides.set_flap_down(false);
-                            act.sync(now);
-                            act.log("flap", "link.restore", now, act.ident());
-                            act.schedule(ctx);
-                        }
-                    });
-                }
-                return;
+    /// Applies the flap change due now, if the flap process `epoch` still
+    /// runs, and sets the timer to the next one.
+    fn flap_due(&mut self, ctx: &mut Context<Self>, epoch: u64) {
+        let Some((e, flapper)) = &mut self.flap else {
+            return;
+        };
+        if *e != epoch || self.overrides.flap_epoch() != epoch {
+            return;
+        }
+        let now = self.clock.now_ns();
+        let Some(change) = flapper.poll(now) else {
+            return;
+        };
+        match change {
+            FlapChange::Up => {
+                self.overrides.set_flap_down(false);
+                self.sync(now);
+                self.log("flap", "link.restore", now, self.ident());
+            }
+            FlapChange::Down => {
+                self.overrides.set_flap_down(true);
+                let n = self.sync(now).unwrap_or(0);
+                let mut d = self.ident();
+                d["dropped_in_flight"] = n.into();
+                self.log("flap", "link.kill", now, d);
             }
         }
-        ctx.run_later(Duration::from_nanos(hold.max(1)), move |act, ctx| {
-            if act.overrides.flap_epoch() != epoch {
-                return;
-            }
-            let now = act.clock.now_ns();
-            if act.overrides.flap_down() {
-                act.overrides.set_flap_down(false);
-                act.sync(now);
-                act.log("flap", "link.restore", now, act.ident());
-            } else {
-                act.overrides.set_flap_down(true);
-                let n = act.sync(now).unwrap_or(0);
-                let mut d = act.ident();
-                d["dropped_in_flight"] = n.into();
-                act.log("flap", "link.kill", now, d);
-            }
-            act.schedule(ctx);
-            act.schedule_flap(ctx, rng, mtbf_ns, mttr_ns, until_ns, epoch);
+        self.schedule(ctx);
+        self.schedule_flap(ctx, epoch);
+    }
+
+    /// Wakes the actor at the running flap process's next change.
+    fn schedule_flap(&mut self, ctx: &mut Context<Self>, epoch: u64) {
+        let Some(at) = self.flap.as_ref().and_then(|(_, f)| f.next_change_ns()) else {
+            return;
+        };
+        ctx.run_later(self.clock.until(at), move |act, ctx| {
+            act.flap_due(ctx, epoch)
         });
     }
 }
@@ -297,8 +289,14 @@ impl Handler<LinkControl> for LinkActor {
                 until_ns,
             } => {
                 let epoch = self.overrides.start_flap();
-                let rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-                self.schedule_flap(ctx, rng, mtbf_ns, mttr_ns, until_ns, epoch);
+                let params = FlapParams {
+                    mtbf_ns,
+                    mttr_ns,
+                    seed,
+                    until_ns,
+                };
+                self.flap = Some((epoch, LinkFlapper::start(params, now)));
+                self.schedule_flap(ctx, epoch);
             }
         }
         self.sync(now);
@@ -350,29 +348,7 @@ impl LinkActor {
             delay_p50_ns: c.delay_ns.value_at_quantile(0.5),
             delay_p99_ns: c.delay_ns.value_at_quantile(0.99),
             delay_max_ns: c.delay_ns.max(),
-            expected_loss: expected_loss(&p.loss),
+            expected_loss: p.loss.stationary_loss(),
         }
-    }
-}
-
-/// Long-run loss rate a loss model should show (None for traces).
-pub fn expected_loss(loss: &LossSpec) -> Option<f64> {
-    match loss {
-        LossSpec::None => Some(0.0),
-        LossSpec::Bernoulli { p } => Some(*p),
-        LossSpec::GilbertElliott {
-            eps_g,
-            eps_b,
-            p_gb,
-            p_bg,
-        } => {
-            let s = p_gb + p_bg;
-            if s > 0.0 {
-                Some((p_gb * eps_b + p_bg * eps_g) / s)
-            } else {
-                Some(*eps_g)
-            }
-        }
-        LossSpec::Trace(_) => None,
     }
 }

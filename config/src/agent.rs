@@ -74,8 +74,8 @@ const fn concat<const N: usize>(a: &[&'static str], b: &[&'static str]) -> [&'st
     out
 }
 
-/// The coding window K when `coding_window` is not given: the handoff
-/// harness's default (`edgemu_handoff::harness::DEFAULT_K`; this crate does
+/// The coding window K when `coding_window` is not given: a handoff
+/// scenario's default (`edgemu_handoff::scenario::DEFAULT_K`; this crate does
 /// not depend on it, a test in `edgemu-actors` checks they agree).
 pub const DEFAULT_CODING_WINDOW: u16 = 256;
 

@@ -405,15 +405,6 @@ fn describe_rate(r: &RateSpec) -> String {
     }
 }
 
-/// Long-run fraction of packets lost by a Gilbert–Elliott chain.
-pub fn ge_stationary_loss(eps_g: f64, eps_b: f64, p_gb: f64, p_bg: f64) -> f64 {
-    if p_gb + p_bg == 0.0 {
-        return eps_g; // never leaves the Good state it starts in
-    }
-    let pi_b = p_gb / (p_gb + p_bg);
-    (1.0 - pi_b) * eps_g + pi_b * eps_b
-}
-
 fn describe_loss(l: &LossSpec) -> String {
     match l {
         LossSpec::None => "none".into(),
@@ -425,7 +416,7 @@ fn describe_loss(l: &LossSpec) -> String {
             p_bg,
         } => format!(
             "ge eps_g={eps_g} eps_b={eps_b} p_gb={p_gb} p_bg={p_bg} (stationary {:.2}%)",
-            ge_stationary_loss(*eps_g, *eps_b, *p_gb, *p_bg) * 100.0
+            l.stationary_loss().unwrap_or(f64::NAN) * 100.0
         ),
         LossSpec::Trace(t) => format!(
             "trace (eps_g={} eps_b={}{})",

@@ -276,7 +276,6 @@ mod node;
 pub mod units;
 
 pub use action::{read_run_file, MAX_TRACE_BYTES};
-pub use describe::ge_stationary_loss;
 pub use error::{ActionError, ConfigError, ControlError, Diagnostic, Diagnostics};
 pub use load::{default_queue_bytes, MIN_EVERY_NS};
 pub use model::*;

@@ -15,6 +15,7 @@
 //! nanosecond; a size must come out as a whole number of bytes.
 //! The `fmt_*` functions write values the parsers read back.
 
+use edgemu_links::time::{NS_PER_MS, NS_PER_S, NS_PER_US};
 use std::fmt;
 
 /// Which kind of unit a value was expected to have.
@@ -71,11 +72,11 @@ const RATE_UNITS: &[(&str, u128)] = &[
 ];
 const DURATION_UNITS: &[(&str, u128)] = &[
     ("ns", 1),
-    ("us", 1_000),
-    ("µs", 1_000),
-    ("ms", 1_000_000),
-    ("s", 1_000_000_000),
-    ("m", 60_000_000_000),
+    ("us", NS_PER_US as u128),
+    ("µs", NS_PER_US as u128),
+    ("ms", NS_PER_MS as u128),
+    ("s", NS_PER_S as u128),
+    ("m", 60 * NS_PER_S as u128),
 ];
 const BYTE_UNITS: &[(&str, u128)] = &[
     ("B", 1),
@@ -177,9 +178,9 @@ pub fn fmt_rate(bps: u64) -> String {
 pub fn fmt_duration(ns: u64) -> String {
     let (div, unit) = match ns {
         0 => (1, "s"),
-        n if n >= 1_000_000_000 => (1_000_000_000, "s"),
-        n if n >= 1_000_000 => (1_000_000, "ms"),
-        n if n >= 1_000 => (1_000, "us"),
+        n if n >= NS_PER_S => (NS_PER_S, "s"),
+        n if n >= NS_PER_MS => (NS_PER_MS, "ms"),
+        n if n >= NS_PER_US => (NS_PER_US, "us"),
         _ => (1, "ns"),
     };
     format!("{}{unit}", scaled(ns, div))

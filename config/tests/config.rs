@@ -404,7 +404,15 @@ fn describe_shows_the_topology() {
 
 #[test]
 fn stationary_ge_loss_matches_the_paper() {
-    let l = ge_stationary_loss(0.001, 0.5, 0.02, 0.1);
+    let ge = LossSpec::GilbertElliott {
+        eps_g: 0.001,
+        eps_b: 0.5,
+        p_gb: 0.02,
+        p_bg: 0.1,
+    };
+    let l = ge
+        .stationary_loss()
+        .expect("a GE chain has a stationary loss");
     assert!((l - 0.0842).abs() < 0.0001, "{l}");
 }
 

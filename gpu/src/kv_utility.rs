@@ -284,17 +284,12 @@ pub fn profile(
 }
 
 impl KvUtilityProfile {
-    /// Utility of the KV row of `layer` at `token` of a context of `n_tokens`
-    /// (the cell it falls in).
-    pub fn utility(&self, layer: usize, token: usize, n_tokens: usize) -> f64 {
-        let g = (0..self.settings.layer_groups)
-            .find(|&g| {
-                layer_group(g, self.settings.layer_groups, self.model.n_layers).contains(&layer)
-            })
-            .unwrap_or(self.settings.layer_groups - 1);
-        let b = (token * self.settings.position_bins / n_tokens.max(1))
-            .min(self.settings.position_bins - 1);
-        self.cells[g][b]
+    /// The layers of each layer group, in group order (the rows of `cells`).
+    pub fn layer_groups(&self) -> Vec<std::ops::Range<usize>> {
+        let groups = self.settings.layer_groups;
+        (0..groups)
+            .map(|g| layer_group(g, groups, self.model.n_layers))
+            .collect()
     }
 
     /// Writes the profile as pretty JSON.

@@ -4,8 +4,9 @@
 //! ≤ B whenever `d > 0`) and, given a weights file, the DDQN — on paired
 //! realization seeds at the paper setting (SmolLM2's layout, placeholder
 //! utilities, GE (0.001, 0.5, 0.02, 0.1), 100 Mb/s, 20 ms RTT). Prints the
-//! mean recovered utility, the paired difference to the heuristic ± two
-//! standard errors, the repairs sent and the decisions taken with `d > 0`.
+//! mean recovered utility, the paired difference to the heuristic with its
+//! 95 % Student-t interval, the repairs sent and the decisions taken with
+//! `d > 0`.
 //!
 //!     cargo run --release -p edgemu-handoff --example burst_sizing -- \
 //!         [SEEDS] [FIRST_SEED] [RHO] [WEIGHTS]
@@ -141,15 +142,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .zip(&base)
                 .map(|(a, b)| 100.0 * (a - b))
                 .collect();
-            let md = d.iter().sum::<f64>() / n;
-            let sd = (d.iter().map(|x| (x - md).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
-            let half = 2.0 * sd / n.sqrt();
+            let (md, lo, hi) = edgemu_stats::mean_ci95(&d).ok_or("no seeds to compare")?;
             let better = d.iter().filter(|&&x| x > 0.0).count();
             let worse = d.iter().filter(|&&x| x < 0.0).count();
             format!(
                 "{md:+.3} points [{:+.3}, {:+.3}], better on {better}, worse on {worse}",
-                md - half,
-                md + half
+                lo, hi
             )
         };
         println!(

@@ -11,8 +11,8 @@
 
 use edgemu_handoff::reliable::{
     complete_blocks, paper_link, run_quic, run_tcp, ReliableError, ReliableOutcome, ReliableRun,
-    PAPER_ONE_WAY_NS, PAPER_RATE_BPS,
 };
+use edgemu_links::paper_channel::{ONE_WAY_NS, RATE_BPS};
 use edgemu_links::LossSpec;
 use std::time::Instant;
 
@@ -30,8 +30,8 @@ fn main() -> Result<(), ReliableError> {
     let clean = args.next().is_some_and(|a| a == "clean");
     let blocks = vec![BLOCK_BYTES; (LAYERS * BLOCKS_PER_LAYER) as usize];
     let s_kv: u64 = blocks.iter().sum();
-    let t_ser_ns = s_kv as f64 * 8.0 / PAPER_RATE_BPS as f64 * 1e9;
-    let deadline = |rho: f64| PAPER_ONE_WAY_NS + (rho * t_ser_ns).round() as u64;
+    let t_ser_ns = s_kv as f64 * 8.0 / RATE_BPS as f64 * 1e9;
+    let deadline = |rho: f64| ONE_WAY_NS + (rho * t_ser_ns).round() as u64;
     println!(
         "S_KV = {s_kv} B ({} blocks), T_ser = {:.3} s, deadlines: {}",
         blocks.len(),

@@ -207,6 +207,55 @@ pub fn check_utilities(layout: &BlockLayout, utilities: &[f64]) -> Result<(), Ha
     Ok(())
 }
 
+/// Per-block utilities from a measured KV-utility profile (the paper's α
+/// mapping from profile cells to blocks). `cells[g][b]` is the utility of
+/// layer group `g`, whose layers are `layer_groups[g]`, × position bin `b`
+/// (the bins split the context's tokens evenly); a block falls in the cell of
+/// its layer and of its first token (a layer in no group counts in the last
+/// group), and each cell's utility is spread equally over the blocks it
+/// covers, so each cell keeps its share of the total however many blocks
+/// that is.
+pub fn cell_utilities(
+    cells: &[Vec<f64>],
+    layer_groups: &[Range<usize>],
+    layout: &BlockLayout,
+) -> Result<Vec<f64>, HandoffError> {
+    let groups = cells.len();
+    let bins = cells.first().map_or(0, Vec::len);
+    if groups == 0 || bins == 0 || cells.iter().any(|r| r.len() != bins) {
+        return Err(HandoffError::Utilities(
+            "profile cells must be a non-empty rectangle (layer groups × position bins)".into(),
+        ));
+    }
+    if layer_groups.len() != groups {
+        return Err(HandoffError::Utilities(format!(
+            "{} layer groups for {groups} rows of profile cells",
+            layer_groups.len()
+        )));
+    }
+    let n_tokens = layout.n_tokens as usize;
+    let cell = |b: u32| {
+        let (layer, start) = layout.block_position(b);
+        let g = layer_groups
+            .iter()
+            .position(|r| r.contains(&(layer as usize)))
+            .unwrap_or(groups - 1);
+        let bin = (start as usize * bins / n_tokens.max(1)).min(bins - 1);
+        (g, bin)
+    };
+    let mut count = vec![0usize; groups * bins];
+    for b in 0..layout.n_blocks() {
+        let (g, bin) = cell(b);
+        count[g * bins + bin] += 1;
+    }
+    Ok((0..layout.n_blocks())
+        .map(|b| {
+            let (g, bin) = cell(b);
+            cells[g][bin] / count[g * bins + bin] as f64
+        })
+        .collect())
+}
+
 /// The order source blocks are sent in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum SourceOrder {
@@ -289,6 +338,35 @@ mod tests {
             l.check_fragment(0, 0, 99),
             Err(HandoffError::FragmentLength { .. })
         ));
+    }
+
+    #[test]
+    fn each_cell_keeps_its_share_of_utility() {
+        // 6 layers in 2 groups of 3, 128 tokens (8 token blocks) in 4 bins of
+        // 2 blocks: every cell covers 3 × 2 = 6 blocks.
+        let cells = vec![vec![1.0, 0.5, 0.25, 0.125], vec![0.6, 0.3, 0.2, 0.1]];
+        let groups = [0..3, 3..6];
+        let layout = BlockLayout::for_model(6, 3, 64, 2, 128).unwrap();
+        let u = cell_utilities(&cells, &groups, &layout).unwrap();
+        assert_eq!(u.len(), 48);
+        let total: f64 = cells.iter().flatten().sum();
+        assert!((u.iter().sum::<f64>() - total).abs() < 1e-12);
+        // Layer 0, token block 0 and 1: cell (0, 0); token block 2: (0, 1).
+        assert_eq!(u[0], 1.0 / 6.0);
+        assert_eq!(u[1], 1.0 / 6.0);
+        assert_eq!(u[2], 0.5 / 6.0);
+        // Layer 4, last token block: cell (1, 3).
+        assert_eq!(u[layout.block_id(4, 7) as usize], 0.1 / 6.0);
+        // A layer in no group counts in the last one.
+        let u = cell_utilities(&cells, &[0..3, 3..5], &layout).unwrap();
+        assert_eq!(u[layout.block_id(5, 0) as usize], 0.6 / 6.0);
+        let three_groups = [0..2, 2..4, 4..6];
+        assert!(
+            cell_utilities(&cells, &three_groups, &layout).is_err(),
+            "2 rows, 3 groups"
+        );
+        assert!(cell_utilities(&[vec![1.0], vec![]], &groups, &layout).is_err());
+        assert!(cell_utilities(&[], &[], &layout).is_err());
     }
 
     #[test]

@@ -6,29 +6,33 @@
 //! Modules: [`blocks`] (layout, utilities, source order), [`frame`] (KV
 //! frames over the codec's FEC format), [`feedback`] (receiver reports),
 //! [`sender`], [`receiver`], [`scheme`] (the registry of compared schemes),
-//! [`harness`] (sender → link → receiver co-simulation).
+//! [`scenario`] (assembling one handoff: blocks, links, deadline, and the
+//! sender and receiver cores), [`harness`] (sender → link → receiver
+//! co-simulation).
 
 pub mod blocks;
 pub mod error;
 pub mod feedback;
 pub mod frame;
 
-pub use blocks::{placeholder_utilities, source_sequence, BlockLayout, SourceOrder};
+pub use blocks::{
+    cell_utilities, placeholder_utilities, source_sequence, BlockLayout, SourceOrder,
+};
 pub use error::HandoffError;
 pub use feedback::Feedback;
 pub use frame::{decode_frame, KvFrame};
 pub mod harness;
 pub mod receiver;
 pub mod reliable;
+pub mod scenario;
 pub mod scheme;
 pub mod sender;
 pub mod timing;
 pub mod train;
 
-pub use harness::{
-    run_handoff, run_handoff_timed, synthetic_payload, HandoffRun, HandoffScenario, RunOptions,
-};
+pub use harness::{run_handoff, run_handoff_timed, synthetic_payload, HandoffRun, RunOptions};
 pub use receiver::{HandoffReceiver, HandoffReport, ReceivedBlock, ReceivedKv, ReceiverConfig};
+pub use scenario::{Deadline, HandoffScenario};
 pub use scheme::{scheme, Scheme, SchemeSpec, SCHEMES};
 pub use sender::{
     shaping_potential, Decision, HandoffSender, PotentialWeights, RepairGate, SenderConfig,

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use edgemu_handoff::blocks::BlockLayout;
-use edgemu_handoff::harness::PAPER_GE;
 use edgemu_handoff::scheme::{builtin_schemes, scheme, SCHEMES};
 use edgemu_handoff::{
     placeholder_utilities, run_handoff, synthetic_payload, HandoffError, HandoffReceiver,
     HandoffRun, HandoffScenario, HandoffSender, ReceiverConfig, RepairGate, RunOptions, SchemeSpec,
     SenderConfig, SourceOrder,
 };
+use edgemu_links::paper_channel::{ge_loss as paper_ge, RATE_BPS, RTT_NS};
 use edgemu_links::{LossSpec, LossTrace};
 use edgemu_policies::repair::{DeficitHeuristic, RepairScheduler};
 
@@ -25,21 +25,11 @@ fn scenario(loss: LossSpec, rho: f64) -> HandoffScenario {
         l,
         placeholder_utilities(&l).into(),
         synthetic_payload(&l, 7),
-        100_000_000,
-        20_000_000,
+        RATE_BPS,
+        RTT_NS,
         loss,
         rho,
     )
-}
-
-fn paper_ge() -> LossSpec {
-    let (eps_g, eps_b, p_gb, p_bg) = PAPER_GE;
-    LossSpec::GilbertElliott {
-        eps_g,
-        eps_b,
-        p_gb,
-        p_bg,
-    }
 }
 
 /// Every scheme's scheduler; the DDQN entries get the deficit heuristic as a

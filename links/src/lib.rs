@@ -21,19 +21,26 @@
 //! delivery = max(now, free_at) + size·8/rate + delay (+ jitter).
 //!
 //! [`LinkModel`] composes the stages and holds accepted packets until they
-//! are due; [`LinkCounters`] are its per-link counters.
+//! are due; [`LinkCounters`] are its per-link counters. [`LinkFlapper`] is the
+//! up/down schedule of a randomly flapping link ([`flap`]),
+//! [`paper_channel`] the PriorityFEC paper's link, and [`time`] the time
+//! units.
 
 mod counters;
 mod error;
+pub mod flap;
 pub mod loss;
 mod model;
+pub mod paper_channel;
 mod params;
 pub mod queue;
 mod rate;
+pub mod time;
 pub mod trace;
 
 pub use counters::LinkCounters;
 pub use error::LinkError;
+pub use flap::{FlapChange, FlapParams, LinkFlapper};
 pub use loss::{Bernoulli, GeState, GilbertElliott, LossModel};
 pub use model::{Arrival, DropReason, LinkModel, Offer, MAX_RETRANSMISSIONS};
 pub use params::{Delivery, LinkParams, LossSpec, RateSpec};

@@ -58,7 +58,7 @@ pub struct GilbertElliott {
 
 impl GilbertElliott {
     /// A chain in state Good.
-    pub fn new(eps_g: f64, eps_b: f64, p_gb: f64, p_bg: f64) -> Self {
+    pub const fn new(eps_g: f64, eps_b: f64, p_gb: f64, p_bg: f64) -> Self {
         GilbertElliott {
             eps_g,
             eps_b,
@@ -130,6 +130,25 @@ pub enum LossModel {
     Trace(Arc<LossTrace>),
 }
 
+impl LossSpec {
+    /// The long-run fraction of packets the model loses: none 0, Bernoulli
+    /// `p`, Gilbert–Elliott [`GilbertElliott::stationary_loss`]; `None` for a
+    /// trace (its loss depends on the stretch of the trace a run covers).
+    pub fn stationary_loss(&self) -> Option<f64> {
+        match self {
+            LossSpec::None => Some(0.0),
+            LossSpec::Bernoulli { p } => Some(*p),
+            &LossSpec::GilbertElliott {
+                eps_g,
+                eps_b,
+                p_gb,
+                p_bg,
+            } => Some(GilbertElliott::new(eps_g, eps_b, p_gb, p_bg).stationary_loss()),
+            LossSpec::Trace(_) => None,
+        }
+    }
+}
+
 impl LossModel {
     /// A fresh model (a Gilbert–Elliott chain starts in Good).
     pub fn from_spec(spec: &LossSpec) -> LossModel {
@@ -171,10 +190,8 @@ mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
-    const PAPER: (f64, f64, f64, f64) = (0.001, 0.50, 0.02, 0.10);
-
     fn paper() -> GilbertElliott {
-        GilbertElliott::new(PAPER.0, PAPER.1, PAPER.2, PAPER.3)
+        crate::paper_channel::GE
     }
 
     #[test]
@@ -183,6 +200,33 @@ mod tests {
         assert!((ge.stationary_loss() - 0.084_166_666).abs() < 1e-6);
         assert!((ge.mean_bad_burst() - 10.0).abs() < 1e-12);
         assert!((ge.stationary_bad() - 1.0 / 6.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_loss_spec_knows_its_stationary_loss() {
+        assert_eq!(LossSpec::None.stationary_loss(), Some(0.0));
+        assert_eq!(
+            LossSpec::Bernoulli { p: 0.25 }.stationary_loss(),
+            Some(0.25)
+        );
+        // pGB = 0.2, pBG = 0.6: πB = 1/4, loss = 3/4 · 0.1 + 1/4 · 0.9 = 0.3.
+        let ge = LossSpec::GilbertElliott {
+            eps_g: 0.1,
+            eps_b: 0.9,
+            p_gb: 0.2,
+            p_bg: 0.6,
+        };
+        assert!((ge.stationary_loss().unwrap_or(0.0) - 0.3).abs() < 1e-12);
+        // A chain that never moves stays in Good.
+        let frozen = LossSpec::GilbertElliott {
+            eps_g: 0.1,
+            eps_b: 0.9,
+            p_gb: 0.0,
+            p_bg: 0.0,
+        };
+        assert_eq!(frozen.stationary_loss(), Some(0.1));
+        let trace = LossTrace::parse("0 bad\n").unwrap();
+        assert_eq!(LossSpec::Trace(Arc::new(trace)).stationary_loss(), None);
     }
 
     /// Long-run loss of the paper's chain within 5σ of the stationary value.

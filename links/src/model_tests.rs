@@ -1,7 +1,7 @@
 //! Tests of the composed link against what theory says it must do.
 
 use super::*;
-use crate::{GilbertElliott, LossSpec, LossTrace, RateTrace};
+use crate::{LossSpec, LossTrace, RateTrace};
 use std::sync::Arc;
 
 const MS: u64 = 1_000_000;
@@ -16,12 +16,7 @@ fn fixed(bps: u64, delay_ns: u64) -> LinkParams {
 }
 
 fn ge_paper() -> LossSpec {
-    LossSpec::GilbertElliott {
-        eps_g: 0.001,
-        eps_b: 0.5,
-        p_gb: 0.02,
-        p_bg: 0.1,
-    }
+    crate::paper_channel::ge_loss()
 }
 
 fn drain<P>(link: &mut LinkModel<P>, now: u64) -> Vec<Arrival<P>> {
@@ -235,7 +230,7 @@ fn link_ge_loss_matches_stationary() {
             drain(&mut link, i * 120 * US);
         }
     }
-    let ge = GilbertElliott::new(0.001, 0.5, 0.02, 0.1);
+    let ge = crate::paper_channel::GE;
     let p = ge.stationary_loss();
     let pi_b = ge.stationary_bad();
     let lambda = 1.0 - ge.p_gb - ge.p_bg;

@@ -20,7 +20,8 @@
 use crate::trace::{RateTraceKind, MAHIMAHI_MTU};
 use crate::RateSpec;
 
-const NS_PER_S: u128 = 1_000_000_000;
+/// [`crate::time::NS_PER_S`] for exact products of bits and nanoseconds.
+const NS_PER_S: u128 = crate::time::NS_PER_S as u128;
 
 /// When a packet would be serialized; apply with [`Serializer::commit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,7 +169,7 @@ pub(crate) fn retransmission_ns(rate: &RateSpec, delay_ns: u64, size: u32) -> u6
             u64::try_from((bits * NS_PER_S).div_ceil(u128::from(bps))).unwrap_or(u64::MAX)
         }
         // f64 → u64 saturates, NaN → 0.
-        RateSpec::Trace(t) => (bits as f64 * 1e9 / t.long_run_bps()).ceil() as u64,
+        RateSpec::Trace(t) => (bits as f64 * NS_PER_S as f64 / t.long_run_bps()).ceil() as u64,
     };
     delay_ns.saturating_mul(2).saturating_add(ser)
 }

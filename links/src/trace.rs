@@ -50,8 +50,9 @@ use crate::LinkError;
 /// Bytes delivered by one mahimahi delivery opportunity.
 pub const MAHIMAHI_MTU: u32 = 1500;
 
-const NS_PER_MS: u128 = 1_000_000;
-const NS_PER_S: u128 = 1_000_000_000;
+// The time units of [`crate::time`] for exact products of bits and nanoseconds.
+const NS_PER_MS: u128 = crate::time::NS_PER_MS as u128;
+const NS_PER_S: u128 = crate::time::NS_PER_S as u128;
 
 /// A rate that varies with time. Build with [`RateTrace::parse_mahimahi`] or
 /// [`RateTrace::parse_steps`]; the parsers guarantee the trace always

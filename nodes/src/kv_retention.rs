@@ -46,7 +46,7 @@ impl Retention {
     /// Mean and 95 % CI (Student t over contexts) of utility-kept,
     /// random-kept and their paired difference at level index `l`.
     pub fn intervals(&self, l: usize) -> [Option<(f64, f64, f64)>; 3] {
-        use crate::plots::stats::mean_ci95;
+        use edgemu_stats::mean_ci95;
         let u = &self.utility_per_context[l];
         let r = &self.random_per_context[l];
         let d: Vec<f64> = u.iter().zip(r).map(|(a, b)| a - b).collect();

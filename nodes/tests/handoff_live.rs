@@ -10,10 +10,8 @@ mod common;
 
 use common::*;
 use edgemu_config::Cluster;
-use edgemu_handoff::harness::{DEFAULT_BUDGET_FRACTION, DEFAULT_FEEDBACK_EVERY, DEFAULT_K};
 use edgemu_handoff::{placeholder_utilities, run_handoff, synthetic_payload, BlockLayout};
-use edgemu_handoff::{HandoffScenario, RunOptions};
-use edgemu_links::RateSpec;
+use edgemu_handoff::{Deadline, HandoffScenario, RunOptions};
 use edgemu_nodes::host::spawn::derive_seed;
 use edgemu_policies::slot::version_hash;
 use std::collections::HashMap;
@@ -188,22 +186,15 @@ fn harness_utility(text: &str, scheme: &str, rho: f64) -> f64 {
     )
     .expect("layout");
     let link = &c.links[0];
-    let RateSpec::Fixed { bps } = link.ab.rate else {
-        panic!("fixed rate")
-    };
-    let scenario = HandoffScenario {
+    let scenario = HandoffScenario::over_link(
         layout,
-        utilities: Arc::from(placeholder_utilities(&layout)),
-        payload: synthetic_payload(&layout, 0),
-        forward: link.ab.clone(),
-        reverse: link.ba.clone(),
-        rate_bps: bps,
-        rho,
-        k: DEFAULT_K,
-        budget_fraction: DEFAULT_BUDGET_FRACTION,
-        feedback_every: DEFAULT_FEEDBACK_EVERY,
-        session: 0,
-    };
+        Arc::from(placeholder_utilities(&layout)),
+        synthetic_payload(&layout, 0),
+        link.ab.clone(),
+        link.ba.clone(),
+        Deadline::Rho(rho),
+    )
+    .expect("a fixed-rate link");
     let spec = edgemu_handoff::scheme(scheme).expect("scheme");
     // Link `wan` is link 0, direction a → b: salt 0.
     let seed = derive_seed(c.run.seed, 0);

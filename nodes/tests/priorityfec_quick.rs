@@ -22,7 +22,7 @@ fn args(tiny: bool, run: &str) -> PriorityFecArgs {
         loss_trace: None,
         mode: "zero-fill".into(),
         seed: 1,
-        k: edgemu_handoff::harness::DEFAULT_K,
+        k: edgemu_handoff::scenario::DEFAULT_K,
         context_seed: 0,
         model: None,
         tiny,

@@ -19,6 +19,7 @@
 use edgemu_engine::batch::BatchMode;
 use edgemu_engine::Profile;
 use edgemu_policies::lyreo::{PolicySpec, SchedulingPolicy, ServerBatching};
+use edgemu_stats::percentile;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -359,26 +360,9 @@ pub fn run_episode_with(
     })
 }
 
+/// The mean of `xs`, 0 when there are none (an empty cell prints 0).
 fn mean(xs: impl Iterator<Item = f64>) -> f64 {
-    let (mut s, mut n) = (0.0, 0usize);
-    for x in xs {
-        s += x;
-        n += 1;
-    }
-    if n == 0 {
-        0.0
-    } else {
-        s / n as f64
-    }
-}
-
-/// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    edgemu_stats::mean(&xs.collect::<Vec<_>>()).unwrap_or(0.0)
 }
 
 fn summarize(
@@ -399,8 +383,8 @@ fn summarize(
         completed: done.len(),
         rejected: records.len() - done.len(),
         lat_mean_s: mean(lat.iter().copied()),
-        lat_p50_s: percentile(&lat, 50.0),
-        lat_p99_s: percentile(&lat, 99.0),
+        lat_p50_s: percentile(&lat, 50.0).unwrap_or(0.0),
+        lat_p99_s: percentile(&lat, 99.0).unwrap_or(0.0),
         upload_mean_s: mean(done.iter().map(|r| s(r.upload_ns))),
         wait_mean_s: mean(done.iter().map(|r| s(r.wait_ns))),
         prefill_mean_s: mean(done.iter().map(|r| s(r.prefill_ns))),
@@ -543,7 +527,7 @@ mod tests {
     }
 
     #[test]
-    fn mixes_and_percentile() {
+    fn mixes() {
         assert_eq!(
             GpuMix::Mod.classes(8),
             [
@@ -556,8 +540,5 @@ mod tests {
             ["rtx3080", "rtx3080", "rtx3090", "rtx4090"]
         );
         assert!(GpuMix::parse("mixed").is_err());
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 99.0), 99.0);
-        assert_eq!(percentile(&v, 50.0), 50.0);
     }
 }

@@ -27,5 +27,4 @@ pub use scheduler::{LyapunovQueues, SchedulerCore};
 pub use server::{Dropped, RequestRecord, ServerReport, ServerSlotCore};
 pub use uploads::{ExpectedUpload, ReleasedBatch, UploadGathering};
 
-/// Nanoseconds per second.
-pub const NS_PER_S: u64 = 1_000_000_000;
+pub use edgemu_links::time::NS_PER_S;

@@ -474,16 +474,22 @@ mod tests {
         c.start(0);
         // Server 1 reports every slot; server 0 (a real model loading and
         // measuring itself) has not reported 3 s after the start.
-        c.report(1, 0, SlotLoad::default(), None, S).expect("report");
-        c.report(1, 1, SlotLoad::default(), None, 2 * S).expect("report");
-        assert!(c.update_availability(2 * S).is_empty(), "within the timeout");
+        c.report(1, 0, SlotLoad::default(), None, S)
+            .expect("report");
+        c.report(1, 1, SlotLoad::default(), None, 2 * S)
+            .expect("report");
+        assert!(
+            c.update_availability(2 * S).is_empty(),
+            "within the timeout"
+        );
         let changes = c.update_availability(3 * S);
         assert_eq!(changes.len(), 1);
         assert!(!changes[0].available && changes[0].server == 0);
         let d = c.decide(3, &requests(2));
         assert_eq!(servers_of(&d), vec![1, 1]);
         // Its first report brings it in at the next decision.
-        c.report(0, 3, SlotLoad::default(), None, 4 * S).expect("report");
+        c.report(0, 3, SlotLoad::default(), None, 4 * S)
+            .expect("report");
         c.update_availability(4 * S);
         assert_eq!(servers_of(&c.decide(4, &requests(1))), vec![0]);
     }

@@ -11,9 +11,8 @@ use edgemu_codec::ids::{ActorId, LinkId};
 use edgemu_config::{HandoffDeadline, HandoffTask, RebuildMode};
 use edgemu_gpu::kv_cache::ContextKvCache;
 use edgemu_gpu::MissingRows;
-use edgemu_handoff::harness::{DEFAULT_BUDGET_FRACTION, DEFAULT_FEEDBACK_EVERY};
-use edgemu_handoff::{HandoffReceiver, HandoffScenario, ReceiverConfig, SchemeSpec};
-use edgemu_links::{LinkParams, RateSpec};
+use edgemu_handoff::{Deadline, HandoffReceiver, HandoffScenario, ReceiverConfig, SchemeSpec};
+use edgemu_links::LinkParams;
 use edgemu_policies::slot::{PolicySlot, RepairPolicies, RepairSpec};
 use edgemu_protocol::{Envelope, Msg};
 
@@ -241,39 +240,26 @@ impl AgentActor {
         };
         let policy = self.s.slot.get();
         let repairs = !matches!(*policy.spec, RepairSpec::NoRepair);
-        let rate_bps = match plan.forward.rate {
-            RateSpec::Fixed { bps } => bps,
-            _ => 0,
+        let deadline = match plan.task.deadline {
+            HandoffDeadline::Rho(r) => Deadline::Rho(r),
+            HandoffDeadline::Ttft(d) => Deadline::Ttft(d),
         };
-        let mut scenario = HandoffScenario {
+        let built = HandoffScenario::over_link(
             layout,
-            utilities: Arc::clone(&utilities),
-            payload: p.kv.payload().into(),
-            forward: plan.forward.clone(),
-            reverse: plan.reverse.clone(),
-            rate_bps: rate_bps.max(1),
-            rho: 1.0,
-            k: plan.task.coding_window,
-            budget_fraction: DEFAULT_BUDGET_FRACTION,
-            feedback_every: DEFAULT_FEEDBACK_EVERY,
-            session: k,
-        };
-        scenario.rho = match plan.task.deadline {
-            HandoffDeadline::Rho(r) => r,
-            HandoffDeadline::Ttft(d) => {
-                d.saturating_sub(plan.forward.delay_ns) as f64
-                    / scenario.serialization_ns().max(1) as f64
-            }
-        };
-        let built = if rate_bps == 0 {
-            Err(AgentError::NoFixedRate)
-        } else {
-            scenario
-                .sender(plan.spec, repairs, policy.spec.build(), false)
-                .map_err(AgentError::from)
-        };
-        let core = match built {
-            Ok(c) => c,
+            Arc::clone(&utilities),
+            p.kv.payload().into(),
+            plan.forward.clone(),
+            plan.reverse.clone(),
+            deadline,
+        )
+        .and_then(|mut scenario| {
+            scenario.k = plan.task.coding_window;
+            scenario.session = k;
+            let core = scenario.sender(plan.spec, repairs, policy.spec.build(), false)?;
+            Ok((scenario, core))
+        });
+        let (scenario, core) = match built {
+            Ok(b) => b,
             Err(e) => {
                 self.event(
                     "handoff.error",
@@ -769,8 +755,8 @@ mod tests {
     fn cluster_toml_default_window_is_the_harness_default() {
         assert_eq!(
             edgemu_config::agent::DEFAULT_CODING_WINDOW,
-            edgemu_handoff::harness::DEFAULT_K
+            edgemu_handoff::scenario::DEFAULT_K
         );
-        const _: () = assert!(edgemu_handoff::harness::DEFAULT_K <= super::MAX_CODING_WINDOW);
+        const _: () = assert!(edgemu_handoff::scenario::DEFAULT_K <= super::MAX_CODING_WINDOW);
     }
 }

@@ -33,7 +33,7 @@ use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
 use edgemu_gpu::model::llama::Llama;
 use edgemu_gpu::model::LoadedModel;
 use edgemu_gpu::{KvDtype, MissingRows, RealBackend};
-use edgemu_handoff::{BlockLayout, ReceivedKv};
+use edgemu_handoff::{cell_utilities, placeholder_utilities, BlockLayout, ReceivedKv};
 
 use super::error::AgentError;
 
@@ -156,9 +156,13 @@ impl AgentEngine {
     /// Block utilities: the shipped profile when it matches the model, else
     /// the placeholder (earlier layers and positions first).
     pub fn utilities(&self, layout: &BlockLayout) -> (Vec<f64>, &'static str) {
-        match KvUtilityProfile::load(std::path::Path::new(SHIPPED_PROFILE), &self.identity) {
-            Ok(p) => (super::block_utilities(&p, layout), "profile"),
-            Err(_) => (edgemu_handoff::placeholder_utilities(layout), "placeholder"),
+        let measured =
+            KvUtilityProfile::load(std::path::Path::new(SHIPPED_PROFILE), &self.identity)
+                .ok()
+                .and_then(|p| cell_utilities(&p.cells, &p.layer_groups(), layout).ok());
+        match measured {
+            Some(u) => (u, "profile"),
+            None => (placeholder_utilities(layout), "placeholder"),
         }
     }
 

@@ -47,8 +47,6 @@ pub enum AgentError {
     /// The compute actor is gone (the run is ending).
     #[error("compute: {0}")]
     Compute(actix::MailboxError),
-    #[error("the link has no fixed rate to pace by")]
-    NoFixedRate,
     #[error("no link direction towards the next agent on this host")]
     NoLinkOut,
 }

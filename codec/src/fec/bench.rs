@@ -591,13 +591,12 @@ impl FecBenchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgemu_links::GilbertElliott;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
     /// The paper's channel from the links crate (the workspace's one loss model).
     fn paper_channel() -> impl FnMut() -> bool {
-        let mut ge = GilbertElliott::new(0.001, 0.5, 0.02, 0.1);
+        let mut ge = edgemu_links::paper_channel::GE;
         let mut rng = ChaCha8Rng::seed_from_u64(0x5eed);
         move || ge.lose(&mut rng)
     }

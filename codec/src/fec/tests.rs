@@ -23,11 +23,10 @@ use rand_chacha::ChaCha8Rng;
 use super::coefficients::generate_coding_coefficients;
 use super::gf::{gf_inv, gf_mul};
 use super::packet::{build, FecPacket, PacketBody, RepairHeader, RepairPacket, SourcePacket};
-use edgemu_links::GilbertElliott;
 
-/// The paper's channel (0.001, 0.5, 0.02, 0.1) from the links crate, seeded.
+/// The paper's channel (`edgemu_links::paper_channel`), seeded.
 fn paper_channel(seed: u64) -> impl FnMut() -> bool {
-    let mut ge = GilbertElliott::new(0.001, 0.5, 0.02, 0.1);
+    let mut ge = edgemu_links::paper_channel::GE;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     move || ge.lose(&mut rng)
 }

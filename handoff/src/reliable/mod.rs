@@ -50,9 +50,10 @@ pub use error::ReliableError;
 pub use quic::run_quic;
 pub use tcp::{run_tcp, TCP_RX_BUFFER, TCP_TX_BUFFER};
 
+use edgemu_links::time::NS_PER_S;
 #[cfg(doc)]
 use edgemu_links::LinkModel;
-use edgemu_links::{LinkParams, LossSpec, RateSpec};
+use edgemu_links::{paper_channel, LinkParams, LossSpec};
 
 /// IP MTU of both protocols: IPv4 packets of at most this many bytes.
 pub const IP_MTU: usize = 1428;
@@ -104,7 +105,7 @@ impl ReliableRun {
     pub fn paper(bytes: u64, seed: u64, deadline_ns: u64) -> Self {
         ReliableRun::new(
             bytes,
-            paper_link(paper_ge()),
+            paper_link(paper_channel::ge_loss()),
             paper_link(LossSpec::None),
             seed,
             deadline_ns,
@@ -122,38 +123,19 @@ impl ReliableRun {
     }
 }
 
-/// Rate of the paper's main link (§V-A), bits per second.
-pub const PAPER_RATE_BPS: u64 = 100_000_000;
-/// One-way delay of the paper's main link (20-ms RTT), ns.
-pub const PAPER_ONE_WAY_NS: u64 = 10_000_000;
 /// Drop-tail queue of the paper link: one bandwidth-delay product
 /// (100 Mb/s × 20 ms = 250 kB). The paper does not give one; a BDP is the
 /// classic router sizing, and the FEC schemes, which pace at the link rate,
 /// never fill it.
 pub const PAPER_QUEUE_BYTES: u64 = 250_000;
 
-/// One direction of the paper's main link: 100 Mb/s, 10 ms one way, a
-/// one-BDP drop-tail queue, and `loss`.
+/// One direction of the paper's main link
+/// ([`edgemu_links::paper_channel::direction`]) with `loss` and a one-BDP
+/// drop-tail queue.
 pub fn paper_link(loss: LossSpec) -> LinkParams {
     LinkParams {
-        rate: RateSpec::Fixed {
-            bps: PAPER_RATE_BPS,
-        },
-        delay_ns: PAPER_ONE_WAY_NS,
         queue_bytes: Some(PAPER_QUEUE_BYTES),
-        loss,
-        ..LinkParams::default()
-    }
-}
-
-/// The paper's main Gilbert–Elliott channel, (εG, εB, pGB, pBG) =
-/// (0.001, 0.50, 0.02, 0.10): about 8.4 % average loss in bursts.
-pub fn paper_ge() -> LossSpec {
-    LossSpec::GilbertElliott {
-        eps_g: 0.001,
-        eps_b: 0.5,
-        p_gb: 0.02,
-        p_bg: 0.1,
+        ..paper_channel::direction(loss)
     }
 }
 
@@ -222,7 +204,7 @@ impl ReliableOutcome {
     /// Application goodput to completion, bits per second.
     pub fn goodput_bps(&self) -> Option<f64> {
         let t = self.completion_ns?;
-        (t > 0).then(|| self.bytes as f64 * 8.0 * 1e9 / t as f64)
+        (t > 0).then(|| self.bytes as f64 * 8.0 * NS_PER_S as f64 / t as f64)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The reliable baselines over the link model, both protocols.
 
 use super::*;
+use edgemu_links::paper_channel::{ONE_WAY_NS, RATE_BPS};
 use edgemu_links::{LinkParams, LossSpec};
 
 type Runner = fn(&ReliableRun) -> Result<ReliableOutcome, ReliableError>;
@@ -26,7 +27,7 @@ fn check_complete(name: &str, run: &ReliableRun, out: &ReliableOutcome) {
     assert!(out.delivered_at(done - 1) < run.bytes, "{name}");
     assert_eq!(out.delivery.time_of(run.bytes), Some(done), "{name}");
     // Nothing arrives before one handshake and one one-way trip.
-    assert!(out.delivery.steps()[0].0 >= 2 * PAPER_ONE_WAY_NS, "{name}");
+    assert!(out.delivery.steps()[0].0 >= 2 * ONE_WAY_NS, "{name}");
     assert!(
         out.packets_sent as f64 * 1400.0 >= run.bytes as f64,
         "{name}"
@@ -145,8 +146,8 @@ fn clean_link_goodput_is_a_sensible_fraction_of_the_rate() {
             g / 1e6,
             out.completion_ns.unwrap() as f64 / 1e9
         );
-        assert!(g > 0.6 * PAPER_RATE_BPS as f64, "{name}: {g} b/s");
-        assert!(g < PAPER_RATE_BPS as f64, "{name}: {g} b/s");
+        assert!(g > 0.6 * RATE_BPS as f64, "{name}: {g} b/s");
+        assert!(g < RATE_BPS as f64, "{name}: {g} b/s");
     }
 }
 

@@ -32,13 +32,15 @@
 
 use std::sync::Arc;
 
-use edgemu_links::LossSpec;
+use edgemu_links::time::NS_PER_MS;
+use edgemu_links::{paper_channel, LossSpec};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::blocks::BlockLayout;
 use crate::error::HandoffError;
-use crate::harness::{synthetic_payload, HandoffScenario};
+use crate::harness::synthetic_payload;
+use crate::scenario::HandoffScenario;
 
 /// Ranges the episodes are drawn from.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,15 +86,16 @@ impl EpisodeRanges {
     /// deadlines the evaluation never sees (at 200 Mb/s the bandwidth-delay
     /// product, ≈ 360 frames, exceeds K, so the window dynamics differ).
     pub fn paper_setting(layers: u32) -> Self {
-        let (eps_g, eps_b, p_gb, p_bg) = crate::harness::PAPER_GE;
+        let ge = paper_channel::GE;
+        let rtt_ms = paper_channel::RTT_NS as f64 / NS_PER_MS as f64;
         EpisodeRanges {
             layers: (layers, layers),
-            eps_g: (eps_g, eps_g),
-            eps_b: (eps_b, eps_b),
-            p_gb: (p_gb, p_gb),
-            p_bg: (p_bg, p_bg),
-            rates_bps: vec![100_000_000],
-            rtt_ms: (20.0, 20.0),
+            eps_g: (ge.eps_g, ge.eps_g),
+            eps_b: (ge.eps_b, ge.eps_b),
+            p_gb: (ge.p_gb, ge.p_gb),
+            p_bg: (ge.p_bg, ge.p_bg),
+            rates_bps: vec![paper_channel::RATE_BPS],
+            rtt_ms: (rtt_ms, rtt_ms),
             rho: (0.7, 0.9),
             ..EpisodeRanges::default()
         }
@@ -244,16 +247,7 @@ mod tests {
             assert_eq!(s.rate_bps, 100_000_000);
             assert_eq!(s.forward.delay_ns, 10_000_000);
             assert!((0.7..0.9).contains(&s.rho));
-            let (eps_g, eps_b, p_gb, p_bg) = crate::harness::PAPER_GE;
-            assert_eq!(
-                s.forward.loss,
-                LossSpec::GilbertElliott {
-                    eps_g,
-                    eps_b,
-                    p_gb,
-                    p_bg
-                }
-            );
+            assert_eq!(s.forward.loss, paper_channel::ge_loss());
         }
     }
 

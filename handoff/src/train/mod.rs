@@ -49,7 +49,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::blocks::{placeholder_utilities, BlockLayout};
 use crate::error::HandoffError;
-use crate::harness::{run_handoff, synthetic_payload, HandoffScenario, RunOptions};
+use crate::harness::{run_handoff, synthetic_payload, RunOptions};
+use crate::scenario::HandoffScenario;
 use crate::scheme::scheme;
 use crate::sender::PotentialWeights;
 use env::{draw_episode, EpisodeRanges};
@@ -97,7 +98,7 @@ pub struct TrainConfig {
     /// test).
     pub keep_best: bool,
     /// Coding window limit K of the training episodes and the evaluation
-    /// handoffs (`None`: the harness default).
+    /// handoffs (`None`: the scenario default).
     pub k: Option<u16>,
     /// Weights of the shaping potential F (paper §IV-C3) in the reward.
     pub potential: PotentialWeights,
@@ -110,6 +111,17 @@ pub struct TrainConfig {
     /// Start from this network instead of a random one (fine-tuning; with
     /// no episodes, only evaluated). Its normalization must be the identity.
     pub init: Option<DdqnNet>,
+}
+
+/// The evaluation handoff on `layout` without a measured profile: the
+/// paper's channel at ρ = 0.8, placeholder utilities, a stand-in payload.
+fn placeholder_evaluation(layout: BlockLayout) -> HandoffScenario {
+    HandoffScenario::paper(
+        layout,
+        placeholder_utilities(&layout).into(),
+        synthetic_payload(&layout, 1),
+        0.8,
+    )
 }
 
 impl TrainConfig {
@@ -125,12 +137,7 @@ impl TrainConfig {
             eval_every: 20,
             eval_seeds: 4,
             final_seeds: 0,
-            eval_scenario: HandoffScenario::paper(
-                layout,
-                placeholder_utilities(&layout).into(),
-                synthetic_payload(&layout, 1),
-                0.8,
-            ),
+            eval_scenario: placeholder_evaluation(layout),
             learner: DdqnNet::learner_config(seed),
             init: None,
             potential: PotentialWeights::default(),
@@ -154,12 +161,7 @@ impl TrainConfig {
             eval_every: episodes.div_ceil(2).max(1),
             eval_seeds: 2,
             final_seeds: 0,
-            eval_scenario: HandoffScenario::paper(
-                layout,
-                placeholder_utilities(&layout).into(),
-                synthetic_payload(&layout, 1),
-                0.8,
-            ),
+            eval_scenario: placeholder_evaluation(layout),
             learner: DdqnConfig {
                 min_replay: 32,
                 ..DdqnNet::learner_config(seed)
@@ -318,11 +320,7 @@ impl Evaluation {
 }
 
 fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
+    edgemu_stats::mean(v).unwrap_or(0.0)
 }
 
 /// What a training produced.

@@ -1,32 +1,16 @@
 //! What the benchmarks share: a generated two-host cluster (a constant
 //! sender on host `a` → a sink on host `b` over one link) run through the
-//! real [`run_all`](crate::run::run_all) path in a temporary folder, and a
-//! small table printer.
+//! real [`run_all`](crate::run::run_all) path in a temporary folder.
 
 use crate::host::supervisor::HostSummary;
 use crate::results::LinkRow;
 use anyhow::{Context as _, Result};
 use edgemu_actors::probes::FlowSummary;
 use edgemu_config::Cluster;
+use edgemu_links::{paper_channel, GilbertElliott};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The Gilbert–Elliott setting of the benchmarks (the PriorityFEC paper's).
-pub const GE: Ge = Ge {
-    eps_g: 0.001,
-    eps_b: 0.5,
-    p_gb: 0.02,
-    p_bg: 0.1,
-};
-
-#[derive(Debug, Clone, Copy)]
-pub struct Ge {
-    pub eps_g: f64,
-    pub eps_b: f64,
-    pub p_gb: f64,
-    pub p_bg: f64,
-}
 
 /// One benchmark link: host `a` runs a constant sender offering
 /// `offer_factor`·rate into it, host `b` runs the sink.
@@ -35,7 +19,9 @@ pub struct LinkCase {
     pub rate_bps: u64,
     /// One-way delay (RTT = 2·delay).
     pub delay_ns: u64,
-    pub loss: Option<Ge>,
+    /// Gilbert–Elliott loss on the link (the benchmarks use the PriorityFEC
+    /// paper's, [`paper_channel::GE`]).
+    pub loss: Option<GilbertElliott>,
     pub duration_ns: u64,
     pub virtual_time: bool,
     pub offer_factor: f64,
@@ -49,14 +35,14 @@ pub struct LinkCase {
 }
 
 impl LinkCase {
-    /// A saturated link with the benchmark's GE loss, 1400-byte packets and
+    /// A saturated link with the paper's GE loss, 1400-byte packets and
     /// a queue of 50 ms at the link rate (at least eight packets).
     pub fn saturated(rate_bps: u64, duration_ns: u64, virtual_time: bool) -> Self {
         let packet_bytes = 1400u32;
         LinkCase {
             rate_bps,
-            delay_ns: 10_000_000,
-            loss: Some(GE),
+            delay_ns: paper_channel::ONE_WAY_NS,
+            loss: Some(paper_channel::GE),
             duration_ns,
             virtual_time,
             offer_factor: 1.05,
@@ -273,34 +259,6 @@ pub fn run_case(name: &str, case: &LinkCase) -> Result<CaseOutcome> {
         hosts: out.hosts,
         wall,
     })
-}
-
-/// A plain text table: right-aligned columns, a header and a rule.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(c.chars().count());
-            }
-        }
-    }
-    let line = |cells: Vec<&str>| -> String {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:>w$}"))
-            .collect();
-        parts.join("  ").trim_end().to_string() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    let total: usize = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
-    out.push_str(&"-".repeat(total));
-    out.push('\n');
-    for r in rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
-    }
-    out
 }
 
 /// Prints `value` as the one JSON object on stdout.

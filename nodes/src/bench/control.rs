@@ -18,12 +18,14 @@
 //!
 //! Printed, never judged (wall-clock figures on a shared machine).
 
-use super::common::{free_ports, http_get, print_json, table, within, ScratchDir};
+use super::common::{free_ports, http_get, print_json, within, ScratchDir};
 use super::BenchArgs;
 use crate::control::client;
-use crate::plots::stats::{quantile_sorted, sorted_finite};
+use crate::report::csv::Table;
+use crate::results::render;
 use crate::run::{load, run_all};
 use anyhow::{bail, Context as _, Result};
+use edgemu_stats::{percentile, sorted_finite};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -124,8 +126,8 @@ fn active_version(port: u16) -> Option<String> {
 /// `(p50, p99)` of `v`, ms; NaN when empty.
 fn p50_p99(v: &[f64]) -> (f64, f64) {
     let s = sorted_finite(v);
-    let q = |q| quantile_sorted(&s, q).unwrap_or(f64::NAN);
-    (q(0.5), q(0.99))
+    let q = |p| percentile(&s, p).unwrap_or(f64::NAN);
+    (q(50.0), q(99.0))
 }
 
 pub fn measure(args: &BenchArgs) -> Result<ControlFigures> {
@@ -208,26 +210,24 @@ pub fn measure(args: &BenchArgs) -> Result<ControlFigures> {
         .join()
         .map_err(|_| anyhow::anyhow!("the run thread panicked"))??;
 
-    let read = |p: &str| {
-        let path = out.dir.join(p);
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
-    };
+    let decisions = Table::read(&out.dir.join("edge/decisions.csv"))?;
+    let cp = decisions.col("policy")?;
     let mut by_policy = std::collections::BTreeMap::new();
-    for l in read("edge/decisions.csv")?.lines().skip(1) {
-        if let Some(p) = l.split(',').nth(4) {
-            *by_policy.entry(p.to_string()).or_insert(0) += 1;
-        }
+    for r in &decisions.rows {
+        *by_policy.entry(r[cp].clone()).or_insert(0) += 1;
     }
     let last_slots = (secs * 1000 / SLOT_MS).saturating_sub(2);
-    let (mut requests, mut undecided) = (0, 0);
-    for l in read("edge/requests.csv")?.lines().skip(1) {
-        let c: Vec<&str> = l.split(',').collect();
-        requests += 1;
-        let slot: u64 = c.first().and_then(|s| s.parse().ok()).unwrap_or(0);
-        if slot < last_slots && c.get(3).is_none_or(|s| s.is_empty() || *s == "?") {
-            undecided += 1;
-        }
-    }
+    let requests_csv = Table::read(&out.dir.join("edge/requests.csv"))?;
+    let (cs, cserver) = (requests_csv.col("slot")?, requests_csv.col("server")?);
+    let requests = requests_csv.rows.len();
+    let undecided = requests_csv
+        .rows
+        .iter()
+        .filter(|r| {
+            let slot: u64 = r[cs].parse().unwrap_or(0);
+            slot < last_slots && (r[cserver].is_empty() || r[cserver] == "?")
+        })
+        .count();
     let (swap_ack_ms_p50, swap_ack_ms_p99) = p50_p99(&swap_ack);
     let (swap_in_force_ms_p50, swap_in_force_ms_p99) = p50_p99(&in_force);
     let (ctl_ack_ms_p50, ctl_ack_ms_p99) = p50_p99(&ctl_ack);
@@ -261,7 +261,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let ms = |v: f64| format!("{v:.2}");
     print!(
         "{}",
-        table(
+        render(
             &["figure", "p50 ms", "p99 ms"],
             &[
                 vec![

@@ -14,8 +14,9 @@
 //! Aim: watched goodput ratio and jitter p99 equal to the quiet run's within
 //! noise. Printed, never judged.
 
-use super::common::{free_ports, http_get, print_json, run_case, table, LinkCase};
+use super::common::{free_ports, http_get, print_json, run_case, LinkCase};
 use super::BenchArgs;
+use crate::results::render;
 use anyhow::Result;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -151,7 +152,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     print!(
         "{}",
-        table(
+        render(
             &[
                 "run",
                 "goodput ratio",

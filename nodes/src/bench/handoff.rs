@@ -100,9 +100,8 @@ pub fn report(args: &HandoffBenchArgs) -> Result<serde_json::Value> {
     } else {
         d.iter().sum::<u64>() as f64 / d.len() as f64 / 1e3
     };
-    let p99_us = d
-        .get(((d.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
-        .map_or(0.0, |&v| v as f64 / 1e3);
+    let sorted: Vec<f64> = d.iter().map(|&v| v as f64).collect();
+    let p99_us = edgemu_stats::percentile(&sorted, 99.0).map_or(0.0, |v| v / 1e3);
     Ok(json!({
         "state_ms_per_1k": per_1k(timers.state_ns),
         "rl_ms_per_1k": per_1k(timers.rl_ns),

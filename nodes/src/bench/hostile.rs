@@ -15,8 +15,9 @@
 //!
 //! Aim: hostile p99 within 2x the quiet p99. Printed, never judged.
 
-use super::common::{free_ports, print_json, run_case, table, within, LinkCase};
+use super::common::{free_ports, print_json, run_case, within, LinkCase};
 use super::BenchArgs;
+use crate::results::render;
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
@@ -226,7 +227,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     print!(
         "{}",
-        table(
+        render(
             &[
                 "run",
                 "jitter p50 ms",

@@ -25,8 +25,9 @@
 //! Aims: goodput ratio within 1 % of 1 and delay error p99 ≤ 0.5 ms. The
 //! figures are printed, never judged.
 
-use super::common::{print_json, run_case, run_case_processes, table, LinkCase};
+use super::common::{print_json, run_case, run_case_processes, LinkCase};
 use super::BenchArgs;
+use crate::results::render;
 use anyhow::Result;
 use serde::Serialize;
 
@@ -177,7 +178,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     );
     print!(
         "{}",
-        table(
+        render(
             &[
                 "rate Mb/s",
                 "payload",

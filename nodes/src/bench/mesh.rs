@@ -17,10 +17,11 @@
 //!
 //! Aim: `ratio_1400` = websocket / TCP (1 MiB writes) ≥ 0.5.
 
-use super::common::{free_ports, print_json, table};
+use super::common::{free_ports, print_json};
 use super::BenchArgs;
 use crate::host::supervisor::Control;
 use crate::mesh::{BaseRtt, Mesh, MeshTargets};
+use crate::results::render;
 use actix::prelude::*;
 use anyhow::{Context as _, Result};
 use edgemu_actors::messages::PeerStatus;
@@ -399,7 +400,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     ];
     print!(
         "{}",
-        table(
+        render(
             &["path", "envelopes/s", "Mb/s", "ws/TCP", "ratio/aim (0.5)"],
             &rows
         )

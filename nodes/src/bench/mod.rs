@@ -33,7 +33,7 @@ pub struct BenchArgs {
 pub fn fec(args: &BenchArgs) -> anyhow::Result<()> {
     // The paper's GE channel from the links crate (the one loss model).
     use rand::SeedableRng;
-    let mut ge = edgemu_links::GilbertElliott::new(0.001, 0.5, 0.02, 0.1);
+    let mut ge = edgemu_links::paper_channel::GE;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
     let report = edgemu_codec::fec::run_fec_bench(
         &edgemu_codec::fec::FecBenchOptions { quick: args.quick },

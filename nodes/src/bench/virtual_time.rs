@@ -10,8 +10,9 @@
 //! - `events_per_s`: packet events per wall second, where an event is a
 //!   packet offered to the link or delivered by it.
 
-use super::common::{print_json, run_case, table, LinkCase};
+use super::common::{print_json, run_case, LinkCase};
 use super::BenchArgs;
+use crate::results::render;
 use anyhow::Result;
 
 pub fn report(args: &BenchArgs) -> Result<serde_json::Value> {
@@ -61,7 +62,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     ]];
     print!(
         "{}",
-        table(
+        render(
             &[
                 "simulated s",
                 "wall s",

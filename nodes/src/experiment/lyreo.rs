@@ -157,7 +157,7 @@ pub fn paired_vs_least_loaded(aggs: &[Aggregate]) -> Vec<Paired> {
             .zip(&ll.seed_lat_mean_s)
             .map(|(a, b)| a - b)
             .collect();
-        let Some((m, lo, hi)) = crate::plots::stats::mean_ci95(&d) else {
+        let Some((m, lo, hi)) = edgemu_stats::mean_ci95(&d) else {
             continue;
         };
         out.push(Paired {
@@ -220,12 +220,9 @@ fn paired_table(ps: &[Paired]) -> String {
     )
 }
 
+/// The mean over seeds of one figure (0 when there are none).
 fn avg(xs: &[Summary], f: impl Fn(&Summary) -> f64) -> f64 {
-    if xs.is_empty() {
-        0.0
-    } else {
-        xs.iter().map(f).sum::<f64>() / xs.len() as f64
-    }
+    edgemu_stats::mean(&xs.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0)
 }
 
 fn utc_stamp() -> String {

@@ -302,39 +302,6 @@ fn diff_into(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut
     }
 }
 
-/// Splits `handoffs.csv` text into rows of named fields (header order).
-pub fn csv_records(text: &str) -> Result<Vec<BTreeMap<String, String>>> {
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .context("handoffs.csv has no header")?
-        .split(',')
-        .collect();
-    let mut out = Vec::new();
-    for (i, line) in lines.enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != header.len() {
-            bail!(
-                "handoffs.csv line {}: {} fields, expected {}",
-                i + 2,
-                fields.len(),
-                header.len()
-            );
-        }
-        out.push(
-            header
-                .iter()
-                .zip(fields)
-                .map(|(h, f)| (h.to_string(), f.to_string()))
-                .collect(),
-        );
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,9 +349,9 @@ mod tests {
         assert_eq!(done.into_values().collect::<Vec<_>>(), vec![done0]);
         let text = std::fs::read_to_string(rd.handoffs_path()).unwrap();
         assert_eq!(text, "context,x\n0,1\n0,2\n");
-        let recs = csv_records(&text).unwrap();
-        assert_eq!(recs.len(), 2);
-        assert_eq!(recs[1]["x"], "2");
+        let t = crate::report::csv::Table::parse(&rd.handoffs_path(), &text).unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows[1][t.col("x").unwrap()], "2");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -23,7 +23,8 @@
 //! **Block utilities (the paper's α mapping).** A profile cell (layer group g
 //! × position bin b) has utility `cells[g][b]`; the blocks whose layer is in g
 //! and whose first token falls in bin b share it equally, so each cell keeps
-//! its share of the total however many blocks it covers. Without a profile
+//! its share of the total however many blocks it covers
+//! (`edgemu_handoff::cell_utilities`). Without a profile
 //! (the tiny test model, or no file) the transport's placeholder utilities are
 //! used and the run says so.
 //!
@@ -67,8 +68,8 @@ use edgemu_gpu::model::{load, load_tiny, parse_device, LoadedModel, WeightFormat
 use edgemu_gpu::{KvBlock, MissingRows};
 use edgemu_handoff::reliable::{paper_link, run_quic, run_tcp, ReliableRun};
 use edgemu_handoff::{
-    placeholder_utilities, run_handoff, scheme, synthetic_payload, BlockLayout, HandoffScenario,
-    RunOptions, SchemeSpec, SCHEMES,
+    cell_utilities, placeholder_utilities, run_handoff, scheme, synthetic_payload, BlockLayout,
+    HandoffScenario, RunOptions, SchemeSpec, SCHEMES,
 };
 use edgemu_links::{LossSpec, LossTrace};
 use edgemu_policies::repair::ddqn::DdqnScheduler;
@@ -77,7 +78,8 @@ use edgemu_tokenizer::resolve_model_path;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::experiment::pfec_run::{csv_records, sha256_file, tokens_sha256, ContextDone, RunDir};
+use crate::experiment::pfec_run::{sha256_file, tokens_sha256, ContextDone, RunDir};
+use crate::report::csv::Table;
 use crate::report::pfec::CellSamples;
 use crate::results::{git_revision, render, run_id, write_file};
 
@@ -136,7 +138,7 @@ pub struct PriorityFecArgs {
     /// Coding window K of every FEC scheme: the most source packets one
     /// repair combines (paper §IV-A), 1 to 4096. docs/experiments/priorityfec.md
     /// compares 256 and 1 024.
-    #[arg(long, default_value_t = edgemu_handoff::harness::DEFAULT_K)]
+    #[arg(long, default_value_t = edgemu_handoff::scenario::DEFAULT_K)]
     pub k: u16,
     /// Seed of the profiling/evaluation context split (the profile's).
     #[arg(long, default_value_t = 0)]
@@ -292,8 +294,6 @@ pub fn realization_seed(seed: u64, r: u64) -> u64 {
     seed.wrapping_mul(1_000_003).wrapping_add(r)
 }
 
-pub use edgemu_actors::handoff::block_utilities;
-
 /// What arrived of one handoff by D, independent of the context.
 #[derive(Debug, Clone)]
 struct Transport {
@@ -335,7 +335,7 @@ fn finish_transport(mut t: Transport, block_bytes: usize) -> Transport {
 /// The loss spec of the forward direction.
 fn forward_loss(trace: Option<&Path>) -> Result<LossSpec> {
     match trace {
-        None => Ok(edgemu_handoff::reliable::paper_ge()),
+        None => Ok(edgemu_links::paper_channel::ge_loss()),
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -506,9 +506,9 @@ struct HandoffRow {
 }
 
 /// Mean and 95 % confidence half-width: the Student-t interval of
-/// `plots::stats::mean_ci95` (the one the report's plots draw); NaN when empty.
+/// `edgemu_stats::mean_ci95` (the one the report's plots draw); NaN when empty.
 fn mean_ci(xs: &[f64]) -> (f64, f64) {
-    match crate::plots::stats::mean_ci95(xs) {
+    match edgemu_stats::mean_ci95(xs) {
         Some((m, _, hi)) => (m, hi - m),
         None => (f64::NAN, f64::NAN),
     }
@@ -806,24 +806,24 @@ fn context_rows(
 
 /// A `handoffs.csv` record back as a row (Rust's float parsing round-trips
 /// the shortest representation the file holds exactly).
-fn row_of(r: &BTreeMap<String, String>) -> Result<HandoffRow> {
-    fn get<T: std::str::FromStr>(r: &BTreeMap<String, String>, k: &str) -> Result<T> {
-        let v = r.get(k).with_context(|| format!("no column {k}"))?;
+fn row_of(t: &Table, r: &[String]) -> Result<HandoffRow> {
+    fn get<T: std::str::FromStr>(t: &Table, r: &[String], k: &str) -> Result<T> {
+        let v = &r[t.col(k)?];
         v.parse::<T>()
             .map_err(|_| anyhow::anyhow!("column {k}: cannot read {v:?}"))
     }
     Ok(HandoffRow {
-        context: get(r, "context")?,
-        realization: get(r, "realization")?,
-        rho: get(r, "rho")?,
-        scheme: get(r, "scheme")?,
-        utility: get(r, "utility")?,
-        source_packets: get(r, "source_packets")?,
-        repair_packets: get(r, "repair_packets")?,
-        innovative_repairs: get(r, "innovative_repairs")?,
-        decoded_prefix: get(r, "decoded_prefix")?,
-        f1: get(r, "f1")?,
-        top1: get(r, "top1")?,
+        context: get(t, r, "context")?,
+        realization: get(t, r, "realization")?,
+        rho: get(t, r, "rho")?,
+        scheme: get(t, r, "scheme")?,
+        utility: get(t, r, "utility")?,
+        source_packets: get(t, r, "source_packets")?,
+        repair_packets: get(t, r, "repair_packets")?,
+        innovative_repairs: get(t, r, "innovative_repairs")?,
+        decoded_prefix: get(t, r, "decoded_prefix")?,
+        f1: get(t, r, "f1")?,
+        top1: get(t, r, "top1")?,
     })
 }
 
@@ -941,7 +941,9 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         Some(p) => {
             let prof = KvUtilityProfile::load(p, &w.identity)
                 .with_context(|| format!("loading the profile for {}", w.name))?;
-            (block_utilities(&prof, &layout), p.display().to_string())
+            let u = cell_utilities(&prof.cells, &prof.layer_groups(), &layout)
+                .with_context(|| format!("the profile {}", p.display()))?;
+            (u, p.display().to_string())
         }
         None => (placeholder_utilities(&layout), "placeholder".to_string()),
     };
@@ -1121,11 +1123,14 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
 
     // Everything in the folder: this invocation's contexts and those resumed.
     let finished = run_dir.contexts_done()?;
-    let text = std::fs::read_to_string(run_dir.handoffs_path())
-        .with_context(|| format!("reading {}", run_dir.handoffs_path().display()))?;
-    let rows: Vec<HandoffRow> = csv_records(&text)?
+    let handoffs = Table::read(&run_dir.handoffs_path())?;
+    if let Some(bad) = handoffs.skipped.first() {
+        bail!("{bad}");
+    }
+    let rows: Vec<HandoffRow> = handoffs
+        .rows
         .iter()
-        .map(row_of)
+        .map(|r| row_of(&handoffs, r))
         .collect::<Result<_>>()
         .with_context(|| format!("reading {}", run_dir.handoffs_path().display()))?;
     let cells = summarize(&rows, &g.rho, &schemes);
@@ -1248,50 +1253,6 @@ pub fn run(a: &PriorityFecArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgemu_gpu::kv_utility::ProfileSettings;
-
-    fn profile(groups: usize, bins: usize, layers: usize) -> KvUtilityProfile {
-        KvUtilityProfile {
-            format: edgemu_gpu::kv_utility::PROFILE_FORMAT.into(),
-            model: ModelIdentity {
-                name: "t".into(),
-                n_layers: layers,
-                n_kv_heads: 3,
-                head_dim: 64,
-                vocab_size: 10,
-            },
-            settings: ProfileSettings {
-                layer_groups: groups,
-                position_bins: bins,
-                window: 64,
-                ..ProfileSettings::default()
-            },
-            contexts: 1,
-            context_tokens: 64,
-            layer_distance: vec![0.0; groups],
-            position_distance: vec![0.0; bins],
-            layer_utility: vec![0.0; groups],
-            position_utility: vec![0.0; bins],
-            cells: (0..groups)
-                .map(|g| (0..bins).map(|b| (1 + g * bins + b) as f64).collect())
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn each_cell_keeps_its_share_of_utility() {
-        // 6 layers in 3 groups, 128 tokens = 8 blocks per layer in 4 bins.
-        let p = profile(3, 4, 6);
-        let layout = BlockLayout::for_model(6, 3, 64, 2, 128).unwrap();
-        let u = block_utilities(&p, &layout);
-        assert_eq!(u.len(), 48);
-        let cells: f64 = p.cells.iter().flatten().sum();
-        assert!((u.iter().sum::<f64>() - cells).abs() < 1e-9);
-        // Layer 0, tokens 0..16: cell (0, 0) = 1 over 2 layers × 2 blocks.
-        assert!((u[0] - 0.25).abs() < 1e-12);
-        // Layer 5 (group 2), last block (bin 3): cell 12 over 4 blocks.
-        assert!((u[47] - 3.0).abs() < 1e-12);
-    }
 
     #[test]
     fn ci_of_constant_is_zero() {

@@ -1,12 +1,13 @@
 //! The six chart kinds. Each is a small struct implementing [`Figure`] so one drawing
 //! routine serves the PNG and the SVG backend.
 
+use super::five_number::FiveNumber;
 use super::font::FAMILY;
-use super::stats::{sorted_finite, FiveNumber};
 use super::{
     render, BarSeries, CiSeries, DrawError, Figure, Formats, Grid, Labels, PlotError, RefLine,
     Samples, Series, Span,
 };
+use edgemu_stats::sorted_finite;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};

@@ -14,8 +14,8 @@
 //! - [`time_series`]: lines over time with shaded event spans and horizontal reference lines.
 
 mod charts;
+pub mod five_number;
 pub mod font;
-pub mod stats;
 
 pub use charts::{box_plot, cdf, grouped_bars, heatmap, lines_with_ci, time_series};
 
@@ -117,7 +117,7 @@ impl CiPoint {
     /// Mean and Student-t 95 % interval of `samples` at `x`; `None` when there are none.
     pub fn from_samples(x: f64, samples: &[f64]) -> Option<Self> {
         let finite: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
-        stats::mean_ci95(&finite).map(|(mean, lo, hi)| Self { x, mean, lo, hi })
+        edgemu_stats::mean_ci95(&finite).map(|(mean, lo, hi)| Self { x, mean, lo, hi })
     }
 }
 

@@ -1,15 +1,15 @@
 //! PriorityFEC experiment runs (`edgemu experiment priorityfec`): `handoffs.csv` with one row
 //! per context × realization × ρ × scheme (columns context, realization, rho, scheme,
 //! utility, f1, top1). Means with Student-t 95 % CIs over independent units
-//! (`plots::stats::cluster_means`): recovered utility over the realizations' means (it does
+//! (`edgemu_stats::cluster_means`): recovered utility over the realizations' means (it does
 //! not depend on the context), F1 and top-1 over the contexts' means. A CSV without the
 //! context or realization column counts each row as its own unit.
 
 use super::csv::Table;
 use super::Report;
-use crate::plots::stats::cluster_means;
 use crate::plots::{self, BarSeries, CiPoint, CiSeries, Labels};
 use anyhow::Result;
+use edgemu_stats::cluster_means;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -29,7 +29,7 @@ pub(super) fn rho_key(r: f64) -> i64 {
 /// The samples one (scheme, ρ) cell's means and 95 % intervals are taken over, for the
 /// experiment's summary and this report alike: recovered utility as one mean per
 /// realization (it depends on the channel draw, not on the context), F1 and top-1 as one
-/// mean per context (`plots::stats::cluster_means`).
+/// mean per context (`edgemu_stats::cluster_means`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CellSamples {
     /// Handoffs in the cell.

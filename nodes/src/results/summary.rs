@@ -11,9 +11,10 @@
 //! rows are skipped and listed.
 
 use super::table::{link_cells, render, render_markdown, LinkRow};
-use crate::plots::stats::{quantile_sorted, sorted_finite};
 use crate::report::csv::Table as Csv;
 use crate::report::events::{read_events, EventLine};
+use edgemu_links::time::NS_PER_S;
+use edgemu_stats::{percentile, sorted_finite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -219,13 +220,15 @@ fn secs(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.3}"))
 }
 
+/// The mean of the finite values (summed in ascending order).
 fn mean(v: &[f64]) -> Option<f64> {
-    let v = sorted_finite(v);
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    edgemu_stats::mean(&sorted_finite(v))
 }
 
-fn quantile(v: &[f64], q: f64) -> Option<f64> {
-    quantile_sorted(&sorted_finite(v), q)
+/// The `p`-th percentile of the finite values (the workspace's definition,
+/// nearest rank, as the LYREO experiment's figures).
+fn quantile(v: &[f64], p: f64) -> Option<f64> {
+    percentile(&sorted_finite(v), p)
 }
 
 /// Slot numbers as ranges: `0–13, 26–31`.
@@ -328,8 +331,8 @@ fn policy_table(requests: &[Csv]) -> Result<SummaryTable, String> {
                     format!("{failed} ({why})")
                 },
                 secs(mean(&a.e2e)),
-                secs(quantile(&a.e2e, 0.5)),
-                secs(quantile(&a.e2e, 0.99)),
+                secs(quantile(&a.e2e, 50.0)),
+                secs(quantile(&a.e2e, 99.0)),
             ]
         })
         .collect();
@@ -474,7 +477,7 @@ fn handoff_table(handoffs: &[Csv]) -> Result<SummaryTable, String> {
             rows.push((
                 start_ns,
                 vec![
-                    f(Some(start_ns / 1e9), 1),
+                    f(Some(start_ns / NS_PER_S as f64), 1),
                     format!("{}→{}", text(r, &["from"]), text(r, &["to"])),
                     r[cs].clone(),
                     text(r, &["policy"]),
@@ -575,7 +578,7 @@ fn detail(e: &EventLine) -> String {
         .map(|(k, v)| match (k.strip_suffix("_ns"), v) {
             // Times and durations in seconds, like the time column.
             (Some(k), serde_json::Value::Number(n)) => match n.as_u64() {
-                Some(ns) => format!("{k}={:.3}s", ns as f64 / 1e9),
+                Some(ns) => format!("{k}={:.3}s", ns as f64 / NS_PER_S as f64),
                 None => format!("{k}={n}"),
             },
             (_, serde_json::Value::String(s)) if k == "detail" => s.clone(),
@@ -606,7 +609,7 @@ fn event_table(events: &[EventLine]) -> SummaryTable {
         .filter(|e| !(e.source == "mesh" && e.t_ns >= end))
     {
         let row = vec![
-            format!("{:.3}", e.t_ns as f64 / 1e9),
+            format!("{:.3}", e.t_ns as f64 / NS_PER_S as f64),
             e.host.clone(),
             e.source.clone(),
             e.kind.clone(),

@@ -158,7 +158,7 @@ pub struct SeedSummary {
 /// The across-seed statistics of one value per episode: mean, Student-t
 /// 95 % interval, min and max over the seeds that reached the episode.
 fn across(v: &[f64]) -> (f64, f64, f64, f64, f64) {
-    let (m, lo, hi) = crate::plots::stats::mean_ci95(v).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+    let (m, lo, hi) = edgemu_stats::mean_ci95(v).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (m, lo, hi, min, max)
@@ -379,7 +379,7 @@ pub fn aggregate(out: &Path, variant: Variant) -> Result<()> {
         .iter()
         .filter_map(|c| c.iter().rev().find_map(|p| p.eval_lat_s))
         .collect();
-    let show = |v: &[f64]| match crate::plots::stats::mean_ci95(v) {
+    let show = |v: &[f64]| match edgemu_stats::mean_ci95(v) {
         Some((m, lo, hi)) => format!("{m:.4} s [{lo:.4}, {hi:.4}]"),
         None => "–".into(),
     };

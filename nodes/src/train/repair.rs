@@ -40,9 +40,10 @@ use edgemu_handoff::train::env::EpisodeRanges;
 use edgemu_handoff::train::output::{summary, write_outputs};
 use edgemu_handoff::train::CurveRow;
 use edgemu_handoff::train::{train, Evaluation, Progress, TrainConfig, TrainOutcome};
-use edgemu_handoff::{synthetic_payload, BlockLayout, HandoffScenario, PotentialWeights};
+use edgemu_handoff::{
+    cell_utilities, synthetic_payload, BlockLayout, HandoffScenario, PotentialWeights,
+};
 
-use crate::experiment::priorityfec::block_utilities;
 use crate::plots::{self, CiPoint, CiSeries, Formats, Labels, PlotError};
 
 #[derive(Args, Debug, Clone)]
@@ -197,7 +198,9 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
         let prof = KvUtilityProfile::load(p, &smollm2_identity())
             .with_context(|| format!("loading the profile {}", p.display()))?;
         let layout = BlockLayout::smollm2(1536).context("SmolLM2 layout")?;
-        let utilities: Arc<[f64]> = block_utilities(&prof, &layout).into();
+        let utilities: Arc<[f64]> = cell_utilities(&prof.cells, &prof.layer_groups(), &layout)
+            .with_context(|| format!("the profile {}", p.display()))?
+            .into();
         cfg.eval_scenario = HandoffScenario::paper(
             layout,
             Arc::clone(&utilities),
@@ -312,7 +315,7 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
             // A seed at several deadlines is one channel draw: the CI is
             // over the seeds' means, not over seeds × deadlines.
             let per_seed = seed_means(&e, &e.differences());
-            if let Some((m, lo, hi)) = crate::plots::stats::mean_ci95(&per_seed) {
+            if let Some((m, lo, hi)) = edgemu_stats::mean_ci95(&per_seed) {
                 println!(
                     "paired difference ddqn - heuristic{label}: {:+.3} points, 95 % CI [{:+.3}, {:+.3}] (Student t over seeds, n = {})",
                     100.0 * m,
@@ -358,7 +361,7 @@ fn rho_list(e: &Evaluation) -> String {
 /// Per seed, the mean of `values` (parallel to the evaluation's entries)
 /// over the seed's deadlines.
 fn seed_means(e: &Evaluation, values: &[f64]) -> Vec<f64> {
-    crate::plots::stats::cluster_means(e.seed.iter().copied().zip(values.iter().copied()))
+    edgemu_stats::cluster_means(e.seed.iter().copied().zip(values.iter().copied()))
 }
 
 /// Moving mean over the last `w` values (fewer at the start).

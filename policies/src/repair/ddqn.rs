@@ -306,14 +306,14 @@ pub fn measure_decision_latency(net: DdqnNet, calls: usize, seed: u64) -> Decisi
     }
     let mean = ns.iter().sum::<u64>() as f64 / ns.len() as f64;
     ns.sort_unstable();
-    let q =
-        |p: f64| ns[((ns.len() as f64 * p).ceil() as usize).clamp(1, ns.len()) - 1] as f64 / 1e3;
+    let sorted: Vec<f64> = ns.iter().map(|&n| n as f64).collect();
+    let q = |p: f64| edgemu_stats::percentile(&sorted, p).unwrap_or(0.0) / 1e3;
     DecisionLatency {
         calls,
         mean_us: mean / 1e3,
-        p50_us: q(0.5),
-        p99_us: q(0.99),
-        max_us: q(1.0),
+        p50_us: q(50.0),
+        p99_us: q(99.0),
+        max_us: q(100.0),
     }
 }
 
