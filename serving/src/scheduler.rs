@@ -17,9 +17,10 @@
 //! **Reports** ([`SchedulerCore::report`]) carry a server's slot load and,
 //! from a real server, its measured capability (speed and KV), which
 //! replaces the class figures the scheduler started from. A report with a
-//! workload that is not a share of the slot's memory-time (not finite, or
-//! outside `[0, 1.5]`) or older than the one held is refused: it would
-//! poison the queues for the rest of the run.
+//! workload that is not finite or is negative, or older than the one held,
+//! is refused: it would poison the queues for the rest of the run. (A
+//! workload above 1 is real: an iteration that runs past the slot's end
+//! counts its memory-time in that slot.)
 //!
 //! **Unavailable servers** (see [`crate::availability`]: no report for a
 //! timeout, e.g. a killed server): the policy still gets every server —
@@ -92,7 +93,7 @@ pub struct SlotDecision {
 pub enum ReportRefused {
     #[error("no server {0} at this scheduler")]
     UnknownServer(usize),
-    #[error("workload η is not a share of the slot's memory-time")]
+    #[error("workload η is not a finite, non-negative number")]
     BadWorkload,
     #[error("older than the report held")]
     Stale,
@@ -191,7 +192,7 @@ impl SchedulerCore {
             .reports
             .get(server)
             .ok_or(ReportRefused::UnknownServer(server))?;
-        if !(load.eta.is_finite() && (0.0..=1.5).contains(&load.eta)) {
+        if !(load.eta.is_finite() && load.eta >= 0.0) {
             return Err(ReportRefused::BadWorkload);
         }
         if held.is_some_and(|(s, _)| s > slot) {
@@ -552,6 +553,14 @@ mod tests {
             c.report(1, 5, bad, None, S),
             Err(ReportRefused::BadWorkload)
         );
+        let negative = SlotLoad { eta: -0.1, ..load };
+        assert_eq!(
+            c.report(1, 5, negative, None, S),
+            Err(ReportRefused::BadWorkload)
+        );
+        // Overload: an iteration past the slot's end puts η above 1.
+        let over = SlotLoad { eta: 2.5, ..load };
+        assert_eq!(c.report(0, 5, over, None, S), Ok(()));
         assert_eq!(c.report(1, 3, load, None, S), Err(ReportRefused::Stale));
         assert_eq!(
             c.report(2, 5, load, None, S),
