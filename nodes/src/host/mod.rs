@@ -110,6 +110,7 @@ pub async fn run_host_real(
     let host_name = cluster.host(host).name.clone();
     let keys = keys::ClusterKeys::from_token(&cluster_token(&cluster, host)?);
     let targets = MeshTargets::default();
+    spawn_lyreo::prepare_inputs(&cluster, host);
     let mut mesh = Mesh::start(cluster.clone(), host, keys.mesh.clone(), targets.clone()).await?;
     if mesh.is_coordinator() {
         let wait = opts.wait_peers.unwrap_or(Duration::from_secs(30));

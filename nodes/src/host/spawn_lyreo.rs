@@ -308,6 +308,20 @@ pub fn spawn(
     }))
 }
 
+/// Builds the inputs of `host`'s users that take seconds (ShareGPT
+/// lengths, tokenized once per process), before the host joins the mesh: a
+/// host busy tokenizing after joining misses its heartbeats and its peers
+/// take it for down. Errors are left for the users' own set-up to report.
+pub fn prepare_inputs(cluster: &Cluster, host: edgemu_codec::ids::HostId) {
+    for a in cluster.actors.iter().filter(|a| a.host == host) {
+        if let ActorKind::User(u) = &a.kind {
+            if u.workload == WorkloadKind::ShareGpt {
+                let _ = Workload::sharegpt(u.max_input, u.max_output);
+            }
+        }
+    }
+}
+
 fn user_setup(
     cluster: &Cluster,
     a: &ActorSpec,
