@@ -128,7 +128,13 @@ pub struct ServerSlotCore<B: Backend = ModeledBackend> {
     busy_until: u64,
     slot_busy_ns: u64,
     bandwidth_hz: f64,
+    /// Measured over predicted iteration time, smoothed (see
+    /// [`ServerSlotCore::track_speed`]); `None`: the profile is taken as is.
+    slowdown: Option<f64>,
 }
+
+/// Weight of the newest iteration in the smoothed slowdown.
+const SLOWDOWN_WEIGHT: f64 = 0.2;
 
 impl ServerSlotCore<ModeledBackend> {
     /// A server of the given profile (GPU class) and uplink bandwidth.
@@ -162,11 +168,45 @@ impl<B: Backend> ServerSlotCore<B> {
             busy_until: 0,
             slot_busy_ns: 0,
             bandwidth_hz,
+            slowdown: None,
         }
     }
 
     pub fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// Tracks how much slower (or faster) the backend's iterations run than
+    /// its profile predicts — a real backend on a machine whose load
+    /// changes after it measured itself — and scales the capability and
+    /// backlog it reports by that (a smoothed ratio, starting at 1). Off by
+    /// default: a modeled backend runs exactly at its profile.
+    pub fn track_speed(&mut self) {
+        self.slowdown.get_or_insert(1.0);
+    }
+
+    /// The smoothed measured / predicted iteration time (1 when not tracked).
+    pub fn slowdown(&self) -> f64 {
+        self.slowdown.unwrap_or(1.0)
+    }
+
+    fn observe_speed(
+        &mut self,
+        admitted_tokens: usize,
+        decode_batch: usize,
+        occupancy: u64,
+        took_ns: u64,
+    ) {
+        let Some(s) = self.slowdown.as_mut() else {
+            return;
+        };
+        let predicted = self.profile.prefill_time(admitted_tokens)
+            + self.profile.step_time(decode_batch, occupancy);
+        if !(predicted.is_finite() && predicted > 0.0) {
+            return;
+        }
+        let ratio = (took_ns as f64 / 1e9 / predicted).clamp(0.1, 100.0);
+        *s = (1.0 - SLOWDOWN_WEIGHT) * *s + SLOWDOWN_WEIGHT * ratio;
     }
 
     pub fn bandwidth_hz(&self) -> f64 {
@@ -211,8 +251,9 @@ impl<B: Backend> ServerSlotCore<B> {
         }
         let occupancy = self.engine.ledger().occupancy_bytes();
         let iterations = decode_tokens.div_ceil(held as u64);
-        self.profile.prefill_time(prefill_tokens as usize)
-            + iterations as f64 * self.profile.step_time(held, occupancy)
+        (self.profile.prefill_time(prefill_tokens as usize)
+            + iterations as f64 * self.profile.step_time(held, occupancy))
+            * self.slowdown()
     }
 
     /// Whether the engine would take `r` (what `BatchEngine::check` refuses
@@ -337,6 +378,16 @@ impl<B: Backend> ServerSlotCore<B> {
             }
             self.busy_until = t + out.duration_ns;
             self.slot_busy_ns += out.duration_ns;
+            if self.slowdown.is_some() {
+                let admitted: usize = out
+                    .admitted
+                    .iter()
+                    .filter_map(|id| self.meta.get(id))
+                    .map(|a| a.input_len as usize)
+                    .sum();
+                let (batch, occupancy) = (out.decode_batch, out.ledger.occupancy_bytes);
+                self.observe_speed(admitted, batch, occupancy, out.duration_ns);
+            }
             for f in out.finished {
                 let Some(a) = self.meta.remove(&f.id) else {
                     continue;
@@ -434,8 +485,15 @@ impl<B: Backend> ServerSlotCore<B> {
 
     /// KV capacity and speed from this server's profile (a real server's
     /// measured one), as its reports carry them.
+    /// With [`ServerSlotCore::track_speed`], the speed is scaled by the
+    /// slowdown measured since.
     pub fn capability(&self) -> edgemu_policies::lyreo::ServerCapability {
-        initial_obs(&self.profile, self.bandwidth_hz).capability()
+        let mut c = initial_obs(&self.profile, self.bandwidth_hz).capability();
+        let f = self.slowdown();
+        c.prefill_tok_s /= f;
+        c.decode_step_empty_s *= f;
+        c.decode_step_full_s *= f;
+        c
     }
 
     /// What a scheduler sees of this server before its first report: the
@@ -486,6 +544,43 @@ mod tests {
             }],
         };
         ServerSlotCore::new(0, p, 10e6, mode)
+    }
+
+    #[test]
+    fn a_tracked_server_reports_the_speed_it_runs_at_and_its_backlog_in_seconds() {
+        let fast = tiny(BatchMode::Continuous).profile().clone();
+        let mut slow = fast.clone();
+        slow.prefill_tok_s /= 2.0;
+        slow.decode[0].points[0].step_s *= 2.0;
+        // The backend runs twice as slow as the profile the core was given.
+        let mut core = ServerSlotCore::with_backend(
+            0,
+            ModeledBackend::new(slow),
+            fast.clone(),
+            10e6,
+            BatchMode::Continuous,
+        );
+        assert_eq!(core.backlog_s(), 0.0);
+        assert!(core.assign(vec![a(1, 0, 100, 50)]).is_empty());
+        // Before any iteration: 100 prompt tokens at 1000 tok/s + 50 steps of 10 ms.
+        assert!(
+            (core.backlog_s() - 0.6).abs() < 1e-9,
+            "{}",
+            core.backlog_s()
+        );
+        core.track_speed();
+        let mut done = Vec::new();
+        core.advance(2_000_000_000, &mut done).expect("advance");
+        assert_eq!(done.len(), 1);
+        let f = core.slowdown();
+        assert!((f - 2.0).abs() < 0.05, "slowdown {f}");
+        let c = core.capability();
+        assert!((c.prefill_tok_s - fast.prefill_tok_s / f).abs() < 1e-9);
+        assert!((c.decode_step_empty_s - 0.01 * f).abs() < 1e-12);
+        assert!(core.assign(vec![a(2, 2_000_000_000, 100, 50)]).is_empty());
+        assert!((core.backlog_s() - 0.6 * f).abs() < 1e-9);
+        // Untracked, the profile is taken as is.
+        assert_eq!(tiny(BatchMode::Continuous).slowdown(), 1.0);
     }
 
     fn a(id: u64, arrival_ns: u64, lin: u32, lout: u32) -> Assigned {

@@ -65,6 +65,9 @@ pub struct SchedulerLive {
     /// The slot last decided.
     pub slot: u64,
     pub decisions: u64,
+    /// Of those, how many a learned policy's guard placed with
+    /// Least-Loaded (inputs off its training distribution).
+    pub guarded: u64,
     /// By server name.
     pub servers: BTreeMap<String, SchedulerServer>,
 }

@@ -175,7 +175,25 @@ impl SchedulerActor {
             self.core.set_policy(now.spec.build(self.policy.seed));
             self.policy.seen = now;
         }
+        let before = self.core.fallbacks();
         let decision = self.core.decide(t, &requests);
+        let guarded = self.core.fallbacks() - before;
+        if guarded > 0 && before == 0 {
+            // The first time this policy version leaves its training
+            // distribution; later slots only count (the live view).
+            let me = name(&self.s.names, self.s.id).to_string();
+            self.s.log.record(
+                self.clock.now_ns(),
+                &me,
+                "policy.guard",
+                serde_json::json!({
+                    "policy": self.policy.seen.name,
+                    "fallbacks": guarded,
+                    "decisions": decision.placements.len(),
+                    "reason": "inputs off the training distribution: placed as least-loaded",
+                }),
+            );
+        }
         let policy = self.policy.seen.name.clone();
         let version = self.policy.seen.version.clone();
         let mut expect: Vec<Vec<Expected>> = vec![Vec::new(); self.s.servers.len()];
@@ -183,6 +201,7 @@ impl SchedulerActor {
         let me = name(&self.s.names, self.s.id);
         self.s.live.scheduler(me, |l| {
             l.decisions += decision.placements.len() as u64;
+            l.guarded += guarded;
             for p in &decision.placements {
                 let server = name(&self.s.names, self.s.servers[p.server]).to_string();
                 l.servers.entry(server).or_default().assigned += 1;

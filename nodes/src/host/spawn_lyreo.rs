@@ -202,8 +202,9 @@ pub fn spawn(
                     // Inline: in virtual time compute must not race the clock.
                     let mut backend = real_backend(&a.name, model, seed)?;
                     let profile = calibrated(&a.name, &mut backend, &profile);
-                    let core =
+                    let mut core =
                         ServerSlotCore::with_backend(index, backend, profile, s.bandwidth_hz, mode);
+                    core.track_speed();
                     let addr = ServerActor::new(setup, core, clock, route.clone(), table).start();
                     (addr.clone().recipient(), addr.recipient())
                 }
@@ -227,8 +228,9 @@ pub fn spawn(
                             Ok(mut backend) => {
                                 tracing::info!(server = %name, run_time_s = clock.now_ns() as f64 / 1e9, "real backend loaded");
                                 let profile = calibrated(&name, &mut backend, &profile);
-                                let core =
+                                let mut core =
                                     ServerSlotCore::with_backend(index, backend, profile, bw, mode);
+                                core.track_speed();
                                 ServerActor::new(setup, core, clock, route, table)
                             }
                             Err(e) => {
