@@ -34,7 +34,9 @@ pub struct LyreoArgs {
     #[arg(long)]
     pub json: bool,
     /// Policies, comma-separated: least-loaded, random, static (static:random too), and the
-    /// learned lyreo, ly-ppo, ppo, lyreo-count, lyreo-nolb (NAME=PATH for other weights).
+    /// learned lyreo, ly-ppo, ppo, lyreo-count, lyreo-nolb (NAME=PATH for other weights;
+    /// guarded: off their training distribution a decision goes to Least-Loaded, counted in
+    /// the guard_% column; raw:NAME runs the network alone).
     /// Default: the heuristics plus every learned policy with shipped weights.
     #[arg(long, value_delimiter = ',')]
     pub policies: Vec<String>,

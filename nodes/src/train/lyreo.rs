@@ -513,24 +513,7 @@ mod tests {
     use edgemu_serving::train::train;
 
     fn tiny(variant: Variant) -> TrainConfig {
-        let mut c = TrainConfig::new(variant);
-        c.episodes = 2;
-        c.seeds = vec![3];
-        c.slots = 12;
-        c.users = 4;
-        c.decisions_per_update = 32;
-        c.epochs = 2;
-        c.minibatch = 16;
-        c.horizon = 4;
-        c.predictor_epochs = 1;
-        c.bc_epochs = 2;
-        c.bc_decisions = 32;
-        c.eval_every = 1;
-        c.eval_seeds = vec![5];
-        // Exercise the optional per-request and per-server credits too.
-        c.request_credit = 1.0;
-        c.server_credit = 1.0;
-        c
+        TrainConfig::smoke(variant)
     }
 
     /// Two seeds trained by separate calls into one folder, then

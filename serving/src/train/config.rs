@@ -85,6 +85,29 @@ impl TrainConfig {
         }
     }
 
+    /// A run of every phase in a second or two (one seed, two short
+    /// episodes, the optional credits on): the tests' configuration.
+    pub fn smoke(variant: Variant) -> TrainConfig {
+        let mut c = TrainConfig::new(variant);
+        c.episodes = 2;
+        c.seeds = vec![3];
+        c.slots = 12;
+        c.users = 4;
+        c.decisions_per_update = 32;
+        c.epochs = 2;
+        c.minibatch = 16;
+        c.horizon = 4;
+        c.predictor_epochs = 1;
+        c.bc_epochs = 2;
+        c.bc_decisions = 32;
+        c.eval_every = 1;
+        c.eval_seeds = vec![5];
+        // Exercise the optional per-request and per-server credits too.
+        c.request_credit = 1.0;
+        c.server_credit = 1.0;
+        c
+    }
+
     /// The scenario of PPO episode `episode` of `seed`'s run.
     pub(crate) fn scenario(&self, seed: u64, episode: usize) -> Scenario {
         let mut s = Scenario::paper_default(seed.wrapping_mul(1000).wrapping_add(episode as u64));
