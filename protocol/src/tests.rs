@@ -543,7 +543,7 @@ fn unknown_variants_inside_a_message_are_malformed() {
     bad[MSG_TAG_AT + 1] = 5;
     assert!(is_malformed(&bad));
     // A request's outcome past `Failed`.
-    let answer = frame_of(all_messages()[8].clone());
+    let answer = frame_of(all_messages()[9].clone());
     let outcome_at = MSG_TAG_AT + 3; // tags of Msg, LyreoMsg; the id (7)
     assert_eq!(answer[outcome_at], 2, "Failed");
     let mut bad = answer.clone();
