@@ -590,7 +590,7 @@ impl SchedulingPolicy for LearnedPolicy {
                 self.logits[s] = self.model.actor_logit(row, &mut self.scratch);
                 if let Some(z) = self.guard_z {
                     // NaN counts as outside too.
-                    off_distribution |= row.iter().any(|x| !(x.abs() <= z));
+                    off_distribution |= row.iter().any(|x| x.is_nan() || x.abs() > z);
                 }
             }
             if self.rng.is_some() || self.recorder.is_some() {
