@@ -39,12 +39,6 @@ use edgemu_handoff::{BlockLayout, ReceivedKv};
 /// KV cache made by one is meaningful to another.
 pub const TINY_SEED: u64 = 7;
 
-/// The shipped SmolLM2 KV-utility profile.
-pub const SHIPPED_PROFILE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../gpu/profiles/smollm2-135m-kvu.json"
-);
-
 /// One handoff context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandoffContext {
@@ -95,9 +89,7 @@ fn load(model: RealModel) -> Result<(LoadedModel, String), String> {
             .map(|m| (m, "tiny-random-llama".to_string()))
             .map_err(|e| format!("tiny model: {e}")),
         RealModel::SmolLm2 => {
-            let path = edgemu_tokenizer::resolve_model_path(None).map_err(|e| {
-                format!("{e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)")
-            })?;
+            let path = edgemu_tokenizer::resolve_model_path(None).map_err(|e| e.to_string())?;
             let name = path
                 .file_name()
                 .map(|s| s.to_string_lossy().into_owned())
@@ -151,10 +143,12 @@ impl AgentEngine {
         .map_err(|e| e.to_string())
     }
 
-    /// Block utilities: the shipped profile when it matches the model, else
-    /// the placeholder (earlier layers and positions first).
+    /// Block utilities: the shipped SmolLM2 profile (built in) when it
+    /// matches the model, else the placeholder (earlier layers and
+    /// positions first).
     pub fn utilities(&self, layout: &BlockLayout) -> (Vec<f64>, &'static str) {
-        match KvUtilityProfile::load(std::path::Path::new(SHIPPED_PROFILE), &self.identity) {
+        let shipped = edgemu_gpu::shipped_profiles::default_profile();
+        match KvUtilityProfile::load(&shipped, &self.identity) {
             Ok(p) => (super::block_utilities(&p, layout), "profile"),
             Err(_) => (edgemu_handoff::placeholder_utilities(layout), "placeholder"),
         }
