@@ -152,6 +152,17 @@ pub fn fetch(which: &[Fetchable]) -> Result<()> {
     Ok(())
 }
 
+/// The compiled-in script of `asset` as `bash -c SCRIPT NAME`, stdin closed.
+fn script_command(asset: &Asset) -> Command {
+    let (name, script) = asset.script;
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(script)
+        .arg(name)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
 /// Fetches `asset` into `path`'s folder unless `path` is a file; `needed_by` says who
 /// asked, in messages. On `first_use`, `EDGEMU_NO_FETCH` turns fetching off.
 fn ensure(asset: &Asset, path: &Path, needed_by: &str, first_use: bool) -> Result<()> {
@@ -177,7 +188,7 @@ fn ensure(asset: &Asset, path: &Path, needed_by: &str, first_use: bool) -> Resul
         return Ok(());
     }
     let dir = path.parent().unwrap_or(path);
-    let (script_name, script) = asset.script;
+    let script_name = asset.script.0;
     eprintln!(
         "{needed_by} needs {} ({}); fetching it into {} with {script_name} ...",
         asset.what,
@@ -185,12 +196,8 @@ fn ensure(asset: &Asset, path: &Path, needed_by: &str, first_use: bool) -> Resul
         dir.display(),
     );
     // stderr is inherited: the user sees pip's progress bar; stdout (the path) is ours.
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .arg(script_name)
+    let out = script_command(asset)
         .env(asset.dir_env, dir)
-        .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running {script_name} (is bash installed?)"))?;
@@ -225,6 +232,69 @@ mod tests {
         let c = Cluster::from_str(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(Needs::of(&c, Some("nowhere")), Needs::of(&c, None));
         Needs::of(&c, Some("h"))
+    }
+
+    /// The compiled-in scripts run from anywhere, and with no folder given they
+    /// look where the binary looks: each is given a folder that already holds its
+    /// (stand-in) file, so nothing is downloaded and it prints the path it found.
+    #[test]
+    fn the_built_in_scripts_look_where_the_binary_looks() {
+        use edgemu_assets::cache::fixed_env;
+        let root = std::env::temp_dir().join(format!("edgemu-setup-{}", std::process::id()));
+        let r = root.to_string_lossy().into_owned();
+        let (cache, xdg, home) = (
+            format!("{r}/cache"),
+            format!("{r}/xdg"),
+            format!("{r}/home"),
+        );
+        let (models, data) = (format!("{r}/models"), format!("{r}/data"));
+        let settings: [&[(&str, &str)]; 5] = [
+            &[("HOME", &home)],
+            &[("HOME", &home), ("XDG_CACHE_HOME", &xdg)],
+            &[
+                ("HOME", &home),
+                ("XDG_CACHE_HOME", &xdg),
+                ("EDGEMU_CACHE_DIR", &cache),
+            ],
+            &[
+                ("HOME", &home),
+                ("EDGEMU_CACHE_DIR", ""),
+                ("XDG_CACHE_HOME", &xdg),
+            ],
+            &[
+                ("HOME", &home),
+                ("EDGEMU_MODEL_DIR", &models),
+                ("EDGEMU_DATA_DIR", &data),
+            ],
+        ];
+        for env in settings {
+            let expected = [
+                (
+                    &MODEL,
+                    edgemu_tokenizer::locate::expected_model_path_with(fixed_env(env)),
+                ),
+                (
+                    &SHAREGPT,
+                    edgemu_data::locate::expected_path_with(fixed_env(env)),
+                ),
+            ];
+            for (asset, path) in expected {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, b"stand-in").unwrap();
+                let mut cmd = script_command(asset);
+                cmd.env_clear()
+                    .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+                for (k, v) in env {
+                    cmd.env(k, v);
+                }
+                let out = cmd.output().unwrap();
+                assert!(out.status.success(), "{env:?}: {out:?}");
+                let printed = String::from_utf8_lossy(&out.stdout);
+                assert_eq!(printed.trim(), path.to_str().unwrap(), "{env:?}");
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        std::fs::remove_dir_all(&root).ok();
     }
 
     #[test]
