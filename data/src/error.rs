@@ -8,7 +8,7 @@ use std::path::PathBuf;
 pub enum DataError {
     /// The ShareGPT JSON is not where it was looked up.
     #[error(
-        "ShareGPT data {path} not found; run `scripts/fetch-data.sh` (or set EDGEMU_DATA_DIR)"
+        "ShareGPT data {path} not found; fetch it with `edgemu fetch data` (or set EDGEMU_DATA_DIR to the folder holding it)"
     )]
     Missing { path: PathBuf },
     /// Opening or reading the file failed.

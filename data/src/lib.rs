@@ -3,8 +3,8 @@
 //!
 //! - [`sharegpt`]: a streaming reader of `ShareGPT_V3_unfiltered_cleaned_split.json`
 //!   into [`Conversation`]s, with typed errors naming the file and position.
-//! - [`locate`]: where the JSON lives (`$EDGEMU_DATA_DIR`, else `<workspace>/data-cache/`;
-//!   `scripts/fetch-data.sh` puts it there).
+//! - [`locate`]: where the JSON lives (`$EDGEMU_DATA_DIR`, else `<cache>/data/` in the
+//!   project's cache directory; `edgemu fetch data` and `scripts/fetch-data.sh` put it there).
 //! - [`builtin`]: a few short conversations compiled in, read through the same
 //!   parser, for tests that must not download.
 //! - [`contexts`]: fixed-length token contexts (1536 tokens by default) in the

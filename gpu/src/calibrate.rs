@@ -7,13 +7,14 @@
 //! ([`CALIBRATION_BATCHES`], [`CALIBRATION_CONTEXTS`]) — gives the speed;
 //! the KV capacity `M_s` stays the one the server is given (its class, or the
 //! file's). A measured profile is cached per model and machine in
-//! `<cache>/profiles/` ([`cache_dir`]) under a key of the model's shape and
+//! `<cache>/profiles/` (the project's cache directory,
+//! [`edgemu_assets::cache_dir`]) under a key of the model's shape and
 //! weight layout, the KV dtype, the CPU model and the thread count, so a
 //! later run on the same machine starts at once; delete the file to measure
 //! again. A cache file that cannot be read or is not a valid profile is
 //! measured over, never trusted.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use edgemu_engine::{Backend, Profile};
 
@@ -26,17 +27,6 @@ use crate::profile::{profile_backend, ProfileOptions};
 pub const CALIBRATION_BATCHES: [usize; 2] = [1, 8];
 /// Context lengths (tokens per sequence) of the calibration grid.
 pub const CALIBRATION_CONTEXTS: [usize; 2] = [64, 512];
-
-/// Where edgemu keeps what it measures or fetches per machine:
-/// `$EDGEMU_CACHE_DIR`, else `$XDG_CACHE_HOME/edgemu`, else
-/// `$HOME/.cache/edgemu`; `None` when none is set.
-pub fn cache_dir() -> Option<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    var("EDGEMU_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("edgemu")))
-        .or_else(|| var("HOME").map(|d| PathBuf::from(d).join(".cache/edgemu")))
-}
 
 /// What a measured profile depends on besides the code: the model's shape
 /// and weight layout, the KV dtype, the CPU and the threads it may use.
@@ -84,7 +74,7 @@ pub enum Calibration {
 
 /// The profile `backend` serves with: its measured speed and `class`'s KV
 /// capacity (see the module doc). `cache` is the cache directory
-/// ([`cache_dir`]); `None` measures without caching.
+/// ([`edgemu_assets::cache_dir`]); `None` measures without caching.
 pub fn calibrate(
     backend: &mut RealBackend,
     kv_dtype: KvDtype,

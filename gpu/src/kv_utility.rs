@@ -27,11 +27,13 @@
 //!
 //! The profile file is JSON carrying the model's identity ([`ModelIdentity`]);
 //! [`KvUtilityProfile::load`] refuses a file whose identity differs from the
-//! model it is used with.
+//! model it is used with. The shipped profiles are compiled in
+//! ([`crate::shipped_profiles`]) and load through the same checks.
 
 use std::path::Path;
 
 use candle_core::Device;
+use edgemu_assets::Asset;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CandleContext, GpuError, Result};
@@ -39,6 +41,7 @@ use crate::kv_transfer::{export, import, KvBlock, MissingRows, PresenceMask};
 use crate::model::config::{KvDtype, LlamaConfig};
 use crate::model::kv::SeqKv;
 use crate::model::llama::{Llama, Phase, SeqInput};
+use crate::shipped_profiles::read_profile;
 
 /// What a profile was measured on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -302,15 +305,17 @@ impl KvUtilityProfile {
         std::fs::write(path, text).map_err(|e| err(e.to_string()))
     }
 
-    /// Reads a profile and checks it belongs to a model with `expected` identity
-    /// (the name is informative and not compared) and is well formed.
-    pub fn load(path: &Path, expected: &ModelIdentity) -> Result<Self> {
+    /// Reads a profile (a file, or a shipped one built in:
+    /// [`crate::shipped_profiles`]) and checks it belongs to a model with
+    /// `expected` identity (the name is informative and not compared) and is
+    /// well formed.
+    pub fn load(profile: &Asset, expected: &ModelIdentity) -> Result<Self> {
         let err = |msg: String| GpuError::Profile {
-            path: path.display().to_string(),
+            path: profile.label().display().to_string(),
             msg,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        let p: KvUtilityProfile = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let bytes = read_profile(profile).map_err(|e| err(e.to_string()))?;
+        let p: KvUtilityProfile = serde_json::from_slice(&bytes).map_err(|e| err(e.to_string()))?;
         if p.format != PROFILE_FORMAT {
             return Err(err(format!(
                 "format `{}`, expected `{PROFILE_FORMAT}`",
@@ -401,18 +406,18 @@ mod tests {
         let path = dir.join("p.json");
         p.save(&path).unwrap();
         let id = ModelIdentity::of("tiny", m.config());
-        let back = KvUtilityProfile::load(&path, &id).unwrap();
+        let back = KvUtilityProfile::load(&Asset::File(path.clone()), &id).unwrap();
         // serde_json's default float parsing may differ in the last bit.
         assert_eq!((&back.model, back.settings), (&p.model, p.settings));
         let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12);
         assert!(back.cells.iter().zip(&p.cells).all(|(a, b)| close(a, b)));
         let other = ModelIdentity { n_layers: 30, ..id };
-        let e = KvUtilityProfile::load(&path, &other)
+        let e = KvUtilityProfile::load(&Asset::File(path.clone()), &other)
             .unwrap_err()
             .to_string();
         assert!(e.contains("not for") && e.contains("p.json"), "{e}");
         std::fs::write(&path, "{\"format\": 3").unwrap();
-        assert!(KvUtilityProfile::load(&path, &other).is_err());
+        assert!(KvUtilityProfile::load(&Asset::File(path.clone()), &other).is_err());
         std::fs::remove_dir_all(&dir).ok();
     }
 

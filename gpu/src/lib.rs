@@ -1,7 +1,8 @@
 //! edgemu's model: a Llama-family model in candle with explicit
 //! per-sequence KV caches (CPU kernels, CUDA when built with `cuda`), GGUF
 //! loading, the real backend of `edgemu_engine`'s batching engine, KV
-//! export/import for handoffs, the KV-utility profiler, handoff quality
+//! export/import for handoffs, the KV-utility profiler and the shipped
+//! profiles (compiled in), handoff quality
 //! scoring, measuring a server profile, benchmarks and NVML telemetry.
 //!
 //! The batching engine, KV ledger, modeled backend and profiles are in
@@ -20,6 +21,7 @@ pub mod kv_transfer;
 pub mod kv_utility;
 pub mod model;
 pub mod profile;
+pub mod shipped_profiles;
 pub mod telemetry;
 
 pub use error::{GpuError, Result};

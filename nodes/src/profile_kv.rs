@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use edgemu_assets::Asset;
 use edgemu_data::contexts::{build, ContextConfig};
 use edgemu_gpu::kv_utility::{profile, ProfileSettings};
 use edgemu_gpu::model::{load, parse_device};
@@ -15,9 +16,10 @@ use edgemu_tokenizer::resolve_model_path;
 #[derive(Args, Debug, Clone)]
 pub struct ProfileKvArgs {
     /// Where to write the profile (JSON; the heatmap goes beside it). The
-    /// default is the shipped profile `edgemu experiment priorityfec` reads;
-    /// a `--quick` run must name its own `--out`, so it can never replace it.
-    #[arg(long)]
+    /// shipped profiles are compiled into the binary: writing
+    /// `gpu/profiles/smollm2-135m-kvu.json` in a checkout and building again
+    /// replaces the built-in default.
+    #[arg(long, required_unless_present = "retention")]
     pub out: Option<PathBuf>,
     /// The GGUF model (default: the fetched SmolLM2-135M).
     #[arg(long)]
@@ -45,9 +47,10 @@ pub struct ProfileKvArgs {
     #[arg(long)]
     pub quick: bool,
     /// Instead of profiling: the held-out retention check (Fig. 2c) of this
-    /// profile on `--contexts` evaluation contexts.
-    #[arg(long)]
-    pub retention: Option<PathBuf>,
+    /// profile (a file, or `built-in:smollm2-135m-kvu` /
+    /// `built-in:smollm2-135m-kvu-mask`) on `--contexts` evaluation contexts.
+    #[arg(long, value_parser = edgemu_gpu::shipped_profiles::parse_profile)]
+    pub retention: Option<Asset>,
 }
 
 pub fn run(args: &ProfileKvArgs) -> Result<()> {
@@ -58,14 +61,10 @@ pub fn run(args: &ProfileKvArgs) -> Result<()> {
         let n = if args.quick { 2 } else { args.contexts };
         return crate::kv_retention::run_check(p, args.model.as_deref(), n, args.seed).map(|_| ());
     }
-    let out = match (&args.out, args.quick) {
-        (Some(p), _) => p.clone(),
-        (None, false) => PathBuf::from(crate::experiment::priorityfec::DEFAULT_PROFILE),
-        (None, true) => anyhow::bail!(
-            "--quick profiles 2 short contexts: name where it goes with --out (the default is the shipped profile {})",
-            crate::experiment::priorityfec::DEFAULT_PROFILE
-        ),
-    };
+    let out = args
+        .out
+        .clone()
+        .context("name where the profile goes with --out")?;
     let started = Instant::now();
     let path = resolve_model_path(args.model.as_deref()).context("finding the model")?;
     let device = parse_device("cpu")?;

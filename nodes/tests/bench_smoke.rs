@@ -43,7 +43,7 @@ fn bench_handoff_quick_reports_table_two_keys() {
     let v = report(&HandoffBenchArgs {
         json: true,
         quick: true,
-        weights: None,
+        weights: edgemu_assets::Asset::BuiltIn(&edgemu_policies::shipped::REPAIR_DDQN),
         seeds: 1,
     })
     .expect("bench handoff runs with the shipped weights");

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use edgemu_assets::Asset;
+use edgemu_gpu::shipped_profiles::parse_profile;
 use edgemu_nodes::experiment::priorityfec::{report, PriorityFecArgs, DEFAULT_PROFILE};
 
 fn args(tiny: bool, run: &str) -> PriorityFecArgs {
@@ -16,9 +18,9 @@ fn args(tiny: bool, run: &str) -> PriorityFecArgs {
         realizations: None,
         rho: None,
         schemes: None,
-        profile: PathBuf::from(DEFAULT_PROFILE),
+        profile: parse_profile(DEFAULT_PROFILE).expect("the built-in profile"),
         // No weights here: the DDQN schemes must be reported as not run.
-        weights: PathBuf::from("/nonexistent/repair-ddqn.safetensors"),
+        weights: Asset::File(PathBuf::from("/nonexistent/repair-ddqn.safetensors")),
         loss_trace: None,
         mode: "zero-fill".into(),
         seed: 1,

@@ -70,7 +70,7 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
 use crate::lyreo::{LearnedModel, PolicySpec, ServerBatching};
-use crate::nn::{PolicyError, MAX_WEIGHTS_BYTES};
+use crate::nn::PolicyError;
 use crate::repair::ddqn::{DdqnNet, DdqnScheduler};
 use crate::repair::RepairScheduler;
 use crate::repair::{DeficitHeuristic, FixedRate, FlecRt, NoRepair};
@@ -316,24 +316,6 @@ impl<K: PolicyKind> ControlledPolicy for PolicySlot<K> {
     }
 }
 
-/// Reads a shipped weights file (bounded like [`crate::nn::WeightsFile::load`]).
-fn read_shipped(path: &Path) -> Result<Vec<u8>, SlotError> {
-    let io = |source| {
-        SlotError::Weights(PolicyError::Io {
-            file: path.to_path_buf(),
-            source,
-        })
-    };
-    let len = std::fs::metadata(path).map_err(io)?.len();
-    if len > MAX_WEIGHTS_BYTES {
-        return Err(SlotError::Invalid(format!(
-            "{}: {len} bytes, more than the {MAX_WEIGHTS_BYTES}-byte limit",
-            path.display()
-        )));
-    }
-    std::fs::read(path).map_err(io)
-}
-
 /// Request scheduling: [`PolicySpec`]s (`least-loaded`, `random`, `static`,
 /// `static:<assignment>`, and the learned `lyreo`, `ly-ppo`, `ppo`,
 /// `lyreo-count`, `lyreo-nolb`, which take weights).
@@ -381,8 +363,11 @@ impl PolicyKind for LyreoPolicies {
         let (bytes, label) = match weights {
             Some(b) => (b.to_vec(), label.to_path_buf()),
             None => {
-                let path = variant.default_weights();
-                (read_shipped(&path)?, path)
+                let src = variant.default_weights();
+                (
+                    crate::shipped::read_weights(&src)?.into_owned(),
+                    src.label(),
+                )
             }
         };
         let model = LearnedModel::from_bytes(&bytes, &label, variant)?;
@@ -473,8 +458,11 @@ impl PolicyKind for RepairPolicies {
                 let (bytes, label) = match weights {
                     Some(b) => (b.to_vec(), label.to_path_buf()),
                     None => {
-                        let path = crate::nn::shipped_weights_dir().join("repair-ddqn.safetensors");
-                        (read_shipped(&path)?, path)
+                        let src = crate::shipped::shipped(&crate::shipped::REPAIR_DDQN);
+                        (
+                            crate::shipped::read_weights(&src)?.into_owned(),
+                            src.label(),
+                        )
                     }
                 };
                 let net = DdqnNet::from_bytes(&bytes, &label)?;

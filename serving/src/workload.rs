@@ -113,7 +113,7 @@ impl Workload {
         let data = edgemu_data::locate().map_err(|e| unavailable(e.to_string()))?;
         let model = edgemu_tokenizer::resolve_model_path(None).map_err(|e| {
             unavailable(format!(
-                "its lengths are counted with SmolLM2's tokenizer: {e} (scripts/fetch-model.sh)"
+                "its lengths are counted with SmolLM2's tokenizer: {e}"
             ))
         })?;
         Workload::sharegpt_at(&data, &model, max_input, max_output)

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 pub enum TokenizerError {
     /// The GGUF model file is not where it was looked up.
     #[error(
-        "model file {path} not found; run `scripts/fetch-model.sh` (or set EDGEMU_GGUF to a .gguf file)"
+        "model file {path} not found; fetch it with `edgemu fetch model` (or set EDGEMU_MODEL_DIR to the folder holding it, or EDGEMU_GGUF to a .gguf file)"
     )]
     ModelMissing { path: PathBuf },
     /// Reading or parsing a GGUF header failed.

@@ -9,7 +9,7 @@
 //! - [`chat`]: [`ChatTemplate`], ChatML recognised from
 //!   `tokenizer.chat_template`.
 //! - [`locate`]: the model file (`EDGEMU_GGUF`, `EDGEMU_MODEL_DIR`,
-//!   `<workspace>/models/`).
+//!   `<cache>/models/` in the project's cache directory, `edgemu_assets::cache`).
 //! - [`tiny`]: the tiny tokenizer of the random test models.
 
 pub mod bpe;

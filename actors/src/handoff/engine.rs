@@ -41,12 +41,6 @@ use super::error::AgentError;
 /// KV cache made by one is meaningful to another.
 pub const TINY_SEED: u64 = 7;
 
-/// The shipped SmolLM2 KV-utility profile.
-pub const SHIPPED_PROFILE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../gpu/profiles/smollm2-135m-kvu.json"
-);
-
 /// One handoff context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandoffContext {
@@ -153,13 +147,14 @@ impl AgentEngine {
         .map_err(AgentError::from)
     }
 
-    /// Block utilities: the shipped profile when it matches the model, else
-    /// the placeholder (earlier layers and positions first).
+    /// Block utilities: the shipped SmolLM2 profile (built in) when it
+    /// matches the model, else the placeholder (earlier layers and
+    /// positions first).
     pub fn utilities(&self, layout: &BlockLayout) -> (Vec<f64>, &'static str) {
-        let measured =
-            KvUtilityProfile::load(std::path::Path::new(SHIPPED_PROFILE), &self.identity)
-                .ok()
-                .and_then(|p| cell_utilities(&p.cells, &p.layer_groups(), layout).ok());
+        let shipped = edgemu_gpu::shipped_profiles::default_profile();
+        let measured = KvUtilityProfile::load(&shipped, &self.identity)
+            .ok()
+            .and_then(|p| cell_utilities(&p.cells, &p.layer_groups(), layout).ok());
         match measured {
             Some(u) => (u, "profile"),
             None => (placeholder_utilities(layout), "placeholder"),

@@ -1,5 +1,6 @@
 //! llama.cpp through `llama-cpp-python`, measured in a `python3` subprocess
-//! running `scripts/llama_cpp_baseline.py` on the same GGUF (random weights
+//! running `scripts/llama_cpp_baseline.py` (compiled in; `EDGEMU_LLAMA_CPP_SCRIPT`
+//! names another file) on the same GGUF (random weights
 //! are written to a temporary file first) and the same token ids.
 //!
 //! Not installed → [`Baseline::Unavailable`] saying so; CI does not install it.
@@ -15,16 +16,24 @@ use serde::Deserialize;
 use crate::baseline::{Baseline, BaselineFigures, BaselineWorkload};
 use crate::model::ModelSource;
 
-/// The script's path: env `EDGEMU_LLAMA_CPP_SCRIPT`, else the workspace's copy.
-pub fn script_path() -> PathBuf {
-    std::env::var_os("EDGEMU_LLAMA_CPP_SCRIPT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../scripts/llama_cpp_baseline.py"
-            ))
-        })
+/// The measuring script, compiled in (`scripts/llama_cpp_baseline.py`).
+const SCRIPT: &str = include_str!("../../../scripts/llama_cpp_baseline.py");
+
+/// How the script is run: the file `EDGEMU_LLAMA_CPP_SCRIPT` names, else
+/// the built-in copy as `python3 -c SCRIPT`; and its name for messages.
+fn script_command() -> (Command, String) {
+    let mut cmd = Command::new(python());
+    match std::env::var_os("EDGEMU_LLAMA_CPP_SCRIPT").filter(|v| !v.is_empty()) {
+        Some(file) => {
+            let name = PathBuf::from(&file).display().to_string();
+            cmd.arg(file);
+            (cmd, name)
+        }
+        None => {
+            cmd.arg("-c").arg(SCRIPT);
+            (cmd, "built-in scripts/llama_cpp_baseline.py".to_string())
+        }
+    }
 }
 
 fn python() -> String {
@@ -58,11 +67,9 @@ fn ids(v: &[u32]) -> String {
 }
 
 fn run(gguf: &Path, work: &BaselineWorkload, version: &str) -> Result<BaselineFigures, String> {
-    let script = script_path();
+    let (mut cmd, script) = script_command();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut cmd = Command::new(python());
-    cmd.arg(&script)
-        .arg("--model")
+    cmd.arg("--model")
         .arg(gguf)
         .args(["--threads", &threads.to_string()])
         .args(["--steps", &work.steps.to_string()])
@@ -72,21 +79,20 @@ fn run(gguf: &Path, work: &BaselineWorkload, version: &str) -> Result<BaselineFi
     }
     let out = cmd
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        .map_err(|e| format!("cannot run {script}: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err.lines().last().unwrap_or("").chars().take(300);
         return Err(format!(
-            "{} failed ({}): {}",
-            script.display(),
+            "{script} failed ({}): {}",
             out.status,
             last.collect::<String>()
         ));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().last().unwrap_or("");
-    let o: ScriptOutput = serde_json::from_str(line)
-        .map_err(|e| format!("{}: unreadable output: {e}", script.display()))?;
+    let o: ScriptOutput =
+        serde_json::from_str(line).map_err(|e| format!("{script}: unreadable output: {e}"))?;
     Ok(BaselineFigures {
         prefill_200_tok_s: o.prefill_tok_s,
         decode_b1_tok_s: o.decode_b1_tok_s,

@@ -15,7 +15,7 @@ pub struct ModelArgs {
     /// `cpu`, or `cuda:N` with a build that has the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// GGUF file (default: $EDGEMU_GGUF, else models/SmolLM2-135M-Instruct.Q4_1.gguf; see scripts/fetch-model.sh).
+    /// GGUF file (default: $EDGEMU_GGUF, else SmolLM2-135M-Instruct.Q4_1.gguf in $EDGEMU_MODEL_DIR or the cache's models/; `edgemu fetch model` fetches it).
     #[arg(long, conflicts_with = "random_weights")]
     pub model: Option<PathBuf>,
     /// Seeded random weights instead of the GGUF: `[ARCH:]SEED`, ARCH `smollm2-135m`

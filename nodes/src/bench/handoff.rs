@@ -4,7 +4,7 @@
 //! [`edgemu_handoff::timing`] at the paper's main setting (100 Mb/s, 20 ms
 //! RTT, GE (0.001, 0.5, 0.02, 0.1), SmolLM2 layout with 2 880 blocks and the
 //! placeholder utilities) at ρ = 0.8 and 1.0 over paired seeds, with the
-//! shipped weights `policies/weights/repair-ddqn.safetensors` (or
+//! shipped weights `policies/weights/repair-ddqn.safetensors` (built in; or
 //! `--weights`), and reports per 1 000 transmitted packets (source + repair)
 //! the ms spent in state construction and feedback processing, DDQN
 //! inference, RLC encoding and the receiver's decoding, and the decision
@@ -12,17 +12,18 @@
 //! Wall-clock figures: build with `--release`. `--quick` runs one small
 //! handoff (for the smoke test).
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use edgemu_assets::Asset;
 use edgemu_handoff::timing::CoreTimers;
 use edgemu_handoff::{
     placeholder_utilities, run_handoff_timed, scheme, synthetic_payload, BlockLayout,
     HandoffScenario, RunOptions,
 };
 use edgemu_policies::repair::ddqn::{DdqnNet, DdqnScheduler};
+use edgemu_policies::shipped::parse_weights;
 use serde_json::json;
 
 /// The paper's Table II (Qwen2.5-7B, ρ = 0.8): ms per 1k packets and µs.
@@ -35,11 +36,6 @@ pub const PAPER: [(&str, f64); 6] = [
     ("decision_us_p99", 94.35),
 ];
 
-/// The shipped weights (relative to the workspace).
-pub fn shipped_weights() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/weights/repair-ddqn.safetensors")
-}
-
 #[derive(Args, Debug, Clone)]
 pub struct HandoffBenchArgs {
     /// Print one JSON object instead of a table.
@@ -48,9 +44,10 @@ pub struct HandoffBenchArgs {
     /// One small handoff (smoke test; figures are not the paper's setting).
     #[arg(long)]
     pub quick: bool,
-    /// Weights file (default: the shipped policies/weights/repair-ddqn.safetensors).
-    #[arg(long)]
-    pub weights: Option<PathBuf>,
+    /// DDQN weights: a file, or the shipped ones built in
+    /// (`built-in:repair-ddqn`).
+    #[arg(long, default_value = crate::experiment::priorityfec::DEFAULT_WEIGHTS, value_parser = parse_weights)]
+    pub weights: Asset,
     /// Paired realizations per ρ.
     #[arg(long, default_value_t = 5)]
     pub seeds: u64,
@@ -58,8 +55,9 @@ pub struct HandoffBenchArgs {
 
 /// Runs the benchmark and returns the JSON object `--json` prints.
 pub fn report(args: &HandoffBenchArgs) -> Result<serde_json::Value> {
-    let path = args.weights.clone().unwrap_or_else(shipped_weights);
-    let net = DdqnNet::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let label = args.weights.label();
+    let net = DdqnNet::from_source(&args.weights)
+        .with_context(|| format!("loading {}", label.display()))?;
     let layout = if args.quick {
         BlockLayout::new(3, 160, 16, 12_288)?
     } else {
@@ -114,7 +112,7 @@ pub fn report(args: &HandoffBenchArgs) -> Result<serde_json::Value> {
         "handoffs": handoffs,
         "rhos": rhos,
         "mean_recovered_utility": utility / handoffs.max(1) as f64,
-        "weights": path.display().to_string(),
+        "weights": label.display().to_string(),
     }))
 }
 

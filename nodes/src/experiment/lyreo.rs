@@ -256,7 +256,7 @@ pub fn run(a: &LyreoArgs) -> Result<()> {
     let names: Vec<String> = if a.policies.is_empty() {
         edgemu_policies::lyreo::Variant::ALL
             .into_iter()
-            .filter(|v| v.default_weights().exists())
+            .filter(|v| v.has_default_weights())
             .map(|v| v.name().to_string())
             .chain(["least-loaded", "random", "static"].map(String::from))
             .collect()

@@ -60,11 +60,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
+use edgemu_assets::Asset;
 use edgemu_data::contexts::{build, ContextConfig};
 use edgemu_gpu::handoff_quality::{chatml_cue, EvalStats};
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
 use edgemu_gpu::model::llama::Llama;
 use edgemu_gpu::model::{load, load_tiny, parse_device, LoadedModel, WeightFormat, WeightLayout};
+use edgemu_gpu::shipped_profiles::{parse_profile, read_profile};
 use edgemu_gpu::{KvBlock, MissingRows};
 use edgemu_handoff::reliable::{paper_link, run_quic, run_tcp, ReliableRun};
 use edgemu_handoff::{
@@ -72,29 +74,24 @@ use edgemu_handoff::{
     HandoffScenario, RunOptions, SchemeSpec, SCHEMES,
 };
 use edgemu_links::{LossSpec, LossTrace};
-use edgemu_policies::repair::ddqn::DdqnScheduler;
+use edgemu_policies::repair::ddqn::{DdqnNet, DdqnScheduler};
 use edgemu_policies::repair::RepairScheduler;
+use edgemu_policies::shipped::{parse_weights, read_weights};
 use edgemu_tokenizer::resolve_model_path;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::experiment::pfec_run::{sha256_file, tokens_sha256, ContextDone, RunDir};
+use crate::experiment::pfec_run::{sha256_file, sha256_hex, tokens_sha256, ContextDone, RunDir};
 use crate::report::csv::Table;
 use crate::report::pfec::CellSamples;
 use crate::results::{git_revision, render, run_id, write_file};
 
 mod quality;
 
-/// The shipped SmolLM2 KV-utility profile.
-pub const DEFAULT_PROFILE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../gpu/profiles/smollm2-135m-kvu.json"
-);
-/// The trained DDQN repair scheduler.
-pub const DEFAULT_WEIGHTS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../policies/weights/repair-ddqn.safetensors"
-);
+/// The default `--profile`: the shipped SmolLM2 KV-utility profile, built in.
+pub const DEFAULT_PROFILE: &str = edgemu_gpu::shipped_profiles::DEFAULT_PROFILE_ARG;
+/// The default `--weights`: the trained DDQN repair scheduler, built in.
+pub const DEFAULT_WEIGHTS: &str = "built-in:repair-ddqn";
 
 #[derive(Args, Debug, Clone)]
 pub struct PriorityFecArgs {
@@ -120,12 +117,15 @@ pub struct PriorityFecArgs {
     /// Schemes, comma-separated (default: every scheme, then tcp and quic).
     #[arg(long, value_delimiter = ',')]
     pub schemes: Option<Vec<String>>,
-    /// KV-utility profile (JSON from `edgemu profile-kv`).
-    #[arg(long, default_value = DEFAULT_PROFILE)]
-    pub profile: PathBuf,
-    /// DDQN weights for `priorityfec` and `rl-fec-only`.
-    #[arg(long, default_value = DEFAULT_WEIGHTS)]
-    pub weights: PathBuf,
+    /// KV-utility profile (JSON from `edgemu profile-kv`): a file, or a
+    /// shipped one built in (`built-in:smollm2-135m-kvu`, measured by
+    /// zero-filling; `built-in:smollm2-135m-kvu-mask`, by masking).
+    #[arg(long, default_value = DEFAULT_PROFILE, value_parser = parse_profile)]
+    pub profile: Asset,
+    /// DDQN weights for `priorityfec` and `rl-fec-only`: a file, or the
+    /// shipped ones built in (`built-in:repair-ddqn`).
+    #[arg(long, default_value = DEFAULT_WEIGHTS, value_parser = parse_weights)]
+    pub weights: Asset,
     /// Replay a per-time loss-state trace instead of the GE channel.
     #[arg(long)]
     pub loss_trace: Option<PathBuf>,
@@ -351,7 +351,7 @@ struct TransportGrid<'a> {
     utilities: Arc<[f64]>,
     payload: Arc<[u8]>,
     loss: LossSpec,
-    weights: &'a Path,
+    weights: &'a Asset,
     k: u16,
 }
 
@@ -370,9 +370,10 @@ impl TransportGrid<'_> {
 
     fn scheduler(&self, spec: &SchemeSpec) -> Result<Box<dyn RepairScheduler>> {
         let external: Option<Box<dyn RepairScheduler>> = if spec.needs_external() {
-            Some(Box::new(DdqnScheduler::load(self.weights).with_context(
-                || format!("loading DDQN weights {}", self.weights.display()),
-            )?))
+            let net = DdqnNet::from_source(self.weights).with_context(|| {
+                format!("loading DDQN weights {}", self.weights.label().display())
+            })?;
+            Some(Box::new(DdqnScheduler::new(net)))
         } else {
             None
         };
@@ -866,8 +867,16 @@ fn run_settings(
         "tiny": a.tiny,
         "model": w.identity,
         "model_file_bytes": model_bytes,
-        "profile_sha256": if a.tiny { serde_json::Value::Null } else { digest(&a.profile)? },
-        "weights_sha256": digest(&a.weights)?,
+        "profile_sha256": if a.tiny || !a.profile.is_available() {
+            serde_json::Value::Null
+        } else {
+            sha256_hex(&read_profile(&a.profile)?).into()
+        },
+        "weights_sha256": if a.weights.is_available() {
+            sha256_hex(&read_weights(&a.weights)?).into()
+        } else {
+            serde_json::Value::Null
+        },
         "loss_trace_sha256": match &a.loss_trace {
             Some(p) => digest(p)?,
             None => serde_json::Value::Null,
@@ -907,21 +916,21 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     // The profile is read before the contexts: its context count fixes the split.
     let profile_file = if a.tiny {
         None
-    } else if a.profile.is_file() {
-        Some(a.profile.clone())
+    } else if a.profile.is_available() {
+        Some(&a.profile)
     } else {
         say(format!(
             "no KV-utility profile at {} (make one with `edgemu profile-kv`); using the placeholder utilities",
-            a.profile.display()
+            a.profile.label().display()
         ));
         None
     };
-    let profile_contexts = match &profile_file {
+    let profile_contexts = match profile_file {
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+            let label = p.label();
+            let bytes = read_profile(p).with_context(|| format!("reading {}", label.display()))?;
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .with_context(|| format!("parsing {}", label.display()))?;
             v.get("contexts").and_then(|c| c.as_u64()).unwrap_or(0) as usize
         }
         None => 0,
@@ -937,13 +946,13 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         2,
         g.context_tokens as u32,
     )?;
-    let (utilities, utilities_from) = match &profile_file {
+    let (utilities, utilities_from) = match profile_file {
         Some(p) => {
             let prof = KvUtilityProfile::load(p, &w.identity)
                 .with_context(|| format!("loading the profile for {}", w.name))?;
             let u = cell_utilities(&prof.cells, &prof.layer_groups(), &layout)
-                .with_context(|| format!("the profile {}", p.display()))?;
-            (u, p.display().to_string())
+                .with_context(|| format!("the profile {}", p.label().display()))?;
+            (u, p.label().display().to_string())
         }
         None => (placeholder_utilities(&layout), "placeholder".to_string()),
     };
@@ -971,10 +980,10 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     let mut schemes = Vec::new();
     for s in &g.schemes {
         let needs_weights = s != "tcp" && s != "quic" && scheme(s)?.needs_external();
-        if needs_weights && !a.weights.is_file() {
+        if needs_weights && !a.weights.is_available() {
             let reason = format!(
                 "no weights at {} (train with `edgemu train repair` or pass --weights)",
-                a.weights.display()
+                a.weights.label().display()
             );
             say(format!("{s}: {reason}; not run"));
             skipped.push(Skipped {
@@ -1156,7 +1165,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         "grid": g,
         "model": w.name,
         "utilities": utilities_from,
-        "weights": a.weights.display().to_string(),
+        "weights": a.weights.label().display().to_string(),
         "skipped": skipped,
         "transport_runs": transports.len(),
         "distinct_incomplete_outcomes": distinct.len(),

@@ -128,9 +128,8 @@ pub fn spawn(
         ComputeActor::new(AgentEngine::load(model, cache.clone())).start()
     } else {
         if model == edgemu_config::RealModel::SmolLm2 {
-            edgemu_tokenizer::resolve_model_path(None).map_err(|e| {
-                anyhow!("agent {:?} (server {:?}): {e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)", a.name, server.name)
-            })?;
+            edgemu_tokenizer::resolve_model_path(None)
+                .map_err(|e| anyhow!("agent {:?} (server {:?}): {e}", a.name, server.name))?;
         }
         let (name, cache) = (a.name.clone(), cache.clone());
         let arbiter = actix::Arbiter::new();

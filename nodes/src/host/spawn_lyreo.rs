@@ -218,7 +218,7 @@ pub fn spawn(
                     // that rejects every request, logged.
                     if model == RealModel::SmolLm2 {
                         edgemu_tokenizer::resolve_model_path(None).map_err(|e| {
-                            anyhow!("server {:?} (backend = \"real\"): {e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)", a.name)
+                            anyhow!("server {:?} (backend = \"real\"): {e}", a.name)
                         })?;
                     }
                     let (name, route, bw) = (a.name.clone(), route.clone(), s.bandwidth_hz);
@@ -372,7 +372,7 @@ fn user_setup(
 /// capacity; its class's figures, with a warning, if measuring fails.
 fn calibrated(name: &str, backend: &mut RealBackend, class: &Profile) -> Profile {
     let t0 = std::time::Instant::now();
-    let cache = edgemu_gpu::calibrate::cache_dir();
+    let cache = edgemu_assets::cache_dir();
     match edgemu_gpu::calibrate::calibrate(backend, KvDtype::F32, class, cache.as_deref()) {
         Ok((p, how)) => {
             tracing::info!(
@@ -402,7 +402,7 @@ fn real_backend(name: &str, model: RealModel, seed: u64) -> Result<RealBackend> 
             .load(&device, None)
             .map_err(|e| {
                 anyhow!(
-                    "server {name:?} (backend = \"real\"): cannot load SmolLM2: {e} (fetch it with scripts/fetch-model.sh and set EDGEMU_MODEL_DIR)"
+                    "server {name:?} (backend = \"real\"): cannot load SmolLM2: {e} (fetch it with `edgemu fetch model`, or set EDGEMU_MODEL_DIR)"
                 )
             })?,
         RealModel::Tiny => edgemu_gpu::model::load_tiny(seed, &device, None)

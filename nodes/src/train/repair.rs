@@ -23,8 +23,8 @@
 //!   `reward.png` / `reward.svg`: mean shaped reward per decision and
 //!   Huber loss per episode.
 //!
-//! `--profile FILE` takes the evaluation handoff's block utilities from a
-//! measured KV-utility profile (`edgemu profile-kv`) instead of the
+//! `--profile FILE` (or `built-in:NAME`) takes the evaluation handoff's block
+//! utilities from a measured KV-utility profile (`edgemu profile-kv`) instead of the
 //! placeholder ones, and draws the training episodes' utilities from it
 //! (see `edgemu_handoff::train::env`). The same seed gives the same bytes.
 
@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
+use edgemu_assets::Asset;
 use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
 use edgemu_handoff::train::env::EpisodeRanges;
 use edgemu_handoff::train::output::{summary, write_outputs};
@@ -112,9 +113,11 @@ pub struct TrainRepairArgs {
     pub paper_channel: bool,
     /// Measured KV-utility profile (`edgemu profile-kv`) for the evaluation
     /// handoff's and the training episodes' block utilities (default: the
-    /// placeholder and synthetic ones). Not with `--quick`.
-    #[arg(long)]
-    pub profile: Option<PathBuf>,
+    /// placeholder and synthetic ones): a file, or a shipped one built in
+    /// (`built-in:smollm2-135m-kvu`, `built-in:smollm2-135m-kvu-mask`).
+    /// Not with `--quick`.
+    #[arg(long, value_parser = edgemu_gpu::shipped_profiles::parse_profile)]
+    pub profile: Option<Asset>,
 }
 
 fn parse_potential(s: &str) -> Result<PotentialWeights, String> {
@@ -196,10 +199,10 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
             bail!("--profile needs the full configuration (SmolLM2's layout), not --quick");
         }
         let prof = KvUtilityProfile::load(p, &smollm2_identity())
-            .with_context(|| format!("loading the profile {}", p.display()))?;
+            .with_context(|| format!("loading the profile {}", p.label().display()))?;
         let layout = BlockLayout::smollm2(1536).context("SmolLM2 layout")?;
         let utilities: Arc<[f64]> = cell_utilities(&prof.cells, &prof.layer_groups(), &layout)
-            .with_context(|| format!("the profile {}", p.display()))?
+            .with_context(|| format!("the profile {}", p.label().display()))?
             .into();
         cfg.eval_scenario = HandoffScenario::paper(
             layout,
@@ -290,7 +293,7 @@ pub fn train_repair(args: &TrainRepairArgs) -> Result<TrainOutcome> {
         )),
         args.profile
             .as_ref()
-            .map_or(String::new(), |p| format!(" --profile {}", p.display()))
+            .map_or(String::new(), |p| format!(" --profile {p}"))
     );
     let weights = write_outputs(&args.out, &command, &mut out)
         .with_context(|| format!("writing outputs into {}", args.out.display()))?;
@@ -503,7 +506,7 @@ mod tests {
     #[test]
     fn a_profile_is_refused_with_quick_and_a_wrong_one_named() {
         let mut a = args(std::env::temp_dir());
-        a.profile = Some(PathBuf::from("/nonexistent/kvu.json"));
+        a.profile = Some(Asset::File(PathBuf::from("/nonexistent/kvu.json")));
         let e = format!("{:#}", config(&a).expect_err("--profile with --quick"));
         assert!(e.contains("--quick"), "{e}");
         a.quick = false;

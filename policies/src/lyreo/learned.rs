@@ -59,6 +59,8 @@ use rand_chacha::ChaCha8Rng;
 use super::{LeastLoaded, LyapunovQueues, SchedulingPolicy, SlotObservation, PAIR_FEATURES};
 use crate::nn::loss::{log_softmax, sample_categorical};
 use crate::nn::{Activation, Expected, Mlp, MlpScratch, PolicyError, WeightsFile};
+use crate::shipped;
+use edgemu_assets::{Asset, Embedded};
 
 /// `kind` metadata of a learned LYREO policy file.
 pub const WEIGHTS_KIND: &str = "lyreo-actor-critic";
@@ -136,9 +138,27 @@ impl Variant {
         self == Variant::LyreoCount
     }
 
-    /// The shipped weights file of this variant.
-    pub fn default_weights(self) -> std::path::PathBuf {
-        crate::nn::shipped_weights_dir().join(format!("{}.safetensors", self.name()))
+    /// The shipped weights file of this variant (compiled in).
+    pub fn shipped_weights(self) -> &'static Embedded {
+        match self {
+            Variant::Lyreo => &shipped::LYREO,
+            Variant::LyPpo => &shipped::LY_PPO,
+            Variant::Ppo => &shipped::PPO,
+            Variant::LyreoCount => &shipped::LYREO_COUNT,
+            Variant::LyreoNolb => &shipped::LYREO_NOLB,
+        }
+    }
+
+    /// The weights this variant runs with by default: built in, or the file
+    /// of `$EDGEMU_WEIGHTS_DIR` (see [`crate::shipped`]).
+    pub fn default_weights(self) -> Asset {
+        shipped::shipped(self.shipped_weights())
+    }
+
+    /// Whether this variant's default weights can be read: always for the
+    /// built-in set; under `$EDGEMU_WEIGHTS_DIR`, whether the folder has them.
+    pub fn has_default_weights(self) -> bool {
+        self.default_weights().is_available()
     }
 }
 
@@ -249,6 +269,11 @@ impl LearnedModel {
     pub fn load(path: &Path, variant: Variant) -> Result<LearnedModel, PolicyError> {
         let w = WeightsFile::load(path, &Self::expected())?;
         Self::from_weights(w, path, variant)
+    }
+
+    /// [`LearnedModel::load`] from a file or the built-in weights.
+    pub fn from_source(src: &Asset, variant: Variant) -> Result<LearnedModel, PolicyError> {
+        Self::from_bytes(&shipped::read_weights(src)?, &src.label(), variant)
     }
 
     /// [`LearnedModel::load`] from safetensors bytes (a `policy.swap`

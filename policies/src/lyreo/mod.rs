@@ -27,6 +27,8 @@ mod queues;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use edgemu_assets::Asset;
+
 pub use heuristics::{LeastLoaded, RandomPolicy};
 pub use learned::{LearnedModel, LearnedPolicy, Rollout, Variant};
 pub use observation::{
@@ -69,7 +71,8 @@ pub struct PolicySpec {
     /// The assignment rule's name (`least-loaded`, `random`, or a learned one).
     pub assignment: String,
     pub batching: ServerBatching,
-    /// A learned policy's validated networks and the file they came from.
+    /// A learned policy's validated networks and where they came from (a
+    /// path, or `built-in policies/weights/<name>.safetensors`).
     pub learned: Option<(Arc<LearnedModel>, PathBuf)>,
     /// A learned policy falls back to Least-Loaded off its training
     /// distribution (`learned`'s module doc); `raw:NAME` turns that off.
@@ -93,8 +96,8 @@ impl PartialEq for PolicySpec {
 /// The non-learned policy names this build knows.
 pub const HEURISTIC_POLICIES: &[&str] = &["least-loaded", "random", "static"];
 
-/// The learned policy names of the paper (weights from `policies/weights/`
-/// by default, or `NAME=PATH`).
+/// The learned policy names of the paper (the shipped weights of
+/// `policies/weights/`, built in, by default; or `NAME=PATH`).
 pub const LEARNED_POLICIES: &[&str] = &["lyreo", "ly-ppo", "ppo", "lyreo-count", "lyreo-nolb"];
 
 /// Errors naming a policy.
@@ -147,7 +150,7 @@ impl ArmName {
         let (batching, assignment) = match rest.split_once(':') {
             Some(("static", inner)) => (ServerBatching::Static, inner.to_string()),
             None if rest == "static" => {
-                let inner = if Variant::Lyreo.default_weights().exists() {
+                let inner = if Variant::Lyreo.has_default_weights() {
                     "lyreo"
                 } else {
                     "least-loaded"
@@ -199,14 +202,17 @@ impl PolicySpec {
         let learned = match arm.variant {
             None => None,
             Some(variant) => {
-                let path = arm.path.unwrap_or_else(|| variant.default_weights());
-                let model = LearnedModel::load(&path, variant).map_err(|e| {
+                let src = arm
+                    .path
+                    .map(Asset::File)
+                    .unwrap_or_else(|| variant.default_weights());
+                let model = LearnedModel::from_source(&src, variant).map_err(|e| {
                     LyreoPolicyError::NotAvailable {
                         name: arm.assignment.clone(),
                         what: e.to_string(),
                     }
                 })?;
-                Some((Arc::new(model), path))
+                Some((Arc::new(model), src.label()))
             }
         };
         Ok(PolicySpec {

@@ -29,4 +29,7 @@ pub enum PolicyError {
     UnexpectedTensor { file: PathBuf, tensor: String },
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// Naming or reading a weights file (or a built-in one) failed.
+    #[error(transparent)]
+    Asset(#[from] edgemu_assets::AssetError),
 }

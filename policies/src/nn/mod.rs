@@ -39,9 +39,7 @@ pub use loss::{huber, huber_grad, mse};
 pub use lstm::{Lstm, LstmGrads, LstmState, LstmTape};
 pub use mlp::{Mlp, MlpGrads, MlpScratch, MlpTape};
 pub use optim::{clip_grad_norm, Adam, FlatParams};
-pub use weights::{
-    shipped_weights_dir, Expected, TensorSpec, WeightsFile, MAX_WEIGHTS_BYTES, WEIGHTS_FORMAT,
-};
+pub use weights::{Expected, TensorSpec, WeightsFile, MAX_WEIGHTS_BYTES, WEIGHTS_FORMAT};
 
 #[cfg(test)]
 mod gradcheck_tests;

@@ -274,20 +274,7 @@ impl WeightsFile {
     /// Reads and validates `path` against `expected`. A file larger than
     /// [`MAX_WEIGHTS_BYTES`] is refused before it is read.
     pub fn load(path: &Path, expected: &Expected) -> Result<WeightsFile, PolicyError> {
-        let io = |source| PolicyError::Io {
-            file: path.to_path_buf(),
-            source,
-        };
-        let len = std::fs::metadata(path).map_err(io)?.len();
-        if len > MAX_WEIGHTS_BYTES {
-            return Err(PolicyError::Format {
-                file: path.to_path_buf(),
-                what: format!(
-                    "{len} bytes, more than the {MAX_WEIGHTS_BYTES}-byte limit for policy weights"
-                ),
-            });
-        }
-        let bytes = std::fs::read(path).map_err(io)?;
+        let bytes = crate::shipped::read_weights(&edgemu_assets::Asset::File(path.to_path_buf()))?;
         WeightsFile::from_bytes(&bytes, path, expected)
     }
 
@@ -458,14 +445,6 @@ fn parse_floats(s: Option<&String>, key: &str) -> Result<Vec<f32>, String> {
         return Err(format!("`{key}`[{i}] is not a finite f32"));
     }
     Ok(out)
-}
-
-/// The folder of the shipped weights files: `EDGEMU_WEIGHTS_DIR`, else this
-/// crate's `weights/`.
-pub fn shipped_weights_dir() -> std::path::PathBuf {
-    std::env::var_os("EDGEMU_WEIGHTS_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("weights"))
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{ActionMask, RepairAction, RepairObservation, RepairScheduler, N_ACTIONS, N_FEATURES};
 use crate::nn::{Activation, Expected, Mlp, MlpScratch, PolicyError, WeightsFile};
 use crate::rl::DdqnConfig;
+use edgemu_assets::Asset;
 
 /// `kind` metadata of the DDQN weights file.
 pub const DDQN_KIND: &str = "repair-ddqn";
@@ -200,6 +201,11 @@ impl DdqnNet {
     /// Loads and validates a `repair-ddqn` safetensors file.
     pub fn load(path: &Path) -> Result<DdqnNet, PolicyError> {
         DdqnNet::from_weights(&WeightsFile::load(path, &DdqnNet::expected())?)
+    }
+
+    /// Loads and validates a file or the built-in weights.
+    pub fn from_source(src: &Asset) -> Result<DdqnNet, PolicyError> {
+        DdqnNet::from_bytes(&crate::shipped::read_weights(src)?, &src.label())
     }
 
     /// Loads from bytes (a `policy.swap` payload); `label` names them in errors.
