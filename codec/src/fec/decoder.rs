@@ -34,7 +34,7 @@
 //! that combines a released id is *stale* and ignored.
 //!
 //! **Hostile input** — an id beyond the window, a count over `max_count`, a
-//! wrong session, an inconsistent header — is an error value and leaves the
+//! a frame of another stream, an inconsistent header — is an error value and leaves the
 //! state unchanged. The decoder never returns bytes other than the linear-algebra
 //! consequence of what it received, so an honest stream never yields wrong data.
 
@@ -55,7 +55,7 @@ pub struct DecoderConfig {
     pub max_window: u32,
     /// Largest repair `count` accepted.
     pub max_count: u16,
-    /// Only accept frames of this session, if set.
+    /// Only accept frames of this stream (its id in every header), if set.
     pub session: Option<u32>,
 }
 
