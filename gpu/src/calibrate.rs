@@ -23,6 +23,9 @@ use crate::error::Result;
 use crate::model::KvDtype;
 use crate::profile::{profile_backend, ProfileOptions};
 
+/// Largest cache file read back as a profile.
+const MAX_CACHED_PROFILE_BYTES: u64 = 1 << 20;
+
 /// Batch sizes of the calibration grid.
 pub const CALIBRATION_BATCHES: [usize; 2] = [1, 8];
 /// Context lengths (tokens per sequence) of the calibration grid.
@@ -83,7 +86,16 @@ pub fn calibrate(
 ) -> Result<(Profile, Calibration)> {
     let key = machine_key(backend, kv_dtype);
     let file = cache.map(|d| d.join("profiles").join(format!("{key}.json")));
-    if let Some(p) = file.as_deref().and_then(|f| Profile::load(f).ok()) {
+    // A cache file is read only if it is a plain file of profile size (a
+    // measured profile is a few KiB); anything else is measured over.
+    let readable = |f: &Path| {
+        std::fs::metadata(f).is_ok_and(|m| m.is_file() && m.len() <= MAX_CACHED_PROFILE_BYTES)
+    };
+    let cached = file
+        .as_deref()
+        .filter(|f| readable(f))
+        .and_then(|f| Profile::load(f).ok());
+    if let Some(p) = cached {
         if p.kv_bytes_per_token == backend.kv_bytes_per_token() {
             return Ok((with_capacity(p, class), Calibration::Cached));
         }
@@ -99,6 +111,12 @@ pub fn calibrate(
     };
     let mut p = profile_backend(backend, &opts, &|_, _| {})?;
     p.source = format!("measured at load on this machine ({key})");
+    // serde_json's float parsing may differ from the measured value in the
+    // last bit; serve with the figures a later run reads back from the cache.
+    let p = serde_json::to_string(&p)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Profile>(&t).ok())
+        .unwrap_or(p);
     if let Some(f) = &file {
         // A cache that cannot be written only costs the next run a
         // calibration: log it and go on.
