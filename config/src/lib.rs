@@ -267,6 +267,7 @@ pub mod agent;
 pub mod command;
 pub mod command_wire;
 mod describe;
+pub mod external;
 mod error;
 mod fields;
 mod load;
