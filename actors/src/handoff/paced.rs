@@ -21,6 +21,13 @@
 //! instant); with it the sender makes exactly the harness's decisions. In
 //! real time `L` = 0: feedback is used as soon as it is there, which is what
 //! a real sender does.
+//!
+//! **Deferred decisions** (an external repair policy): the core parks at a
+//! decision epoch ([`PacedSender::pending_decision`]) and sends nothing
+//! until the shell answers ([`PacedSender::apply_decision`]) with the run
+//! time the answer came. Replay then resumes at that time, not at the
+//! epoch's: the slots that passed while the decision was out are lost, as
+//! they would be for a sender waiting on a slow policy.
 
 use std::collections::VecDeque;
 
@@ -35,6 +42,9 @@ pub struct PacedSender {
     deadline: u64,
     /// (core ns of arrival, bytes), in arrival order.
     feedback: VecDeque<(u64, Vec<u8>)>,
+    /// No slot is replayed before this core time (the last deferred
+    /// decision's answer).
+    not_before: u64,
 }
 
 impl PacedSender {
@@ -44,7 +54,37 @@ impl PacedSender {
             t0: t0_ns,
             deadline: deadline_ns,
             feedback: VecDeque::new(),
+            not_before: 0,
         }
+    }
+
+    /// The decision epoch the core is parked at (deferred decisions only).
+    pub fn pending_decision(
+        &self,
+    ) -> Option<(
+        edgemu_policies::repair::RepairObservation,
+        edgemu_policies::repair::ActionMask,
+    )> {
+        self.core.pending_decision()
+    }
+
+    /// Answers the pending epoch (`None`: the core's own scheduler
+    /// decides). With `resume_ns`, the run time the answer came after a
+    /// wait, replay resumes there; without, at the epoch (nothing waited).
+    pub fn apply_decision(
+        &mut self,
+        resume_ns: Option<u64>,
+        action: Option<edgemu_policies::repair::RepairAction>,
+    ) {
+        self.core.apply_decision(action);
+        if let Some(at) = resume_ns {
+            self.not_before = self.not_before.max(at.saturating_sub(self.t0));
+        }
+    }
+
+    /// The core's next slot time, not before the last answer.
+    fn slot_due(&self) -> Option<u64> {
+        self.core.poll_timeout().map(|t| t.max(self.not_before))
     }
 
     pub fn core(&self) -> &HandoffSender {
@@ -65,7 +105,7 @@ impl PacedSender {
 
     /// The next run time at which [`pump`](Self::pump) has something to do.
     pub fn next_event_ns(&self) -> Option<u64> {
-        let t = [self.core.poll_timeout(), self.feedback.front().map(|f| f.0)]
+        let t = [self.slot_due(), self.feedback.front().map(|f| f.0)]
             .into_iter()
             .flatten()
             .min()?;
@@ -73,9 +113,9 @@ impl PacedSender {
     }
 
     /// Whether the handoff's sending is over (deadline passed or all slots
-    /// used, and no feedback left to apply).
+    /// used, no feedback left to apply, no decision pending).
     pub fn is_done(&self) -> bool {
-        self.next_event_ns().is_none()
+        self.next_event_ns().is_none() && self.core.pending_decision().is_none()
     }
 
     /// Replays every event at or before run time `horizon_ns` (module docs);
@@ -86,7 +126,7 @@ impl PacedSender {
         };
         let h = h.min(self.deadline);
         loop {
-            let t = [self.core.poll_timeout(), self.feedback.front().map(|f| f.0)]
+            let t = [self.slot_due(), self.feedback.front().map(|f| f.0)]
                 .into_iter()
                 .flatten()
                 .min();
