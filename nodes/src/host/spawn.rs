@@ -32,6 +32,8 @@ pub struct HostActors {
     pub faults: super::faults::FaultRegistry,
     /// The live state of this host's LYREO actors (dashboard, metrics).
     pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
+    /// The external-policy counters of this host's deciders.
+    pub external: edgemu_actors::external::ExternalLive,
 }
 
 /// Mixes the run seed with an object's index so every link direction has its
@@ -73,6 +75,7 @@ pub fn spawn_host_actors(
         faults: faults.clone(),
         events: events.clone(),
         kv_caches: super::KvCaches::default(),
+        external: edgemu_actors::external::ExternalLive::default(),
     };
 
     let mut links = BTreeMap::new();
@@ -256,6 +259,7 @@ pub fn spawn_host_actors(
         flushers,
         tables: tables.all(),
         kv_caches: shared.kv_caches.clone(),
+        external: shared.external.clone(),
     })
 }
 

@@ -571,6 +571,7 @@ impl Supervisor {
                 .and_then(|f| serde_json::to_value(f.counters()).ok()),
             lyreo: self.actors.lyreo.clone(),
             kv_caches: self.kv_caches(),
+            external: self.actors.external.clone(),
         }
     }
 
