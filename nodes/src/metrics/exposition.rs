@@ -961,9 +961,9 @@ mod tests {
             r#"edgemu_policy_external_fallbacks_total{host="alpha",actor="sched",problem="lyreo",reason="malformed"} 0"#,
             r#"edgemu_policy_external_connected{host="alpha",actor="sched",problem="lyreo"} 1"#,
             r#"edgemu_policy_external_round_trip_seconds_count{host="alpha",actor="sched",problem="lyreo"} 3"#,
-            r#"edgemu_policy_external_round_trip_seconds_bucket{le="0.001",host="alpha",actor="sched",problem="lyreo"} 1"#,
-            r#"edgemu_policy_external_round_trip_seconds_bucket{le="0.002",host="alpha",actor="sched",problem="lyreo"} 2"#,
-            r#"edgemu_policy_external_round_trip_seconds_bucket{le="0.005",host="alpha",actor="sched",problem="lyreo"} 3"#,
+            r#"edgemu_policy_external_round_trip_seconds_bucket{host="alpha",le="0.001",actor="sched",problem="lyreo"} 1"#,
+            r#"edgemu_policy_external_round_trip_seconds_bucket{host="alpha",le="0.002",actor="sched",problem="lyreo"} 2"#,
+            r#"edgemu_policy_external_round_trip_seconds_bucket{host="alpha",le="0.005",actor="sched",problem="lyreo"} 3"#,
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }
