@@ -245,7 +245,12 @@ pub(crate) fn agent(
         .flatten()
         .map(str::to_string);
     let external = crate::external::external(obj, errs);
-    crate::external::require_table(policy.as_deref().unwrap_or(""), external.as_ref(), obj, errs);
+    crate::external::require_table(
+        policy.as_deref().unwrap_or(""),
+        external.as_ref(),
+        obj,
+        errs,
+    );
     let hand_to = errs
         .ok(opt_str(obj, "hand_to").and_then(|h| h.map(|h| actors("hand_to", h)).transpose()))
         .flatten();

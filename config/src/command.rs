@@ -619,7 +619,11 @@ fn faultable_actor(cluster: &Cluster, name: &str) -> Result<ActorId, ActionError
     Ok(id)
 }
 
-fn resolve_swap(s: &PolicySwap, cluster: &Cluster, actor: ActorId) -> Result<PolicyOp, ActionError> {
+fn resolve_swap(
+    s: &PolicySwap,
+    cluster: &Cluster,
+    actor: ActorId,
+) -> Result<PolicyOp, ActionError> {
     if let Some(p) = &s.policy {
         if p.trim().is_empty() {
             return Err(ActionError::invalid(
@@ -670,7 +674,11 @@ fn resolve_external_swap(
         .as_deref()
         .is_some_and(|p| p.trim().eq_ignore_ascii_case(EXTERNAL_POLICY));
     if !to_external {
-        for (key, v) in [("url", &s.url), ("deadline", &s.deadline), ("fallback", &s.fallback)] {
+        for (key, v) in [
+            ("url", &s.url),
+            ("deadline", &s.deadline),
+            ("fallback", &s.fallback),
+        ] {
             if v.is_some() {
                 return Err(ActionError::invalid(
                     key,

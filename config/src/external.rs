@@ -68,7 +68,9 @@ pub fn check_url(key: &str, url: &str) -> Result<(), ActionError> {
     if authority.is_empty() || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(ActionError::invalid(
             key,
-            format!("expected a websocket URL with a host, like \"ws://127.0.0.1:7300\", found {url:?}"),
+            format!(
+                "expected a websocket URL with a host, like \"ws://127.0.0.1:7300\", found {url:?}"
+            ),
         ));
     }
     if url.len() > 2048 {
@@ -145,7 +147,12 @@ pub(crate) fn external(obj: &Obj, errs: &mut Errs) -> Option<ExternalPolicy> {
 }
 
 /// `policy = "external"` needs an `external` table (reported on `external`).
-pub(crate) fn require_table(policy: &str, ext: Option<&ExternalPolicy>, obj: &Obj, errs: &mut Errs) {
+pub(crate) fn require_table(
+    policy: &str,
+    ext: Option<&ExternalPolicy>,
+    obj: &Obj,
+    errs: &mut Errs,
+) {
     if policy.trim().eq_ignore_ascii_case(EXTERNAL_POLICY)
         && ext.is_none()
         && !obj.contains_key("external")
@@ -165,7 +172,13 @@ mod tests {
     fn urls_deadlines_and_fallbacks_are_checked() {
         assert!(check_url("url", "ws://127.0.0.1:7300").is_ok());
         assert!(check_url("url", "ws://localhost:7300/policy").is_ok());
-        for bad in ["http://x:1", "ws://", "ws:///p", "127.0.0.1:7300", "ws://a b:1"] {
+        for bad in [
+            "http://x:1",
+            "ws://",
+            "ws:///p",
+            "127.0.0.1:7300",
+            "ws://a b:1",
+        ] {
             assert!(check_url("url", bad).is_err(), "{bad}");
         }
         assert!(check_deadline("deadline", 1).is_ok());

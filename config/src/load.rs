@@ -329,7 +329,10 @@ impl<'a> Loader<'a> {
                     ActorKind::Agent(g) => g.policy.as_deref(),
                     _ => None,
                 }
-                .is_some_and(|p| p.trim().eq_ignore_ascii_case(crate::external::EXTERNAL_POLICY));
+                .is_some_and(|p| {
+                    p.trim()
+                        .eq_ignore_ascii_case(crate::external::EXTERNAL_POLICY)
+                });
                 if external {
                     self.report(e.node, crate::command::virtual_external("policy"));
                 }

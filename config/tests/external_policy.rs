@@ -102,7 +102,9 @@ external = { url = "ws://127.0.0.1:7301/repair" }"#,
         a.deadline_or(external::DEFAULT_REPAIR_DEADLINE_NS),
         2_000_000
     );
-    assert!(c.describe().contains("external policy at ws://127.0.0.1:7300"));
+    assert!(c
+        .describe()
+        .contains("external policy at ws://127.0.0.1:7300"));
     // A table without `policy = "external"` is what a swap uses.
     let c = parse(&file(
         "real",
@@ -179,7 +181,11 @@ actor = "a"
 policy = "external"
 url = "ws://127.0.0.1:7301"
 "#;
-    let msg = error(&file("virtual", "", "", chaos), "virtual", "policy = \"external\"");
+    let msg = error(
+        &file("virtual", "", "", chaos),
+        "virtual",
+        "policy = \"external\"",
+    );
     assert!(msg.contains("time = \"real\""), "{msg}");
 }
 

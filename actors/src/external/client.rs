@@ -94,12 +94,7 @@ fn config() -> WebSocketConfig {
         .max_frame_size(Some(MAX_FRAME_BYTES))
 }
 
-async fn run(
-    id: u64,
-    url: String,
-    mut rx: mpsc::Receiver<String>,
-    to: Recipient<PolicyEvent>,
-) {
+async fn run(id: u64, url: String, mut rx: mpsc::Receiver<String>, to: Recipient<PolicyEvent>) {
     // `false`: the decider is gone, and so is the reason to connect.
     let tell = |event: ClientEvent| {
         if !to.connected() {

@@ -58,9 +58,15 @@ pub enum Outcome {
     },
     /// The action for the pending decision `id`: validate it, then
     /// [`ExternalDecider::accept`] or [`ExternalDecider::refuse`].
-    Action { id: u64, action: serde_json::Value },
+    Action {
+        id: u64,
+        action: serde_json::Value,
+    },
     /// The connection came up or went down (for the event log).
-    Link { up: bool, detail: String },
+    Link {
+        up: bool,
+        detail: String,
+    },
 }
 
 /// A decider's external policy (module doc).
@@ -104,7 +110,11 @@ impl ExternalDecider {
     pub fn ensure_connected(&mut self, to: Recipient<PolicyEvent>) {
         if self.client.is_none() {
             self.next_client += 1;
-            self.client = Some(PolicyClient::connect(self.next_client, &self.target.url, to));
+            self.client = Some(PolicyClient::connect(
+                self.next_client,
+                &self.target.url,
+                to,
+            ));
         }
     }
 

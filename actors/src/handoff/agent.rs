@@ -26,13 +26,13 @@ use crate::events::{Event, EventLog};
 use crate::external::book::FallbackReason;
 use crate::external::client::PolicyEvent;
 use crate::external::{ExternalDecider, ExternalLive, Outcome};
-use edgemu_policies::external::{parse_repair_action, RepairArrays, WireObs};
-use edgemu_policies::repair::ActionMask;
 use crate::link_actor::{LinkActor, OfferAt};
 use crate::lyreo::records::CsvTable;
 use crate::messages::{
     restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
+use edgemu_policies::external::{parse_repair_action, RepairArrays, WireObs};
+use edgemu_policies::repair::ActionMask;
 
 /// Lookahead of the sender in virtual time (see [`super::paced`]).
 pub const VIRTUAL_LOOKAHEAD_NS: u64 = 2_000_000;
@@ -107,7 +107,8 @@ impl HandoffTally {
             .position(|&r| r == reason)
             .unwrap_or(0);
         self.fallbacks[i] += 1;
-        self.first.get_or_insert_with(|| (reason, detail.to_string()));
+        self.first
+            .get_or_insert_with(|| (reason, detail.to_string()));
     }
 }
 
@@ -412,9 +413,10 @@ impl AgentActor {
                 match asked {
                     Ok((id, deadline)) => {
                         self.asking = Some(Asking { id, mask });
-                        ctx.run_later(std::time::Duration::from_nanos(deadline), move |act, ctx| {
-                            act.repair_timeout(id, ctx)
-                        });
+                        ctx.run_later(
+                            std::time::Duration::from_nanos(deadline),
+                            move |act, ctx| act.repair_timeout(id, ctx),
+                        );
                         return;
                     }
                     Err(reason) => {
@@ -435,7 +437,11 @@ impl AgentActor {
 
     /// Answers the decision out (`action`: the external policy's, checked;
     /// `None`: the fallback's) at the current time, and pumps on.
-    fn answer(&mut self, action: Option<edgemu_policies::repair::RepairAction>, ctx: &mut Context<Self>) {
+    fn answer(
+        &mut self,
+        action: Option<edgemu_policies::repair::RepairAction>,
+        ctx: &mut Context<Self>,
+    ) {
         self.asking = None;
         let now = self.clock.now_ns();
         if let Some(s) = self.sending.as_mut() {
@@ -494,7 +500,8 @@ impl AgentActor {
                     }
                     Err(e) => {
                         ext.refuse(id);
-                        self.tally.fallback(FallbackReason::Malformed, &e.to_string());
+                        self.tally
+                            .fallback(FallbackReason::Malformed, &e.to_string());
                         self.answer(None, ctx);
                     }
                 }
@@ -872,6 +879,9 @@ impl Actor for AgentActor {
         // External policies are refused in virtual time (cluster.toml and
         // policy.swap): only a real-time agent watches its slot.
         if !self.s.virtual_time && self.s.plan.is_some() {
+            if self.s.slot.get().external.is_some() {
+                self.sync_external(ctx);
+            }
             ctx.run_interval(EXTERNAL_CHECK, |act, ctx| {
                 if act.s.slot.get().external.is_some() || act.external.is_some() {
                     act.sync_external(ctx);

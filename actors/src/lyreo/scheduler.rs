@@ -35,19 +35,19 @@ use super::messages::{Expected, LyreoMsg};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
+use crate::external::book::FallbackReason;
+use crate::external::client::PolicyEvent;
+use crate::external::{ExternalDecider, ExternalLive, Outcome};
 use crate::messages::{
     restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
+use edgemu_policies::external::{parse_lyreo_action, LyreoArrays, WireObs};
 use edgemu_policies::lyreo::PolicySpec;
 use edgemu_policies::slot::{LoadedPolicy, LyreoPolicies, PolicySlot};
 use edgemu_protocol::Envelope;
 use edgemu_serving::mobility::Position;
-use crate::external::book::FallbackReason;
-use crate::external::client::PolicyEvent;
-use crate::external::{ExternalDecider, ExternalLive, Outcome};
-use edgemu_policies::external::{parse_lyreo_action, LyreoArrays, WireObs};
 use edgemu_serving::scheduler::{SlotDecision, SlotRequest};
 use edgemu_serving::SchedulerCore;
 use std::sync::Arc;
@@ -291,9 +291,9 @@ impl SchedulerActor {
     fn sync_external(&mut self, ctx: &mut Context<Self>) {
         match self.policy.slot.get().external.clone() {
             Some(target) => {
-                let ext = self.external.get_or_insert_with(|| {
-                    ExternalDecider::new("lyreo", Arc::clone(&target))
-                });
+                let ext = self
+                    .external
+                    .get_or_insert_with(|| ExternalDecider::new("lyreo", Arc::clone(&target)));
                 ext.retarget(target);
                 ext.ensure_connected(ctx.address().recipient());
             }
@@ -589,8 +589,12 @@ impl Actor for SchedulerActor {
         let first = self.decide_at(0);
         ctx.run_later(self.clock.until(first), |act, ctx| act.decide(ctx));
         // External policies are refused in virtual time (cluster.toml and
-        // policy.swap), so this only connects in real time.
-        if self.policy.slot.get().external.is_some() || self.s.external_allowed {
+        // policy.swap), so this only connects in real time: at once when
+        // the slot starts external, so the first slot can be asked.
+        if self.s.external_allowed {
+            if self.policy.slot.get().external.is_some() {
+                self.sync_external(ctx);
+            }
             ctx.run_interval(EXTERNAL_CHECK, |act, ctx| {
                 let active = act.policy.slot.get().external.is_some();
                 if active || act.external.is_some() {

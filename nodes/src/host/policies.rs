@@ -13,8 +13,8 @@
 use super::registry::ActorRegistry;
 use edgemu_codec::ids::ActorId;
 use edgemu_config::command::{PolicyOp, PolicyReply, Weights, MAX_WEIGHTS_FILE_BYTES};
-use edgemu_config::{Cluster, ControlError};
 use edgemu_config::external::{DEFAULT_REPAIR_DEADLINE_NS, DEFAULT_SLOT_DEADLINE_NS};
+use edgemu_config::{Cluster, ControlError};
 use edgemu_policies::slot::{ControlledPolicy, ExternalOptions, PolicyInfo};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -14,9 +14,9 @@ use edgemu_actors::handoff::records::{HANDOFFS, HANDOFFS_HEADER};
 use edgemu_actors::link_actor::LinkActor;
 use edgemu_actors::messages::{Deliver, Route};
 use edgemu_codec::ids::{Direction, LinkId};
+use edgemu_config::external::{DEFAULT_REPAIR_DEADLINE_NS, EXTERNAL_POLICY};
 use edgemu_config::{ActorKind, ActorSpec, AgentSpec, Cluster, ServerBackend};
 use edgemu_gpu::kv_cache::ContextKvCache;
-use edgemu_config::external::{DEFAULT_REPAIR_DEADLINE_NS, EXTERNAL_POLICY};
 use edgemu_policies::slot::{ExternalOptions, PolicySlot, RepairPolicies};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -114,7 +114,10 @@ pub fn spawn(
         .as_ref()
         .map(|p| default_repair_policy(p.spec.name))
         .unwrap_or("deficit-heuristic");
-    let slot = match (&spec.external, policy.trim().eq_ignore_ascii_case(EXTERNAL_POLICY)) {
+    let slot = match (
+        &spec.external,
+        policy.trim().eq_ignore_ascii_case(EXTERNAL_POLICY),
+    ) {
         (Some(ext), true) => PolicySlot::new_external(
             RepairPolicies,
             &ExternalOptions {

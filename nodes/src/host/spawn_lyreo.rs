@@ -17,6 +17,7 @@ use edgemu_actors::lyreo::user::{UserActor, UserSetup};
 use edgemu_actors::lyreo::{link_between, scheduler_of, server_position};
 use edgemu_actors::messages::{ActorFault, Deliver, Flush, Route, StopSending};
 use edgemu_codec::ids::ActorId;
+use edgemu_config::external::{DEFAULT_SLOT_DEADLINE_NS, EXTERNAL_POLICY};
 use edgemu_config::{
     ActorKind, ActorSpec, Cluster, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
     WorkloadKind,
@@ -25,7 +26,6 @@ use edgemu_engine::batch::BatchMode;
 use edgemu_engine::Profile;
 use edgemu_gpu::{KvDtype, RealBackend};
 use edgemu_policies::lyreo::{PolicySpec, ServerBatching};
-use edgemu_config::external::{DEFAULT_SLOT_DEADLINE_NS, EXTERNAL_POLICY};
 use edgemu_policies::slot::{ExternalOptions, LyreoPolicies, PolicySlot};
 use edgemu_serving::mobility::Position;
 use edgemu_serving::mobility::{Area, Mobility};

@@ -80,8 +80,7 @@ pub struct HostSnapshot {
     /// The agents' context-KV cache counters, by agent (empty without agents).
     pub kv_caches: std::collections::BTreeMap<String, edgemu_gpu::kv_cache::KvCacheStats>,
     /// External-policy counters, by decider (empty without external policies).
-    pub external:
-        std::collections::BTreeMap<String, edgemu_actors::external::book::ExternalStats>,
+    pub external: std::collections::BTreeMap<String, edgemu_actors::external::book::ExternalStats>,
 }
 
 impl Sources {
