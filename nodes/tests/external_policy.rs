@@ -164,9 +164,14 @@ fn policy_process(mode: Mode, seen: Arc<Seen>) -> String {
 }
 
 /// One real-time host: a scheduler asking `url` for 0.5 s slots of two
-/// modeled servers and three users; agent `a` hands a tiny-model context
-/// to `b` every second, asking `url` for its repair decisions.
-fn cluster_text(results: &str, url: &str) -> String {
+/// modeled servers and three users (from 0.5 s, so the connections are up
+/// well before the first decision); agent `a` hands a tiny-model context
+/// to `b` every second, asking `url` for its repair decisions. `deadlines`
+/// of a slot and a repair decision: generous where a test counts answers
+/// (a loaded machine must not turn them into timeouts), short where it
+/// waits for timeouts.
+fn cluster_text(results: &str, url: &str, deadlines: (&str, &str)) -> String {
+    let (slot_deadline, repair_deadline) = deadlines;
     let port = free_port();
     let mut t = format!(
         r#"
@@ -187,7 +192,7 @@ host = "solo"
 kind = "scheduler"
 servers = ["s0", "s1"]
 policy = "external"
-external = {{ url = "{url}", deadline = "40ms", fallback = "least-loaded" }}
+external = {{ url = "{url}", deadline = "{slot_deadline}", fallback = "least-loaded" }}
 slot = "500ms"
 collect = "50ms"
 
@@ -214,13 +219,13 @@ model = "tiny"
 hand_to = "b"
 via = "wan"
 context_tokens = 256
-start = "300ms"
+start = "600ms"
 every = "1s"
 count = 3
 ttft = "150ms"
 decode_tokens = 2
 policy = "external"
-external = {{ url = "{url}", deadline = "5ms", fallback = "deficit-heuristic" }}
+external = {{ url = "{url}", deadline = "{repair_deadline}", fallback = "deficit-heuristic" }}
 
 [[actors]]
 name = "b"
@@ -248,11 +253,44 @@ scheduler = "sched"
 workload = "lmsys-like"
 max_input = 64
 max_output = 8
+start = "500ms"
 stop = "3s"
 "#
         );
     }
     t
+}
+
+/// The same system with built-in policies and `external` tables, and a
+/// chaos timeline swapping the scheduler and the sender to the external
+/// policy and back.
+fn swapping_cluster_text(results: &str, url: &str) -> String {
+    let text = cluster_text(results, url, GENEROUS)
+        .replacen("policy = \"external\"\n", "policy = \"least-loaded\"\n", 1)
+        .replacen(
+            "policy = \"external\"\n",
+            "policy = \"deficit-heuristic\"\n",
+            1,
+        );
+    text + r#"
+[[chaos]]
+at = "1200ms"
+command = "policy.swap"
+actor = "sched"
+policy = "external"
+
+[[chaos]]
+at = "800ms"
+command = "policy.swap"
+actor = "a"
+policy = "external"
+deadline = "10ms"
+
+[[chaos]]
+at = "2200ms"
+command = "policy.rollback"
+actor = "sched"
+"#
 }
 
 /// One row of `external_policies.csv`, by column name.
@@ -302,8 +340,8 @@ fn counts(dir: &Path, actor: &str) -> Counts {
 /// recorded with a decode, and the run's end in the event log.
 fn every_request_answered(dir: &Path) -> (Vec<RequestRow>, Vec<Vec<String>>) {
     let reqs = requests(&dir.join("solo/requests.csv"));
-    // 3 users × slots 0..5 (stop at 3 s, 0.5 s slots).
-    assert_eq!(reqs.len(), 18, "one record per request");
+    // 3 users × slots 1..=5 (0.5 s slots from 0.5 s, stop at 3 s).
+    assert_eq!(reqs.len(), 15, "one record per request");
     for r in &reqs {
         assert_eq!(r.outcome, "served", "{r:?}");
     }
@@ -313,12 +351,11 @@ fn every_request_answered(dir: &Path) -> (Vec<RequestRow>, Vec<Vec<String>>) {
         .skip(1)
         .map(|l| l.split(',').map(str::to_string).collect())
         .collect();
-    assert_eq!(rows.len(), 18, "{decisions}");
+    assert_eq!(rows.len(), 15, "{decisions}");
     let handoffs = std::fs::read_to_string(dir.join("solo/handoffs.csv")).expect("handoffs");
     let h: Vec<&str> = handoffs.lines().skip(1).collect();
     assert_eq!(h.len(), 3, "{handoffs}");
     for l in &h {
-        assert!(l.contains(",external,external:ws://127.0.0.1:"), "{l}");
         assert!(l.contains(",\"ok\","), "{l}");
     }
     let ev = events(&dir.join("solo/events.jsonl"));
@@ -326,12 +363,20 @@ fn every_request_answered(dir: &Path) -> (Vec<RequestRow>, Vec<Vec<String>>) {
     (reqs, rows)
 }
 
+/// Deadlines that a reply on loopback meets even on a loaded machine.
+const GENEROUS: (&str, &str) = ("300ms", "50ms");
+
 fn run(mode: Mode, name: &str) -> (PathBuf, Arc<Seen>) {
     let dir = temp_dir(&format!("external-{name}"));
     let results = dir.join("results").display().to_string();
     let seen = Arc::new(Seen::default());
     let url = policy_process(mode, seen.clone());
-    let run_dir = run_file(&cluster_text(&results, &url), &dir, name);
+    let deadlines = if mode == Mode::Hang {
+        ("40ms", "5ms")
+    } else {
+        GENEROUS
+    };
+    let run_dir = run_file(&cluster_text(&results, &url, deadlines), &dir, name);
     (run_dir, seen)
 }
 
@@ -339,6 +384,10 @@ fn run(mode: Mode, name: &str) -> (PathBuf, Arc<Seen>) {
 fn a_policy_that_answers_decides_every_slot_and_every_repair_epoch() {
     let (dir, seen) = run(Mode::Answer, "answer");
     let (_, rows) = every_request_answered(&dir);
+    let handoffs = std::fs::read_to_string(dir.join("solo/handoffs.csv")).expect("handoffs");
+    for l in handoffs.lines().skip(1) {
+        assert!(l.contains(",external,external:ws://127.0.0.1:"), "{l}");
+    }
     for r in &rows {
         assert_eq!(r[4], "external", "decided by the external policy: {r:?}");
         assert!(r[5].starts_with("external:ws://127.0.0.1:"), "{r:?}");
@@ -346,14 +395,14 @@ fn a_policy_that_answers_decides_every_slot_and_every_repair_epoch() {
     let sched = counts(&dir, "sched");
     assert_eq!(
         sched.n("decisions"),
-        6,
+        5,
         "one decision per slot with requests"
     );
-    assert_eq!(sched.n("answered"), 6);
+    assert_eq!(sched.n("answered"), 5);
     assert_eq!(sched.n("late"), 0);
-    assert_eq!(sched.n("rtt_count"), 6);
+    assert_eq!(sched.n("rtt_count"), 5);
     assert!(sched.ms("rtt_p99_ms") > 0.0);
-    assert_eq!(seen.lyreo.load(Ordering::SeqCst), 6);
+    assert_eq!(seen.lyreo.load(Ordering::SeqCst), 5);
     let agent = counts(&dir, "a");
     assert!(agent.n("decisions") > 0, "repair epochs were asked");
     assert_eq!(agent.n("answered"), agent.n("decisions"), "none fell back");
@@ -375,10 +424,10 @@ fn a_policy_that_hangs_times_out_and_the_fallback_decides() {
         assert_eq!(r[4], "least-loaded", "the fallback decided: {r:?}");
     }
     let sched = counts(&dir, "sched");
-    assert_eq!(sched.n("decisions"), 6);
-    assert_eq!(sched.n("timeout"), 6);
+    assert_eq!(sched.n("decisions"), 5);
+    assert_eq!(sched.n("timeout"), 5);
     assert_eq!(sched.n("answered"), 0);
-    assert_eq!(seen.lyreo.load(Ordering::SeqCst), 6, "every slot was asked");
+    assert_eq!(seen.lyreo.load(Ordering::SeqCst), 5, "every slot was asked");
     let agent = counts(&dir, "a");
     assert!(agent.n("timeout") > 0);
     assert_eq!(agent.n("answered"), 0);
@@ -387,7 +436,7 @@ fn a_policy_that_hangs_times_out_and_the_fallback_decides() {
         .iter()
         .filter(|e| e["kind"] == "policy.fallback" && e["detail"]["problem"] == "lyreo")
         .count();
-    assert_eq!(slot_fallbacks, 6);
+    assert_eq!(slot_fallbacks, 5);
     // Repair fallbacks: one event per handoff, not one per decision.
     let repair: Vec<_> = ev
         .iter()
@@ -408,9 +457,9 @@ fn a_policy_process_that_disconnects_mid_run_costs_no_request() {
     assert!(rows.iter().any(|r| r[4] == "external"));
     assert!(rows.iter().any(|r| r[4] == "least-loaded"));
     let sched = counts(&dir, "sched");
-    assert_eq!(sched.n("decisions"), 6);
+    assert_eq!(sched.n("decisions"), 5);
     assert_eq!(sched.n("answered"), 2, "answered until it died");
-    assert_eq!(sched.n("disconnected"), 4, "then no connection");
+    assert_eq!(sched.n("disconnected"), 3, "then no connection");
     let ev = events(&dir.join("solo/events.jsonl"));
     assert!(ev.iter().any(|e| e["kind"] == "policy.connection"
         && e["source"] == "sched"
@@ -426,7 +475,7 @@ fn a_policy_that_answers_garbage_is_refused_and_counted() {
         assert_eq!(r[4], "least-loaded", "{r:?}");
     }
     let sched = counts(&dir, "sched");
-    assert_eq!(sched.n("decisions"), 6);
+    assert_eq!(sched.n("decisions"), 5);
     assert_eq!(sched.n("answered"), 0);
     assert!(sched.n("malformed") > 0);
     assert!(sched.n("error") > 0);
@@ -441,4 +490,45 @@ fn a_policy_that_answers_garbage_is_refused_and_counted() {
         agent.n("malformed") > 0,
         "masked and malformed repair actions"
     );
+}
+
+#[test]
+fn a_swap_to_the_external_policy_and_back_takes_effect_at_the_next_decision() {
+    let dir = temp_dir("external-swap");
+    let results = dir.join("results").display().to_string();
+    let seen = Arc::new(Seen::default());
+    let url = policy_process(Mode::Answer, seen.clone());
+    let run_dir = run_file(&swapping_cluster_text(&results, &url), &dir, "swap");
+    let (_, rows) = every_request_answered(&run_dir);
+    let ll = edgemu_policies::slot::version_hash("least-loaded", &[]);
+    // Slots at 0.5 s: 1–2 before the swap (1.2 s), 3–4 external, 5 after
+    // the rollback (2.2 s).
+    for r in &rows {
+        let slot: u64 = r[0].parse().expect("slot");
+        let (name, version) = match slot {
+            0..=2 => ("least-loaded", ll.clone()),
+            3 | 4 => ("external", format!("external:{url}")),
+            _ => ("least-loaded", ll.clone()),
+        };
+        assert_eq!(
+            (r[4].as_str(), r[5].as_str()),
+            (name, version.as_str()),
+            "{r:?}"
+        );
+    }
+    let sched = counts(&run_dir, "sched");
+    assert_eq!((sched.n("decisions"), sched.n("answered")), (2, 2));
+    assert_eq!(seen.lyreo.load(Ordering::SeqCst), 2);
+    // The sender: the handoff of 0.6 s under deficit-heuristic, those of 1.6
+    // and 2.6 s under the external policy (swapped at 0.8 s).
+    let handoffs = std::fs::read_to_string(run_dir.join("solo/handoffs.csv")).expect("handoffs");
+    let policies: Vec<&str> = handoffs
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(4).expect("policy"))
+        .collect();
+    assert_eq!(policies, ["deficit-heuristic", "external", "external"]);
+    let agent = counts(&run_dir, "a");
+    assert!(agent.n("answered") > 0);
+    assert_eq!(agent.n("answered"), agent.n("decisions"));
 }
