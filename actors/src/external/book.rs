@@ -299,6 +299,16 @@ impl DecisionBook {
         }
     }
 
+    /// The request of decision `id` could not be handed to the connection
+    /// (its queue is full): it falls back now, counted `disconnected`.
+    pub fn unsent(&mut self, id: u64) {
+        if self.pending_id() == Some(id) {
+            self.pending = None;
+            self.stats.asked = self.stats.asked.saturating_sub(1);
+            self.count(FallbackReason::Disconnected);
+        }
+    }
+
     /// Decision `id`'s deadline passed: whether it was still pending (then
     /// it falls back, counted `timeout`).
     pub fn expire(&mut self, id: u64) -> bool {
@@ -426,6 +436,10 @@ mod tests {
         assert_ne!(x, y);
         assert!(!b.expire(x));
         assert!(b.expire(y));
+        // Not handed to the connection: not asked, a disconnected fallback.
+        let u = b.ask(8 * MS);
+        b.unsent(u);
+        assert_eq!(b.pending_id(), None);
         // Abandoned (killed): neither answered nor a fallback.
         let _z = b.ask(9 * MS);
         b.abandon();
@@ -433,11 +447,11 @@ mod tests {
         assert_eq!(s.answered, 0);
         assert_eq!(
             (s.timeout, s.error, s.malformed, s.disconnected),
-            (3, 1, 3, 2)
+            (3, 1, 3, 3)
         );
         assert_eq!(s.late, 1);
         assert_eq!(s.asked, 9);
-        assert_eq!(s.decisions, 9, "8 asked and decided + 1 unasked");
+        assert_eq!(s.decisions, 10, "8 asked and decided + 2 unasked");
         check_sum(&b);
         // Garbage with nothing pending is late, not a decision.
         assert_eq!(b.on_frame(10 * MS, "garbage"), Reply::Stale);

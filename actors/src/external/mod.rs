@@ -143,7 +143,9 @@ impl ExternalDecider {
             }
         };
         if !client.send(text) {
-            self.book.disconnected();
+            // The connection is not taking requests (a process that stopped
+            // reading): this one falls back; the link stays as it is.
+            self.book.unsent(id);
             return Err(FallbackReason::Disconnected);
         }
         Ok(id)

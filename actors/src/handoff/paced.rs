@@ -150,3 +150,93 @@ impl PacedSender {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgemu_handoff::HandoffScenario;
+    use edgemu_handoff::{placeholder_utilities, synthetic_payload, BlockLayout, Deadline};
+    use edgemu_links::{LinkParams, RateSpec};
+    use edgemu_policies::repair::DeficitHeuristic;
+
+    const T0: u64 = 1_000_000_000;
+
+    fn sender(deferred: bool) -> (PacedSender, u64) {
+        let layout = BlockLayout::for_model(2, 2, 16, 2, 256).unwrap();
+        let link = LinkParams {
+            rate: RateSpec::Fixed { bps: 100_000_000 },
+            delay_ns: 5_000_000,
+            ..LinkParams::default()
+        };
+        let s = HandoffScenario::over_link(
+            layout,
+            placeholder_utilities(&layout).into(),
+            synthetic_payload(&layout, 1),
+            link.clone(),
+            link,
+            Deadline::Rho(2.0),
+        )
+        .unwrap();
+        let spec = edgemu_handoff::scheme("priorityfec").unwrap();
+        let mut core = s
+            .sender(spec, true, Box::new(DeficitHeuristic), false)
+            .unwrap();
+        if deferred {
+            core.defer_decisions();
+        }
+        (PacedSender::new(core, T0, s.deadline_ns()), s.slot_ns())
+    }
+
+    /// Pumps to `horizon`, answering each parked epoch with the sender's own
+    /// scheduler, resuming at `resume(epoch wake)`.
+    fn run(deferred: bool, resume: impl Fn(u64) -> Option<u64>) -> (Vec<(u64, Vec<u8>)>, u32) {
+        let (mut p, _) = sender(deferred);
+        let mut out = Vec::new();
+        let mut now = T0;
+        let mut parked = 0;
+        for _ in 0..100_000 {
+            p.pump(now, &mut out);
+            if p.pending_decision().is_some() {
+                parked += 1;
+                assert!(p.next_event_ns().is_none(), "nothing due while parked");
+                assert!(!p.is_done(), "a parked sender is not done");
+                p.apply_decision(resume(now), None);
+                continue;
+            }
+            match p.next_event_ns() {
+                Some(t) => now = t.max(now),
+                None => break,
+            }
+        }
+        assert!(p.is_done());
+        (out, parked)
+    }
+
+    #[test]
+    fn deferred_decisions_answered_at_once_send_what_the_sender_alone_sends() {
+        let (plain, none) = run(false, |_| None);
+        assert_eq!(none, 0);
+        let (deferred, parked) = run(true, |_| None);
+        assert!(parked > 0, "epochs were deferred");
+        assert!(!plain.is_empty());
+        assert_eq!(plain, deferred, "same frames at the same times");
+    }
+
+    #[test]
+    fn an_answer_that_took_time_loses_the_slots_that_passed() {
+        let (_, slot_ns) = sender(false);
+        let (plain, _) = run(false, |_| None);
+        // Each answer takes three slots.
+        let (slow, parked) = run(true, |at| Some(at + 3 * slot_ns));
+        assert!(parked > 0);
+        // Frames leave later than without the wait, in time order.
+        let last = |v: &[(u64, Vec<u8>)]| v.last().map(|f| f.0).unwrap_or(0);
+        assert!(
+            last(&slow) >= last(&plain) + 3 * slot_ns,
+            "{} vs {}",
+            last(&slow),
+            last(&plain)
+        );
+        assert!(slow.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+}
