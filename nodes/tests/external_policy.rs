@@ -532,3 +532,33 @@ fn a_swap_to_the_external_policy_and_back_takes_effect_at_the_next_decision() {
     assert!(agent.n("answered") > 0);
     assert_eq!(agent.n("answered"), agent.n("decisions"));
 }
+
+#[test]
+fn an_unknown_fallback_stops_the_host_naming_the_actor_and_key() {
+    let dir = temp_dir("external-bad-fallback");
+    let results = dir.join("results").display().to_string();
+    for (i, (from, to, want)) in [
+        (
+            "fallback = \"least-loaded\"",
+            "fallback = \"fifo\"",
+            "scheduler \"sched\": external.fallback \"fifo\"",
+        ),
+        (
+            "fallback = \"deficit-heuristic\"",
+            "fallback = \"fifo\"",
+            "unknown repair policy `fifo`",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let text = cluster_text(&results, "ws://127.0.0.1:9", GENEROUS).replace(from, to);
+        let cfg = write(&dir, "bad.toml", &text);
+        let cluster = edgemu_nodes::run::load(&cfg).expect("the file itself is valid");
+        let e = edgemu_nodes::run::run_all(cluster, Some(format!("bad{i}")), false)
+            .map(|_| ())
+            .expect_err("refused at start");
+        let e = format!("{e:#}");
+        assert!(e.contains(want), "{e}");
+    }
+}
