@@ -144,6 +144,8 @@ pub struct AgentActor {
     external: Option<ExternalDecider>,
     asking: Option<Asking>,
     tally: HandoffTally,
+    /// The run is over (`Flush`): no more connections.
+    external_closed: bool,
 }
 
 impl AgentActor {
@@ -170,6 +172,7 @@ impl AgentActor {
             external: None,
             asking: None,
             tally: HandoffTally::default(),
+            external_closed: false,
         }
     }
 
@@ -513,14 +516,14 @@ impl AgentActor {
     /// keeps) its connection, any other closes it. Counters are kept.
     fn sync_external(&mut self, ctx: &mut Context<Self>) {
         match self.s.slot.get().external.clone() {
-            Some(target) => {
+            Some(target) if !self.external_closed => {
                 let ext = self
                     .external
                     .get_or_insert_with(|| ExternalDecider::new("repair", Arc::clone(&target)));
                 ext.retarget(target);
                 ext.ensure_connected(ctx.address().recipient());
             }
-            None => {
+            _ => {
                 // A handoff that started external finishes with its fallback.
                 if self.asking.is_none() {
                     if let Some(ext) = self.external.as_mut() {
@@ -944,6 +947,22 @@ impl Handler<Deliver> for AgentActor {
             }
             _ => {}
         }
+    }
+}
+
+/// The end of the run: the external policy's connection closes (with a
+/// websocket close) and the final counters are published.
+impl Handler<crate::messages::Flush> for AgentActor {
+    type Result = Vec<crate::probes::FlowSummary>;
+    fn handle(&mut self, _: crate::messages::Flush, ctx: &mut Context<Self>) -> Self::Result {
+        self.external_closed = true;
+        if self.asking.take().is_some() {
+            if let Some(ext) = self.external.as_mut() {
+                ext.abandon();
+            }
+        }
+        self.sync_external(ctx);
+        Vec::new()
     }
 }
 

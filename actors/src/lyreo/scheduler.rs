@@ -118,6 +118,8 @@ pub struct SchedulerActor {
     /// While the slot's version is external: its connection and counters.
     external: Option<ExternalDecider>,
     waiting: Option<Waiting>,
+    /// The run is over (`Flush`): no more connections.
+    external_closed: bool,
     core: SchedulerCore,
     policy: SchedulerPolicy,
     clock: Clock,
@@ -145,6 +147,7 @@ impl SchedulerActor {
         SchedulerActor {
             external: None,
             waiting: None,
+            external_closed: false,
             liveness: Liveness::default(),
             dropped_while_dead: 0,
             s,
@@ -290,14 +293,14 @@ impl SchedulerActor {
     /// its connection, any other closes it. Counters are kept across.
     fn sync_external(&mut self, ctx: &mut Context<Self>) {
         match self.policy.slot.get().external.clone() {
-            Some(target) => {
+            Some(target) if !self.external_closed => {
                 let ext = self
                     .external
                     .get_or_insert_with(|| ExternalDecider::new("lyreo", Arc::clone(&target)));
                 ext.retarget(target);
                 ext.ensure_connected(ctx.address().recipient());
             }
-            None => {
+            _ => {
                 if let Some(ext) = self.external.as_mut() {
                     ext.disconnect();
                     self.publish();
@@ -602,6 +605,18 @@ impl Actor for SchedulerActor {
                 }
             });
         }
+    }
+}
+
+/// The end of the run: the external policy's connection closes (with a
+/// websocket close, so the policy process sees a clean end) and the final
+/// counters are published.
+impl Handler<crate::messages::Flush> for SchedulerActor {
+    type Result = Vec<crate::probes::FlowSummary>;
+    fn handle(&mut self, _: crate::messages::Flush, ctx: &mut Context<Self>) -> Self::Result {
+        self.external_closed = true;
+        self.sync_external(ctx);
+        Vec::new()
     }
 }
 

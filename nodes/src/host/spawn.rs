@@ -213,17 +213,24 @@ pub fn spawn_host_actors(
                 flushers.push(addr.clone().recipient());
                 Some(addr.recipient())
             }
-            ActorKind::Agent(spec) => Some(super::spawn_agents::spawn(
-                cluster,
-                a,
-                spec,
-                virtual_time,
-                clock,
-                &route,
-                &links,
-                &mut tables,
-                &shared,
-            )?),
+            ActorKind::Agent(spec) => {
+                let (deliver, flush) = super::spawn_agents::spawn(
+                    cluster,
+                    a,
+                    spec,
+                    virtual_time,
+                    clock,
+                    &route,
+                    &links,
+                    &mut tables,
+                    &shared,
+                )?;
+                if !virtual_time {
+                    // At the end it closes its external policy's connection.
+                    flushers.push(flush);
+                }
+                Some(deliver)
+            }
             ActorKind::User(_) | ActorKind::Server(_) | ActorKind::Scheduler(_) => {
                 super::spawn_lyreo::spawn(
                     cluster,

@@ -33,7 +33,8 @@ pub fn default_repair_policy(scheme: &str) -> &'static str {
     }
 }
 
-/// Spawns agent `a` (whose kind is `Agent(spec)`); returns its recipient.
+/// Spawns agent `a` (whose kind is `Agent(spec)`); returns its recipients
+/// (`Flush` at the end of the run closes its external policy's connection).
 #[allow(clippy::too_many_arguments)]
 pub fn spawn(
     cluster: &Cluster,
@@ -45,7 +46,10 @@ pub fn spawn(
     links: &BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
     tables: &mut super::spawn_lyreo::Tables,
     shared: &super::spawn_lyreo::HostShared,
-) -> Result<Recipient<Deliver>> {
+) -> Result<(
+    Recipient<Deliver>,
+    Recipient<edgemu_actors::messages::Flush>,
+)> {
     let host_name = cluster.host(a.host).name.clone();
     let server = cluster.actor(spec.server);
     let model = match &server.kind {
@@ -190,5 +194,5 @@ pub fn spawn(
     )
     .start();
     shared.faults.register(a.id, addr.clone().recipient());
-    Ok(addr.recipient())
+    Ok((addr.clone().recipient(), addr.recipient()))
 }

@@ -344,9 +344,10 @@ pub fn spawn(
                 SchedulerActor::new(setup, core, sched_policy, clock, route.clone(), table).start();
             host.faults.register(a.id, addr.clone().recipient());
             Spawned {
-                deliver: addr.recipient(),
+                deliver: addr.clone().recipient(),
                 stop: None,
-                flush: None,
+                // At the end it closes its external policy's connection.
+                flush: (!virtual_time).then(|| addr.recipient()),
             }
         }
         _ => return Ok(None),
