@@ -322,7 +322,7 @@ fn a_policy_swap_shows_in_the_next_handoff_and_the_cache_counts() {
     let dir = temp_dir("handoff-swap");
     let results = dir.join("results").display().to_string();
     let chaos = "[[chaos]]\nat = \"1s\"\ncommand = \"policy.swap\"\nactor = \"a\"\npolicy = \"fixed-rate\"\n";
-    let task = "rho = 1.2\nscheme = \"deficit-heuristic\"\nevery = \"1500ms\"\ncount = 2";
+    let task = "rho = 1.2\nscheme = \"deficit-heuristic\"\nevery = \"1500ms\"\nhandoffs = 2";
     let text = cluster_text(&results, 1, task, "", chaos);
     let rows = handoffs(&run_file(&text, &dir, "swap"));
     assert_eq!(rows.len(), 2);
