@@ -15,8 +15,8 @@
 //! context_count = 4          # distinct contexts, cycled
 //! context_seed = 0
 //! start = "2s"
-//! every = "8s"               # and/or count
-//! count = 3
+//! every = "8s"               # and/or handoffs
+//! handoffs = 3
 //! rho = 0.8                  # or ttft = "400ms"
 //! scheme = "priorityfec"
 //! policy = "deficit-heuristic"  # the repair slot's first policy (default: the scheme's)
@@ -52,7 +52,7 @@ const TASK_KEYS: &[&str] = &[
     "context_seed",
     "start",
     "every",
-    "count",
+    "handoffs",
     "rho",
     "ttft",
     "scheme",
@@ -149,7 +149,7 @@ pub struct HandoffTask {
     pub context_seed: u64,
     pub start_ns: u64,
     /// Period between handoffs (`None`: back to back is not allowed; one
-    /// handoff unless `count` says more, then every 2 × D at the least).
+    /// handoff unless `handoffs` says more, then every 2 × D at the least).
     pub every_ns: Option<u64>,
     /// Handoffs in all (`None` with `every`: until the run ends).
     pub count: Option<u32>,
@@ -301,8 +301,8 @@ pub(crate) fn agent(
         .unwrap_or(1_000_000_000);
     let every_ns = errs.ok(opt_duration(obj, "every", true)).flatten();
     let count = obj
-        .contains_key("count")
-        .then(|| ranged(obj, "count", 1..=1_000_000, 1, errs) as u32);
+        .contains_key("handoffs")
+        .then(|| ranged(obj, "handoffs", 1..=1_000_000, 1, errs) as u32);
     let rho = errs.ok(opt_f64(obj, "rho")).flatten();
     let ttft = errs.ok(opt_duration(obj, "ttft", true)).flatten();
     let deadline = match (rho, ttft) {

@@ -111,6 +111,22 @@ impl Cluster {
             r.results_dir.display(),
             r.token_env
         )?;
+        if !self.replicas.is_empty() {
+            writeln!(w, "\nreplicated entries ({}):", self.replicas.len())?;
+            for g in &self.replicas {
+                write!(
+                    w,
+                    "  {} {:?} x{}: {} .. {}",
+                    g.what, g.template, g.count, g.first, g.last
+                )?;
+                if !g.hosts.is_empty() {
+                    let spread: Vec<String> =
+                        g.hosts.iter().map(|(h, n)| format!("{h} {n}")).collect();
+                    write!(w, ", on {}", spread.join(", "))?;
+                }
+                writeln!(w)?;
+            }
+        }
         writeln!(w, "\nhosts ({}):", self.hosts.len())?;
         for h in &self.hosts {
             write!(w, "  {}: listen {}", h.name, h.listen)?;

@@ -274,6 +274,7 @@ mod load;
 pub mod lyreo;
 mod model;
 mod node;
+pub mod replicate;
 pub mod units;
 
 pub use action::{read_run_file, MAX_TRACE_BYTES};

@@ -6,6 +6,7 @@ use crate::error::{ActionError, ConfigError, Diagnostic, Diagnostics};
 use crate::fields::*;
 use crate::model::*;
 use crate::node::{line_col, locate, Node};
+use crate::replicate::ReplicaGroup;
 use crate::units::fmt_duration;
 use edgemu_codec::ids::{ActorId, HostId, LinkId};
 use edgemu_links::LinkParams;
@@ -228,7 +229,12 @@ impl<'a> Loader<'a> {
 
     fn report(&mut self, node: &Spanned<Node>, e: ActionError) {
         let at_key = matches!(e, ActionError::UnknownField { .. });
-        let span = locate(node, e.field(), at_key);
+        // A replicated actor's `host` comes from its template's `hosts`.
+        let field = match e.field() {
+            Some("host") if node.get_ref().entry("hosts").is_some() => Some("hosts"),
+            f => f,
+        };
+        let span = locate(node, field, at_key);
         self.diags.push((span.start, e.to_string()));
     }
 
@@ -268,6 +274,34 @@ impl<'a> Loader<'a> {
         out
     }
 
+    /// `entries` with every replicated entry expanded into its copies
+    /// ([`crate::replicate`]); each copy keeps the template's node, so its
+    /// errors point there.
+    fn replicate<'n>(
+        &mut self,
+        entries: Vec<Entry<'n>>,
+        what: &'static str,
+    ) -> (Vec<Entry<'n>>, Vec<ReplicaGroup>) {
+        let mut out = Vec::with_capacity(entries.len());
+        let mut groups = Vec::new();
+        for e in entries {
+            match crate::replicate::expand(&e.obj, what) {
+                Ok((copies, group)) => {
+                    out.extend(copies.into_iter().map(|obj| Entry { node: e.node, obj }));
+                    groups.extend(group);
+                }
+                Err(err) => {
+                    self.report(e.node, err);
+                    let mut obj = e.obj;
+                    obj.remove("count");
+                    obj.remove("hosts");
+                    out.push(Entry { node: e.node, obj });
+                }
+            }
+        }
+        (out, groups)
+    }
+
     fn cluster(&mut self, root: &Spanned<Node>) -> Cluster {
         let top = match root.get_ref().to_json() {
             Value::Object(o) => o,
@@ -281,6 +315,9 @@ impl<'a> Loader<'a> {
         let host_entries = self.entries(root, "hosts");
         let actor_entries = self.entries(root, "actors");
         let link_entries = self.entries(root, "links");
+        let (actor_entries, mut replicas) = self.replicate(actor_entries, "actor");
+        let (link_entries, link_replicas) = self.replicate(link_entries, "link");
+        replicas.extend(link_replicas);
         let chaos_entries = self.entries(root, "chaos");
         let host_names = Names::new("host", &host_entries);
         let actor_names = Names::new("actor", &actor_entries);
@@ -385,6 +422,7 @@ impl<'a> Loader<'a> {
             actors,
             links,
             chaos: Vec::new(),
+            replicas,
         };
         let chaos: Vec<ChaosSpec> = chaos_entries
             .iter()

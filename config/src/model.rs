@@ -24,6 +24,9 @@ pub struct Cluster {
     pub actors: Vec<ActorSpec>,
     pub links: Vec<LinkSpec>,
     pub chaos: Vec<ChaosSpec>,
+    /// The replicated entries the actors and links came from
+    /// ([`crate::replicate`]); not part of the digest (the expansion is).
+    pub replicas: Vec<crate::replicate::ReplicaGroup>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

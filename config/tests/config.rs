@@ -1267,3 +1267,67 @@ fn chaos_entries_are_typed_commands() {
     .unwrap_err();
     assert!(e.to_string().contains("no fault to heal"), "{e}");
 }
+
+/// `examples/scale-1000.toml`: 1000 users, 50 servers and 8 hosts in under
+/// 80 lines, expanded as its comments say.
+#[test]
+fn the_scale_example_expands_to_a_thousand_users_and_fifty_servers() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scale-1000.toml");
+    let text = std::fs::read_to_string(&path).expect("the example");
+    assert!(text.lines().count() < 80, "the example is under 80 lines");
+    let c = Cluster::from_str(&text, &path).expect("valid");
+    assert_eq!(c.hosts.len(), 8);
+    let users: Vec<&ActorSpec> = c
+        .actors
+        .iter()
+        .filter(|a| matches!(a.kind, ActorKind::User(_)))
+        .collect();
+    let servers = c
+        .actors
+        .iter()
+        .filter(|a| matches!(a.kind, ActorKind::Server(_)))
+        .count();
+    assert_eq!((users.len(), servers), (1000, 50));
+    assert_eq!(users[999].name, "user-999");
+    // Users spread round-robin over the six phone hosts.
+    let on = |name: &str| users.iter().filter(|u| c.host(u.host).name == name).count();
+    assert_eq!((on("phones-0"), on("phones-5")), (167, 166));
+    let ActorKind::Scheduler(s) = &c.actors[0].kind else {
+        panic!("the scheduler comes first");
+    };
+    assert_eq!(s.servers.len(), 50, "{{a..b}} ranges list every server");
+    let d = c.describe();
+    assert!(d.contains("actor \"user-{i}\" x1000: user-0 .. user-999"), "{d}");
+    // The digest covers the expansion: one more user changes it.
+    let more = text.replace("count = 1000", "count = 1001");
+    assert_ne!(Cluster::from_str(&more, &path).unwrap().digest, c.digest);
+}
+
+#[test]
+fn replication_errors_point_at_the_template() {
+    let text = with(
+        "\n[[actors]]\nname = \"s{i}\"\ncount = 3\nhosts = [\"alpha\", \"gamma\"]\nkind = \"sink\"\n",
+    );
+    expect_error(&text, "[\"alpha\", \"gamma\"]", 0, &["no host named \"gamma\""]);
+    let text = with("\n[[actors]]\nname = \"s\"\ncount = 3\nhost = \"alpha\"\nkind = \"sink\"\n");
+    expect_error(&text, "3\nhost", 0, &["must hold `{i}`", "handoffs"]);
+    let text = with(
+        "\n[[actors]]\nname = \"s{i}\"\ncount = 2\nhost = \"alpha\"\nkind = \"sink\"\n\
+         \n[[actors]]\nname = \"s1\"\nhost = \"alpha\"\nkind = \"sink\"\n",
+    );
+    let diags = errors(&text);
+    assert!(
+        diags.iter().any(|d| d.message.contains("s1")),
+        "a copy's name clashing with a written one is a duplicate: {}",
+        Diagnostics(diags)
+    );
+    // Links replicate too, with references substituted.
+    let text = with(
+        "\n[[actors]]\nname = \"src{i}\"\ncount = 2\nhost = \"alpha\"\nkind = \"constant\"\n\
+         to = \"sink\"\nvia = \"wan{i}\"\nrate = \"1Mbps\"\n\
+         \n[[links]]\nname = \"wan{i}\"\ncount = 2\na = \"src{i}\"\nb = \"sink\"\nrate = \"10Mbps\"\n",
+    );
+    let c = parse(&text).expect("valid");
+    assert_eq!(c.links.len(), 3);
+    assert_eq!(c.actor(c.links[2].a).name, "src1");
+}

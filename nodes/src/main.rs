@@ -288,9 +288,12 @@ fn real_main() -> Result<()> {
         }
         Command::Check { file } => {
             let cluster = run::load(&file)?;
-            print!("{}", cluster.describe());
-            println!("ok: {}", file.display());
-            Ok(())
+            let text = format!("{}ok: {}\n", cluster.describe(), file.display());
+            // A closed pipe (`edgemu check … | head`) ends the listing quietly.
+            match std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                r => r.context("writing the description"),
+            }
         }
         Command::Ctl(a) => ctl(a),
         Command::Bench(b) => match b {
