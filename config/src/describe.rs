@@ -130,13 +130,20 @@ impl Cluster {
         writeln!(w, "\nhosts ({}):", self.hosts.len())?;
         for h in &self.hosts {
             write!(w, "  {}: listen {}", h.name, h.listen)?;
-            if h.advertise != h.listen {
+            if h.advertise != PeerAddr::Ip(h.listen) {
                 write!(w, ", advertise {}", h.advertise)?;
             }
             match h.control {
-                Some(c) => writeln!(w, ", control {c}")?,
-                None => writeln!(w, ", no control socket")?,
+                Some(c) => write!(w, ", control {c}")?,
+                None => write!(w, ", no control socket")?,
             }
+            if let Some(c) = h.resources.cpus {
+                write!(w, ", {c} CPUs")?;
+            }
+            if let Some(m) = h.resources.memory_bytes {
+                write!(w, ", {} memory", fmt_bytes(m))?;
+            }
+            writeln!(w)?;
             for a in self.actors_on(h.id) {
                 writeln!(w, "    {}: {}", a.name, self.describe_kind(&a.kind))?;
             }

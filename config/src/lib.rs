@@ -57,7 +57,7 @@
 //! |-------------|----------------|-----------------|---------|
 //! | `name`      | string         | **required**, unique | host name |
 //! | `listen`    | `"ip:port"`    | **required**, unique | mesh websocket listen address |
-//! | `advertise` | `"ip:port"`    | `listen`        | address peers dial |
+//! | `advertise` | `"ip:port"` or `"dns-name:port"` | `listen` | address peers dial (a name is resolved at each dial) |
 //! | `control`   | `"ip:port"`    | none            | control websocket listen address |
 //!
 //! Addresses are IP socket addresses (`"127.0.0.1:7101"`, `"[::1]:7101"`), not host names.

@@ -26,7 +26,7 @@ const RUN_KEYS: &[&str] = &[
     "token_env",
     "sample",
 ];
-const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control"];
+const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control", "cpus", "memory"];
 const ACTOR_KINDS: &[&str] = &[
     "constant",
     "bursty",
@@ -205,7 +205,9 @@ struct PendingRoute {
 
 impl<'a> Loader<'a> {
     fn finish(mut self) -> ConfigError {
-        self.diags.sort_by_key(|d| d.0);
+        // By place, then text: the copies of a replicated entry report at
+        // one place, and each distinct message once.
+        self.diags.sort();
         self.diags.dedup();
         ConfigError::Invalid(Diagnostics(
             self.diags
@@ -547,8 +549,19 @@ impl<'a> Loader<'a> {
                 .unwrap_or("")
                 .to_string();
             let listen = errs.ok(req_addr(&e.obj, "listen"));
-            let advertise = errs.ok(opt_addr(&e.obj, "advertise")).flatten();
+            let advertise = errs.ok(opt_peer_addr(&e.obj, "advertise")).flatten();
             let control = errs.ok(opt_addr(&e.obj, "control")).flatten();
+            let cpus = errs.ok(opt_f64(&e.obj, "cpus")).flatten();
+            if cpus.is_some_and(|c| !(c > 0.0 && c <= 4096.0)) {
+                errs.push(ActionError::invalid(
+                    "cpus",
+                    "expected a number of CPU cores above 0 (e.g. 2 or 0.5)",
+                ));
+            }
+            let memory = errs
+                .ok(opt_bytes(&e.obj, "memory", false))
+                .flatten()
+                .flatten();
             for (key, addr) in [("listen", listen), ("control", control)] {
                 let Some(addr) = addr else { continue };
                 let line = self.line_of(e.node, key);
@@ -570,8 +583,12 @@ impl<'a> Loader<'a> {
                 id: HostId(i as u16),
                 name,
                 listen,
-                advertise: advertise.unwrap_or(listen),
+                advertise: advertise.unwrap_or(PeerAddr::Ip(listen)),
                 control,
+                resources: HostResources {
+                    cpus,
+                    memory_bytes: memory,
+                },
             });
         }
         hosts
@@ -1103,6 +1120,42 @@ impl<'a> Loader<'a> {
             _ => None,
         }
     }
+}
+
+/// `"ip:port"`, or `"name:port"` with a DNS name (resolved at each dial).
+fn opt_peer_addr(obj: &Obj, key: &str) -> Result<Option<PeerAddr>, ActionError> {
+    let Some(v) = obj.get(key) else {
+        return Ok(None);
+    };
+    let bad = || {
+        ActionError::invalid(
+            key,
+            format!(
+                "expected \"ip:port\" or \"dns-name:port\" (e.g. \"10.0.0.2:7101\", \"edge1.edgemu:7101\"), found {}",
+                describe_value(v)
+            ),
+        )
+    };
+    let s = v.as_str().ok_or_else(bad)?;
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(Some(PeerAddr::Ip(a)));
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if port == 0 || host.len() > 253 || !host.split('.').all(label_ok) {
+        return Err(bad());
+    }
+    Ok(Some(PeerAddr::Name {
+        host: host.to_ascii_lowercase(),
+        port,
+    }))
 }
 
 fn opt_addr(obj: &Obj, key: &str) -> Result<Option<SocketAddr>, ActionError> {
