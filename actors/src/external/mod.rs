@@ -137,7 +137,9 @@ impl ExternalDecider {
         let text = match serde_json::to_string(&DecisionRequest::new(id, obs)) {
             Ok(t) => t,
             Err(_) => {
-                // A non-finite feature has no JSON form.
+                // Not expected for these plain types (serde_json writes a
+                // non-finite float as null); if it happens, the fallback
+                // decides and the request counts as malformed.
                 self.book.refuse(id);
                 return Err(FallbackReason::Malformed);
             }
