@@ -242,7 +242,8 @@ enum BenchCmd {
     Fec(bench::BenchArgs),
     /// Real LLM prefill and decode tok/s under continuous batching, with baselines measured in the same run.
     Decode(bench::decode::DecodeArgs),
-    /// One LYREO episode (T=800, U=40, S=8, modeled backend): wall time, slots/s, decisions/s.
+    /// One LYREO episode (default T=800, U=40, S=8, modeled backend): wall time, slots/s,
+    /// decisions/s.
     Lyreo(experiment::lyreo::LyreoBenchArgs),
     /// PriorityFEC's online computation per 1000 packets and decision latency (paper Table II).
     Handoff(bench::handoff::HandoffBenchArgs),
