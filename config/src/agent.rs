@@ -20,6 +20,8 @@
 //! rho = 0.8                  # or ttft = "400ms"
 //! scheme = "priorityfec"
 //! policy = "deficit-heuristic"  # the repair slot's first policy (default: the scheme's)
+//! # policy = "external"         # ask a policy process at each repair decision:
+//! # external = { url = "ws://127.0.0.1:7301", deadline = "2ms", fallback = "priorityfec-ddqn" }
 //! rebuild = "zero-fill"      # or "mask"
 //! decode_tokens = 8
 //! coding_window = 256        # K: most source packets one repair combines
@@ -39,7 +41,7 @@ pub(crate) const KEYS: &[&str] =
 
 /// Keys every agent may have (`policy` is also the receiving side's).
 const OWN_KEYS: &[&str] = &[
-    "name", "host", "kind", "server", "model", "kv_cache", "hand_to", "via", "policy",
+    "name", "host", "kind", "server", "model", "kv_cache", "hand_to", "via", "policy", "external",
 ];
 
 /// Keys that describe a handoff task: only with `hand_to`.
@@ -175,8 +177,12 @@ pub struct AgentSpec {
     pub model: Option<crate::RealModel>,
     /// Capacity of its context KV cache, bytes.
     pub kv_cache_bytes: u64,
-    /// The repair slot's first policy (`None`: the scheme's default).
+    /// The repair slot's first policy (`None`: the scheme's default;
+    /// `external`: ask the policy process of `external`).
     pub policy: Option<String>,
+    /// Where an external repair policy is asked (required with `policy =
+    /// "external"`; otherwise what a `policy.swap` to `external` uses).
+    pub external: Option<crate::external::ExternalPolicy>,
     pub handoff: Option<HandoffTask>,
 }
 
@@ -238,6 +244,13 @@ pub(crate) fn agent(
         .ok(opt_str(obj, "policy"))
         .flatten()
         .map(str::to_string);
+    let external = crate::external::external(obj, errs);
+    crate::external::require_table(
+        policy.as_deref().unwrap_or(""),
+        external.as_ref(),
+        obj,
+        errs,
+    );
     let hand_to = errs
         .ok(opt_str(obj, "hand_to").and_then(|h| h.map(|h| actors("hand_to", h)).transpose()))
         .flatten();
@@ -372,6 +385,7 @@ pub(crate) fn agent(
         model,
         kv_cache_bytes,
         policy,
+        external,
         handoff,
     });
     (spec, AgentRefs { server, hand_to })

@@ -361,6 +361,22 @@ impl<'a> Loader<'a> {
             .map(|(i, e)| self.link(i, e, &actor_names))
             .collect();
         self.agent_references(&actor_entries, &actors, &links);
+        if run.time == TimeMode::Virtual {
+            for (a, e) in actors.iter().zip(&actor_entries) {
+                let external = match &a.kind {
+                    ActorKind::Scheduler(s) => Some(s.policy.as_str()),
+                    ActorKind::Agent(g) => g.policy.as_deref(),
+                    _ => None,
+                }
+                .is_some_and(|p| {
+                    p.trim()
+                        .eq_ignore_ascii_case(crate::external::EXTERNAL_POLICY)
+                });
+                if external {
+                    self.report(e.node, crate::command::virtual_external("policy"));
+                }
+            }
+        }
         for p in pending {
             let node = actor_entries[p.actor].node;
             let (me, to) = (&actors[p.actor], &actors[p.to]);

@@ -1219,6 +1219,7 @@ fn chaos_entries_are_typed_commands() {
                 weights: Some(edgemu_config::command::Weights::File(
                     "w/ll.safetensors".into()
                 )),
+                external: None,
             },
         }
     );
