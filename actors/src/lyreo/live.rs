@@ -68,6 +68,11 @@ pub struct SchedulerLive {
     /// Of those, how many a learned policy's guard placed with
     /// Least-Loaded (inputs off its training distribution).
     pub guarded: u64,
+    /// How late the last 100 decisions left (from the planned decision
+    /// time to the placements sent), p99 and max, ms: a host too loaded
+    /// for its scheduler shows here first.
+    pub decision_late_p99_ms: f64,
+    pub decision_late_max_ms: f64,
     /// By server name.
     pub servers: BTreeMap<String, SchedulerServer>,
 }

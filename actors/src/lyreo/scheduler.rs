@@ -132,7 +132,13 @@ pub struct SchedulerActor {
     liveness: Liveness,
     /// Requests and reports that reached it while it was dead.
     pub dropped_while_dead: u64,
+    /// How late the last decisions ran (their timer's lateness plus the
+    /// time to decide), for the live view.
+    lateness: crate::host_load::LatenessWindow,
 }
+
+/// Decisions the live view's decision lateness covers.
+const LATENESS_WINDOW: usize = 100;
 
 impl SchedulerActor {
     /// `core` must run `policy`'s active version (built from `policy.seen`).
@@ -150,6 +156,7 @@ impl SchedulerActor {
             external_closed: false,
             liveness: Liveness::default(),
             dropped_while_dead: 0,
+            lateness: crate::host_load::LatenessWindow::new(LATENESS_WINDOW, 1_000_000),
             s,
             core,
             policy,
@@ -200,6 +207,10 @@ impl SchedulerActor {
         if !held.is_empty() {
             self.assign(t, held, ctx);
         }
+        // From the planned decision time to the placements leaving (an
+        // external policy's answer comes later, within its deadline).
+        let late = self.clock.now_ns().saturating_sub(self.decide_at(t));
+        self.lateness.push(late);
         self.show(t);
         self.slot += 1;
         let next = self.decide_at(self.slot);
@@ -570,6 +581,10 @@ impl SchedulerActor {
             l.policy.clone_from(&self.policy.seen.name);
             l.version.clone_from(&self.policy.seen.version);
             l.slot = t;
+            if let Some(f) = self.lateness.figures(0.0, 0.0) {
+                l.decision_late_p99_ms = f.timer_late_p99_ms;
+                l.decision_late_max_ms = f.timer_late_max_ms;
+            }
             for (i, &actor) in self.s.servers.iter().enumerate() {
                 let e = l
                     .servers

@@ -503,7 +503,10 @@ function drawScheduler(scheds) {
     row.appendChild(el("span", {}, `${n}: `));
     row.appendChild(el("b", { class: "policy-name" }, v.policy));
     row.appendChild(el("code", { title: v.version }, ` ${v.version.slice(0, 12)}`));
-    row.appendChild(el("span", {}, ` · slot ${v.slot}, ${v.decisions} decisions `));
+    row.appendChild(el("span", {}, ` · slot ${v.slot}, ${v.decisions} decisions`));
+    // How late the placements left (last 100 slots); a loaded host shows here.
+    row.appendChild(el("span", { class: v.decision_late_p99_ms > 10 ? "state down" : "" },
+      `, decision late p99 ${(v.decision_late_p99_ms || 0).toFixed(2)} ms `));
     const input = el("input", { class: "policy-input", placeholder: "least-loaded, random, lyreo, …", size: 18 });
     const swap = el("button", { class: "swap" }, "swap");
     swap.addEventListener("click", () => policyCommand({ cmd: "policy.swap", actor: n, policy: input.value.trim() }));

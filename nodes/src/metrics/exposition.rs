@@ -23,7 +23,8 @@
 //!   `server_requests_in_state` by `state` (arriving, queued, running); per
 //!   scheduler and server `scheduler_queue_z`, `scheduler_server_available`,
 //!   `scheduler_assigned_requests_total`; per scheduler
-//!   `scheduler_decisions_total` and `scheduler_policy` (1, labels `policy`
+//!   `scheduler_decisions_total`, `scheduler_decision_lateness_p99_seconds`
+//!   and `scheduler_policy` (1, labels `policy`
 //!   and `version`).
 //! - agents, when the host runs any: per agent (`agent`) the context-KV
 //!   cache's `agent_kv_cache_{hits,misses,evictions}_total` and
@@ -770,6 +771,19 @@ fn lyreo_families(reg: &mut Registry, l: &edgemu_actors::lyreo::live::LiveState)
             "Requests the scheduler assigned to each server",
             per_server(),
             |x| x.assigned,
+        );
+        gauge_f64_family(
+            reg,
+            "scheduler_decision_lateness_p99_seconds",
+            "p99 over the last 100 slots of how late the scheduler's placements left (planned decision time to sent)",
+            l.schedulers.iter().map(|(sched, v)| {
+                (
+                    SchedLabels {
+                        scheduler: sched.clone(),
+                    },
+                    v.decision_late_p99_ms / 1e3,
+                )
+            }),
         );
         counter_family(
             reg,
