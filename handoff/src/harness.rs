@@ -34,10 +34,10 @@ use edgemu_policies::repair::RepairScheduler;
 
 use crate::blocks::BlockLayout;
 use crate::error::HandoffError;
-use crate::receiver::{HandoffReport, ReceivedKv};
+use crate::receiver::{HandoffReceiver, HandoffReport, ReceivedKv};
 use crate::scenario::HandoffScenario;
 use crate::scheme::SchemeSpec;
-use crate::sender::{Decision, SenderStats};
+use crate::sender::{Decision, HandoffSender, SenderStats};
 use crate::timing::{since, CoreTimers};
 
 /// Mixed into the seed of the reverse link.
@@ -103,73 +103,149 @@ fn run(
     opts: RunOptions,
     timed: bool,
 ) -> Result<(HandoffRun, Option<CoreTimers>), HandoffError> {
-    let mut tx = scenario.sender(spec, spec.repairs(), scheduler, opts.record_decisions)?;
-    let mut rx = scenario.receiver()?;
-    let deadline = scenario.deadline_ns();
-    let mut fwd: LinkModel<Vec<u8>> = LinkModel::new(scenario.forward.clone(), seed);
-    let mut rev: LinkModel<Vec<u8>> =
-        LinkModel::new(scenario.reverse.clone(), seed ^ REVERSE_SEED_XOR);
-
+    let mut pair = HandoffPair::new(scenario, spec, scheduler, seed, opts.record_decisions)?;
     if timed {
-        tx.enable_timers();
+        pair.tx.enable_timers();
     }
-    let mut decision_utility = Vec::new();
-    let mut now = 0u64;
-    loop {
-        while let Some(a) = fwd.poll(now) {
-            let t0 = timed.then(Instant::now);
-            // A rejected frame is counted by the receiver; the run goes on.
-            let _ = rx.handle_packet(a.due_ns, &a.packet);
-            let t1 = timed.then(Instant::now);
-            let fb = rx.poll_transmit(a.due_ns);
-            if let (Some(t0), Some(t1), Some(t)) = (t0, t1, tx.timers_mut()) {
-                t.dec_ns += u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
-                t.state_ns += since(t1);
+    pair.timed = timed;
+    while pair.drive() {
+        // Not deferred: the sender's scheduler answers every epoch itself.
+        pair.tx.apply_decision(None);
+    }
+    let timers = pair.tx.timers_mut().map(std::mem::take);
+    Ok((pair.into_run(spec, seed, opts.keep_received), timers))
+}
+
+/// One handoff on the event loop of the module docs, driven in steps: the
+/// sender, the two links and the receiver, at the instant `now`.
+/// [`HandoffPair::drive`] runs until the sender waits for a decision (a
+/// sender with [`HandoffSender::defer_decisions`]) or the deadline.
+pub struct HandoffPair {
+    pub tx: HandoffSender,
+    pub rx: HandoffReceiver,
+    fwd: LinkModel<Vec<u8>>,
+    rev: LinkModel<Vec<u8>>,
+    now: u64,
+    deadline: u64,
+    /// Mid-instant: arrivals at `now` are in, the sender is being polled.
+    sending: bool,
+    record: bool,
+    timed: bool,
+    done: bool,
+    decision_utility: Vec<f64>,
+}
+
+impl HandoffPair {
+    /// The pair for `scenario` under `spec` and realization `seed`;
+    /// `record` keeps every decision and the receiver's J^KV at it.
+    pub fn new(
+        scenario: &HandoffScenario,
+        spec: &SchemeSpec,
+        scheduler: Box<dyn RepairScheduler>,
+        seed: u64,
+        record: bool,
+    ) -> Result<Self, HandoffError> {
+        Ok(HandoffPair {
+            tx: scenario.sender(spec, spec.repairs(), scheduler, record)?,
+            rx: scenario.receiver()?,
+            fwd: LinkModel::new(scenario.forward.clone(), seed),
+            rev: LinkModel::new(scenario.reverse.clone(), seed ^ REVERSE_SEED_XOR),
+            now: 0,
+            deadline: scenario.deadline_ns(),
+            sending: false,
+            record,
+            timed: false,
+            done: false,
+            decision_utility: Vec::new(),
+        })
+    }
+
+    /// The instant the loop is at, ns from the handoff's start.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Whether the deadline has passed (the handoff is over).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Runs the loop until the sender waits for a decision (`true`; answer
+    /// it with [`HandoffSender::apply_decision`] and drive again) or the
+    /// handoff ends at the deadline (`false`).
+    pub fn drive(&mut self) -> bool {
+        let timed = self.timed;
+        while !self.done {
+            if !self.sending {
+                while let Some(a) = self.fwd.poll(self.now) {
+                    let t0 = timed.then(Instant::now);
+                    // A rejected frame is counted by the receiver; the run goes on.
+                    let _ = self.rx.handle_packet(a.due_ns, &a.packet);
+                    let t1 = timed.then(Instant::now);
+                    let fb = self.rx.poll_transmit(a.due_ns);
+                    if let (Some(t0), Some(t1), Some(t)) = (t0, t1, self.tx.timers_mut()) {
+                        t.dec_ns += u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+                        t.state_ns += since(t1);
+                    }
+                    if let Some(fb) = fb {
+                        self.rev.offer(a.due_ns, fb.len() as u32, fb);
+                    }
+                }
+                while let Some(a) = self.rev.poll(self.now) {
+                    let t0 = timed.then(Instant::now);
+                    let _ = self.tx.handle_feedback(a.due_ns, &a.packet);
+                    if let (Some(t0), Some(t)) = (t0, self.tx.timers_mut()) {
+                        t.state_ns += since(t0);
+                    }
+                }
+                self.sending = true;
             }
-            if let Some(fb) = fb {
-                rev.offer(a.due_ns, fb.len() as u32, fb);
+            loop {
+                let frame = self.tx.poll_transmit(self.now);
+                if self.record && self.tx.decisions().len() > self.decision_utility.len() {
+                    let j = self.rx.recovered_utility();
+                    self.decision_utility.resize(self.tx.decisions().len(), j);
+                }
+                let Some(frame) = frame else { break };
+                self.fwd.offer(self.now, frame.len() as u32, frame);
             }
-        }
-        while let Some(a) = rev.poll(now) {
-            let t0 = timed.then(Instant::now);
-            let _ = tx.handle_feedback(a.due_ns, &a.packet);
-            if let (Some(t0), Some(t)) = (t0, tx.timers_mut()) {
-                t.state_ns += since(t0);
+            if self.tx.pending_decision().is_some() {
+                return true;
             }
-        }
-        loop {
-            let frame = tx.poll_transmit(now);
-            if opts.record_decisions && tx.decisions().len() > decision_utility.len() {
-                let j = rx.recovered_utility();
-                decision_utility.resize(tx.decisions().len(), j);
-            }
-            let Some(frame) = frame else { break };
-            fwd.offer(now, frame.len() as u32, frame);
-        }
-        let next = [tx.poll_timeout(), fwd.next_due(), rev.next_due()]
+            self.sending = false;
+            let next = [
+                self.tx.poll_timeout(),
+                self.fwd.next_due(),
+                self.rev.next_due(),
+            ]
             .into_iter()
             .flatten()
             .min();
-        match next {
-            Some(t) if t <= deadline => now = t.max(now),
-            _ => break,
+            match next {
+                Some(t) if t <= self.deadline => self.now = t.max(self.now),
+                _ => self.done = true,
+            }
+        }
+        false
+    }
+
+    /// The outcome (after the deadline: [`HandoffPair::drive`] returned
+    /// `false`).
+    pub fn into_run(self, spec: &SchemeSpec, seed: u64, keep_received: bool) -> HandoffRun {
+        HandoffRun {
+            scheme: spec.name.to_string(),
+            seed,
+            report: self.rx.report(),
+            sender: *self.tx.stats(),
+            decisions: if self.record {
+                self.tx.decisions().to_vec()
+            } else {
+                Vec::new()
+            },
+            decision_utility: self.decision_utility,
+            received: keep_received.then(|| self.rx.into_received()),
         }
     }
-    let timers = tx.timers_mut().map(std::mem::take);
-    let run = HandoffRun {
-        scheme: spec.name.to_string(),
-        seed,
-        report: rx.report(),
-        sender: *tx.stats(),
-        decisions: if opts.record_decisions {
-            tx.decisions().to_vec()
-        } else {
-            Vec::new()
-        },
-        decision_utility,
-        received: opts.keep_received.then(|| rx.into_received()),
-    };
-    Ok((run, timers))
 }
 
 /// Deterministic stand-in KV bytes for transport-only runs (a hash of the

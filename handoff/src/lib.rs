@@ -27,10 +27,13 @@ pub mod reliable;
 pub mod scenario;
 pub mod scheme;
 pub mod sender;
+pub mod stepper;
 pub mod timing;
 pub mod train;
 
-pub use harness::{run_handoff, run_handoff_timed, synthetic_payload, HandoffRun, RunOptions};
+pub use harness::{
+    run_handoff, run_handoff_timed, synthetic_payload, HandoffPair, HandoffRun, RunOptions,
+};
 pub use receiver::{HandoffReceiver, HandoffReport, ReceivedBlock, ReceivedKv, ReceiverConfig};
 pub use scenario::{Deadline, HandoffScenario};
 pub use scheme::{scheme, Scheme, SchemeSpec, SCHEMES};
@@ -38,3 +41,4 @@ pub use sender::{
     shaping_potential, Decision, HandoffSender, PotentialWeights, RepairGate, SenderConfig,
     SenderStats,
 };
+pub use stepper::{RepairEnvOptions, RepairStep, RepairStepper};

@@ -162,6 +162,10 @@ pub struct HandoffSender {
     latest: Option<Feedback>,
     last_progress_ns: u64,
     decisions: Vec<Decision>,
+    /// Decisions are answered from outside ([`HandoffSender::defer_decisions`]).
+    deferred: bool,
+    /// The decision epoch waiting for an answer: its time, observation, mask.
+    pending: Option<(u64, RepairObservation, ActionMask)>,
     /// Component timers (bench handoff); `None` costs nothing.
     timers: Option<Box<CoreTimers>>,
     stats: SenderStats,
@@ -230,6 +234,8 @@ impl HandoffSender {
             latest: None,
             last_progress_ns: 0,
             decisions: Vec::new(),
+            deferred: false,
+            pending: None,
             timers: None,
             stats: SenderStats::default(),
         })
@@ -277,9 +283,37 @@ impl HandoffSender {
     }
 
     /// When [`poll_transmit`](Self::poll_transmit) may next return a frame;
-    /// `None` while idle (waiting for feedback) or done.
+    /// From now on a decision epoch parks the sender until
+    /// [`HandoffSender::apply_decision`] answers it, instead of asking the
+    /// sender's scheduler (which then only decides when the answer is
+    /// `None`: the fallback). For a policy outside the process, asked
+    /// asynchronously, and for stepping one decision at a time.
+    pub fn defer_decisions(&mut self) {
+        self.deferred = true;
+    }
+
+    /// The decision epoch waiting for an answer: its observation and mask.
+    pub fn pending_decision(&self) -> Option<(RepairObservation, ActionMask)> {
+        self.pending.map(|(_, obs, mask)| (obs, mask))
+    }
+
+    /// Answers the pending decision epoch with `action` (`None`: the
+    /// sender's own scheduler decides). A masked action is replaced by the
+    /// first allowed one and counted, as a scheduler's would be. Without a
+    /// pending epoch, nothing happens. Slots that passed while the decision
+    /// was pending are lost (see [`HandoffSender::poll_transmit`]).
+    pub fn apply_decision(&mut self, action: Option<RepairAction>) {
+        let Some((at, obs, mask)) = self.pending.take() else {
+            return;
+        };
+        let action = action.unwrap_or_else(|| self.scheduler.decide(&obs, mask));
+        self.commit(at, obs, mask, action);
+    }
+
+    /// `None` while idle (waiting for feedback), waiting for a decision, or
+    /// done.
     pub fn poll_timeout(&self) -> Option<u64> {
-        if self.idle || self.is_done() {
+        if self.idle || self.pending.is_some() || self.is_done() {
             None
         } else {
             Some(self.next_slot.saturating_mul(self.cfg.slot_ns))
@@ -289,7 +323,7 @@ impl HandoffSender {
     /// The frame to send at `now`, if a slot is due and something is
     /// feasible. Call again until `None`.
     pub fn poll_transmit(&mut self, now: u64) -> Option<Vec<u8>> {
-        if self.idle || self.is_done() {
+        if self.idle || self.pending.is_some() || self.is_done() {
             return None;
         }
         let slot_start = self.next_slot.saturating_mul(self.cfg.slot_ns);
@@ -308,7 +342,7 @@ impl HandoffSender {
         for _ in 0..2 {
             if self.burst == Burst::None {
                 self.decide(now);
-                if self.idle {
+                if self.idle || self.pending.is_some() {
                     return None;
                 }
             }
@@ -540,8 +574,12 @@ impl HandoffSender {
             return;
         }
         let obs = self.observation(now);
+        if self.deferred {
+            self.pending = Some((now, obs, mask));
+            return;
+        }
         let t1 = t0.map(|_| Instant::now());
-        let mut action = self.scheduler.decide(&obs, mask);
+        let action = self.scheduler.decide(&obs, mask);
         if let (Some(t0), Some(t1), Some(t)) = (t0, t1, self.timers.as_deref_mut()) {
             let rl = since(t1);
             let state = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
@@ -549,6 +587,12 @@ impl HandoffSender {
             t.rl_ns += rl;
             t.decision_ns.push(state + rl);
         }
+        self.commit(now, obs, mask, action);
+    }
+
+    /// Starts the burst of `action`, decided at `now` on `obs` and `mask`.
+    fn commit(&mut self, now: u64, obs: RepairObservation, mask: ActionMask, action: RepairAction) {
+        let mut action = action;
         if !mask.allows(action) {
             self.stats.mask_violations += 1;
             action = mask.first_allowed().unwrap_or(RepairAction::Source);

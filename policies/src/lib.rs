@@ -4,6 +4,7 @@
 //! policies (`lyreo`: LYREO family and baselines), and the shipped trained
 //! weights compiled in (`shipped`). Decision rules only: the
 //! environments they act in live in `edgemu-handoff` and `edgemu-serving`.
+pub mod external;
 pub mod lyreo;
 pub mod nn;
 pub mod repair;

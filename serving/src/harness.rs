@@ -16,17 +16,12 @@
 //! bit, and the streams do not shift when a policy draws more or fewer
 //! numbers.
 
-use edgemu_engine::batch::BatchMode;
-use edgemu_engine::Profile;
-use edgemu_policies::lyreo::{PolicySpec, SchedulingPolicy, ServerBatching};
+use edgemu_policies::lyreo::{PolicySpec, SchedulingPolicy};
 use edgemu_stats::percentile;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
-use crate::mobility::{Area, Mobility, UserMotion};
-use crate::radio;
-use crate::scheduler::{SchedulerCore, SchedulerSettings, ServerSite, SlotRequest};
-use crate::server::{Assigned, RequestRecord, ServerReport, ServerSlotCore};
+use crate::mobility::{Area, Mobility};
+use crate::server::{RequestRecord, ServerReport};
+use crate::stepper::SlotStepper;
 use crate::workload::Workload;
 use crate::{ServingError, NS_PER_S};
 
@@ -137,7 +132,7 @@ impl Scenario {
         }
     }
 
-    fn check(&self) -> Result<(), ServingError> {
+    pub(crate) fn check(&self) -> Result<(), ServingError> {
         if !(self.kv_budget_share > 0.0 && self.kv_budget_share <= 1.0) {
             return Err(ServingError::Invalid(format!(
                 "the KV budget share must be in (0, 1], not {}",
@@ -202,17 +197,6 @@ pub struct EpisodeOutcome {
     pub fallbacks: u64,
 }
 
-struct User {
-    motion: UserMotion,
-    power_w: f64,
-}
-
-fn stream(seed: u64, k: u64) -> ChaCha8Rng {
-    let mut r = ChaCha8Rng::seed_from_u64(seed);
-    r.set_stream(k);
-    r
-}
-
 /// Runs one episode of `scenario` under the policy `spec`.
 pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutcome, ServingError> {
     run_episode_with(scenario, spec, spec.build(scenario.seed ^ 0x5eed))
@@ -221,143 +205,18 @@ pub fn run_episode(scenario: &Scenario, spec: &PolicySpec) -> Result<EpisodeOutc
 /// Runs one episode with the servers' batching of `spec` and a caller-built
 /// assignment `policy` — the training hook: a sampling policy that records
 /// its decisions (the per-slot reward terms come from the outcome's
-/// per-server-slot rows and per-request records).
+/// per-server-slot rows and per-request records). The episode is a
+/// [`SlotStepper`] stepped with `policy` deciding every slot.
 pub fn run_episode_with(
     scenario: &Scenario,
     spec: &PolicySpec,
     policy: Box<dyn SchedulingPolicy>,
 ) -> Result<EpisodeOutcome, ServingError> {
-    scenario.check()?;
-    let sc = scenario;
-    let mut topo = stream(sc.seed, 1);
-    let mut move_rng = stream(sc.seed, 2);
-    let mut work_rng = stream(sc.seed, 3);
-    let mode = match spec.batching {
-        ServerBatching::Continuous => BatchMode::Continuous,
-        ServerBatching::Static => BatchMode::Static,
-    };
-    let classes = sc.mix.classes(sc.servers);
-    let mut servers = Vec::with_capacity(sc.servers);
-    let mut server_pos = Vec::with_capacity(sc.servers);
-    for (i, class) in classes.iter().enumerate() {
-        let mut profile = Profile::builtin(class).map_err(|source| ServingError::Engine {
-            server: i,
-            source: Box::new(source),
-        })?;
-        profile.kv_capacity_bytes =
-            ((profile.kv_capacity_bytes as f64 * sc.kv_budget_share) as u64).max(1);
-        let (lo, hi) = sc.bandwidth_hz;
-        let bw = lo + topo.random::<f64>() * (hi - lo);
-        server_pos.push(sc.area.uniform(&mut topo));
-        servers.push(ServerSlotCore::new(i, profile, bw, mode));
+    let mut stepper = SlotStepper::new(scenario, spec.batching, policy, &spec.name)?;
+    while !stepper.is_done() {
+        stepper.step(None)?;
     }
-    let mut users: Vec<User> = (0..sc.users)
-        .map(|_| {
-            let (lo, hi) = sc.power_dbm;
-            let dbm = lo + topo.random::<f64>() * (hi - lo);
-            User {
-                motion: UserMotion::new(sc.area.uniform(&mut topo)),
-                power_w: radio::dbm_to_w(dbm),
-            }
-        })
-        .collect();
-    let sites = servers
-        .iter()
-        .zip(&server_pos)
-        .map(|(s, &position)| ServerSite {
-            position,
-            obs: s.initial_obs(),
-        })
-        .collect();
-    let settings = SchedulerSettings {
-        slot_ns: sc.slot_ns,
-        epsilon: sc.epsilon,
-        nu: sc.nu,
-        // Every server reports every slot here: nothing times out.
-        report_timeout_ns: u64::MAX,
-    };
-    let mut sched = SchedulerCore::new(sites, settings, policy);
-
-    let mut records = Vec::with_capacity(sc.users * sc.slots as usize);
-    let mut rows = Vec::with_capacity(sc.servers * sc.slots as usize);
-    let mut next_id = 0u64;
-    let mut per_server: Vec<Vec<Assigned>> = vec![Vec::new(); sc.servers];
-    let mut requests = Vec::with_capacity(sc.users);
-    let mut decisions = 0u64;
-    let dt_s = sc.slot_ns as f64 / NS_PER_S as f64;
-
-    for t in 0..sc.slots {
-        let start = t * sc.slot_ns;
-        requests.clear();
-        for (u, user) in users.iter_mut().enumerate() {
-            if t > 0 {
-                user.motion
-                    .advance(&sc.mobility, &sc.area, dt_s, &mut move_rng);
-            }
-            let (lin, lout) = sc.workload.sample(&mut work_rng);
-            requests.push(SlotRequest {
-                id: next_id,
-                user: u,
-                input_len: lin,
-                output_len: lout,
-                position: user.motion.pos,
-                power_w: user.power_w,
-            });
-            next_id += 1;
-        }
-        let decision = sched.decide(t, &requests);
-        decisions += decision.placements.len() as u64;
-        for (q, p) in requests.iter().zip(&decision.placements) {
-            per_server[p.server].push(Assigned {
-                id: q.id,
-                user: q.user,
-                slot: t,
-                created_ns: start,
-                arrival_ns: start.saturating_add(p.upload_ns),
-                input_len: q.input_len,
-                output_len: q.output_len,
-            });
-        }
-        let end = start + sc.slot_ns;
-        let mut reports = Vec::with_capacity(sc.servers);
-        for (s, server) in servers.iter_mut().enumerate() {
-            records.extend(server.assign(std::mem::take(&mut per_server[s])));
-            server.advance(end, &mut records)?;
-            let r = server.end_slot(t, sc.slot_ns);
-            sched
-                .report(s, t, r.load, None, end)
-                .map_err(|e| ServingError::Report {
-                    server: s,
-                    slot: t,
-                    reason: e,
-                })?;
-            reports.push(r);
-        }
-        let y = sched.end_slot();
-        let z = sched.queues().z();
-        for (s, r) in reports.into_iter().enumerate() {
-            rows.push(ServerSlotRow {
-                class: classes[s],
-                capacity_bytes: sched.sites()[s].obs.capacity_bytes,
-                assigned: decision.per_server[s],
-                y: y[s],
-                z: z[s],
-                report: r,
-            });
-        }
-    }
-    // Drain: unfinished requests run to completion.
-    for server in servers.iter_mut() {
-        server.advance(u64::MAX, &mut records)?;
-    }
-    records.sort_by_key(|r| r.id);
-    let summary = summarize(&spec.name, sc.seed, &records, &rows, decisions);
-    Ok(EpisodeOutcome {
-        requests: records,
-        server_slots: rows,
-        summary,
-        fallbacks: sched.fallbacks(),
-    })
+    Ok(stepper.finish())
 }
 
 /// The mean of `xs`, 0 when there are none (an empty cell prints 0).
@@ -365,7 +224,7 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     edgemu_stats::mean(&xs.collect::<Vec<_>>()).unwrap_or(0.0)
 }
 
-fn summarize(
+pub(crate) fn summarize(
     policy: &str,
     seed: u64,
     records: &[RequestRecord],

@@ -16,6 +16,7 @@ pub mod mobility;
 pub mod radio;
 pub mod scheduler;
 pub mod server;
+pub mod stepper;
 pub mod train;
 pub mod uploads;
 pub mod workload;
@@ -25,6 +26,7 @@ pub use error::ServingError;
 pub use harness::{run_episode, run_episode_with, EpisodeOutcome, GpuMix, Scenario, Summary};
 pub use scheduler::{LyapunovQueues, SchedulerCore};
 pub use server::{Dropped, RequestRecord, ServerReport, ServerSlotCore};
+pub use stepper::{SlotStep, SlotStepper};
 pub use uploads::{ExpectedUpload, ReleasedBatch, UploadGathering};
 
 pub use edgemu_links::time::NS_PER_S;

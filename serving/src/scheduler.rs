@@ -101,6 +101,17 @@ pub enum ReportRefused {
     BadCapability,
 }
 
+/// Why an outside assignment was not placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementRefused {
+    #[error("no slot has been observed")]
+    NothingObserved,
+    #[error("{got} servers for {expected} requests")]
+    WrongLength { expected: usize, got: usize },
+    #[error("request {index}: no server {server}")]
+    NoSuchServer { index: usize, server: usize },
+}
+
 /// The scheduler: its servers, their reports and availability, the
 /// Lyapunov queues and the policy.
 pub struct SchedulerCore {
@@ -114,6 +125,9 @@ pub struct SchedulerCore {
     slot_s: f64,
     epsilon: f64,
     nu: f64,
+    /// The observation of the slot being decided and its requests.
+    observed: Option<SlotObservation>,
+    observed_requests: Vec<SlotRequest>,
 }
 
 /// The slot length and the policy parameters a scheduler runs with.
@@ -146,6 +160,8 @@ impl SchedulerCore {
             slot_s: settings.slot_ns as f64 / crate::NS_PER_S as f64,
             epsilon: settings.epsilon,
             nu: settings.nu,
+            observed: None,
+            observed_requests: Vec::new(),
         }
     }
 
@@ -235,8 +251,21 @@ impl SchedulerCore {
             .update_available(&etas, self.availability.mask())
     }
 
-    /// Decides slot `slot` for `requests` (see the module doc).
+    /// Decides slot `slot` for `requests` with the core's policy (see the
+    /// module doc): [`SchedulerCore::observe`] then
+    /// [`SchedulerCore::decide_observed`].
     pub fn decide(&mut self, slot: u64, requests: &[SlotRequest]) -> SlotDecision {
+        self.observe(slot, requests);
+        self.decide_observed()
+    }
+
+    /// Builds and keeps slot `slot`'s observation of `requests` (the
+    /// servers' latest reports, each request's solo rate to every server,
+    /// the queues); a decision for it follows with
+    /// [`SchedulerCore::decide_observed`] or [`SchedulerCore::place`]. The
+    /// split lets a shell ask a policy outside the process and fall back to
+    /// the core's own policy on the same observation.
+    pub fn observe(&mut self, slot: u64, requests: &[SlotRequest]) -> &SlotObservation {
         for (site, r) in self.sites.iter_mut().zip(&self.reports) {
             if let Some((_, load)) = r {
                 site.obs.load = *load;
@@ -267,12 +296,60 @@ impl SchedulerCore {
             epsilon: self.epsilon,
             nu: self.nu,
         };
+        let mut obs = obs;
+        self.mask_unavailable(&mut obs);
+        self.observed_requests.clear();
+        self.observed_requests.extend_from_slice(requests);
+        &*self.observed.insert(obs)
+    }
+
+    /// The observation kept by the last [`SchedulerCore::observe`].
+    pub fn observation(&self) -> Option<&SlotObservation> {
+        self.observed.as_ref()
+    }
+
+    /// The core's own policy decides the observed slot (no observation: an
+    /// empty decision).
+    pub fn decide_observed(&mut self) -> SlotDecision {
+        let Some(obs) = self.observed.take() else {
+            return SlotDecision::default();
+        };
         let moved = self.assign_available(&obs);
+        self.observed = Some(obs);
+        self.placements(moved)
+    }
+
+    /// Places the observed slot's requests as `assignment` says (one server
+    /// per request, from a policy outside the core). A request on an
+    /// unavailable server is moved as the core's own policy's would be.
+    pub fn place(&mut self, assignment: &[usize]) -> Result<SlotDecision, PlacementRefused> {
+        let Some(obs) = &self.observed else {
+            return Err(PlacementRefused::NothingObserved);
+        };
+        let (requests, servers) = (obs.requests.len(), obs.servers.len());
+        if assignment.len() != requests {
+            return Err(PlacementRefused::WrongLength {
+                expected: requests,
+                got: assignment.len(),
+            });
+        }
+        if let Some((index, &server)) = assignment.iter().enumerate().find(|(_, &s)| s >= servers) {
+            return Err(PlacementRefused::NoSuchServer { index, server });
+        }
+        self.assignment.clear();
+        self.assignment.extend_from_slice(assignment);
+        let moved = self.move_off_unavailable();
+        Ok(self.placements(moved))
+    }
+
+    /// The decision for the observed requests and `self.assignment`.
+    fn placements(&self, moved: usize) -> SlotDecision {
         let mut per_server = vec![0usize; self.sites.len()];
         for &s in &self.assignment {
             per_server[s] += 1;
         }
-        let placements = requests
+        let placements = self
+            .observed_requests
             .iter()
             .zip(&self.assignment)
             .map(|(q, &s)| {
@@ -320,24 +397,15 @@ impl SchedulerCore {
         }
     }
 
-    /// [`SchedulerCore::assign`] that never picks an unavailable server
-    /// while another is available (see the module doc); returns how many
-    /// requests were moved off unavailable servers.
-    fn assign_available(&mut self, obs: &SlotObservation) -> usize {
-        let available = self.availability.mask().to_vec();
-        let n = obs.servers.len();
-        let all_up = available.len() != n || available.iter().all(|&a| a);
+    /// An unavailable server, while another is available, is shown to
+    /// policies as full (see the module doc), so none picks it.
+    fn mask_unavailable(&self, obs: &mut SlotObservation) {
+        let available = self.availability.mask();
+        let all_up = available.len() != obs.servers.len() || available.iter().all(|&a| a);
         if all_up || !available.iter().any(|&a| a) {
-            self.assign(obs);
-            return 0;
+            return;
         }
-        let mut shown = obs.clone();
-        for (o, _) in shown
-            .servers
-            .iter_mut()
-            .zip(&available)
-            .filter(|(_, &a)| !a)
-        {
+        for (o, _) in obs.servers.iter_mut().zip(available).filter(|(_, &a)| !a) {
             let full = o.capacity_bytes;
             o.load = SlotLoad {
                 eta: 1.0,
@@ -349,7 +417,24 @@ impl SchedulerCore {
                 ..o.load
             };
         }
-        self.assign(&shown);
+    }
+
+    /// [`SchedulerCore::assign`] that never picks an unavailable server
+    /// while another is available (see the module doc); returns how many
+    /// requests were moved off unavailable servers.
+    fn assign_available(&mut self, obs: &SlotObservation) -> usize {
+        self.assign(obs);
+        self.move_off_unavailable()
+    }
+
+    /// Moves requests of `self.assignment` off unavailable servers (while
+    /// any is available) to the least used available one; returns how many.
+    fn move_off_unavailable(&mut self) -> usize {
+        let available = self.availability.mask();
+        let n = self.sites.len();
+        if available.len() != n || available.iter().all(|&a| a) || !available.iter().any(|&a| a) {
+            return 0;
+        }
         let mut count = vec![0usize; n];
         for &s in &self.assignment {
             if available[s] {
