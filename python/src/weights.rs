@@ -9,11 +9,12 @@ use std::path::PathBuf;
 use edgemu_policies::nn::WeightsFile;
 use edgemu_policies::repair::ddqn::{DdqnNet, DDQN_KIND, DDQN_SIZES, DDQN_VERSION};
 use edgemu_policies::repair::{N_ACTIONS, N_FEATURES};
+use edgemu_policies::shipped::parse_weights;
 use numpy::{PyArray2, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::errors::policy_err;
+use crate::errors::{policy_err, value_err};
 
 /// A float32 tensor from Python: its shape and row-major values.
 fn tensor(name: &str, a: &PyReadonlyArrayDyn<'_, f32>) -> PyResult<(Vec<usize>, Vec<f32>)> {
@@ -93,21 +94,27 @@ pub fn save_repair_ddqn(
     w.save(&path).map_err(policy_err)
 }
 
-/// `load_repair_ddqn(path) -> (tensors, obs_mean, obs_std, notes)` through
+/// A repair DDQN from a file or the shipped weights (`built-in:repair-ddqn`),
+/// through the loader a live `policy.swap` uses.
+pub fn load_ddqn(weights: &str) -> PyResult<DdqnNet> {
+    let asset = parse_weights(weights).map_err(value_err)?;
+    DdqnNet::from_source(&asset).map_err(policy_err)
+}
+
+/// `load_repair_ddqn(weights) -> (tensors, obs_mean, obs_std, notes)` through
 /// edgemu's loader (a file it refuses raises `ValueError` with its reason).
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 pub fn load_repair_ddqn<'py>(
     py: Python<'py>,
-    path: PathBuf,
+    weights: &str,
 ) -> PyResult<(
     BTreeMap<String, Bound<'py, PyAny>>,
     Vec<f32>,
     Vec<f32>,
     String,
 )> {
-    let net = DdqnNet::load(&path).map_err(policy_err)?;
-    let w = net.to_weights();
+    let w = load_ddqn(weights)?.to_weights();
     let mut out = BTreeMap::new();
     for name in w.tensor_names() {
         if let Some((shape, data)) = w.tensor(name) {
@@ -129,10 +136,10 @@ pub fn load_repair_ddqn<'py>(
 #[pyfunction]
 pub fn repair_ddqn_q_values<'py>(
     py: Python<'py>,
-    path: PathBuf,
+    weights: &str,
     features: numpy::PyReadonlyArray2<'py, f32>,
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let mut net = DdqnNet::load(&path).map_err(policy_err)?;
+    let mut net = load_ddqn(weights)?;
     let x = features.as_array();
     if x.ncols() != N_FEATURES {
         return Err(PyValueError::new_err(format!(
