@@ -11,7 +11,7 @@ copied every few hundred updates. The episodes come from a vector env
 paper's channel with the measured KV-utility profile.
 
     pip install ./python
-    python3 examples/python/train_repair.py                 # ~1-2 min on a laptop CPU
+    python3 examples/python/train_repair.py                 # about a minute on one CPU core
     python3 examples/python/train_repair.py --quick         # a few seconds (smoke test)
 
 Then, with a run going (`edgemu run cluster.toml`):
@@ -160,7 +160,7 @@ def train(args) -> QNet:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny episodes and few steps (smoke test)")
-    ap.add_argument("--steps", type=int, help="environment steps (default 60000; --quick 2000)")
+    ap.add_argument("--steps", type=int, help="environment steps (default 400000; --quick 2000)")
     ap.add_argument("--envs", type=int, default=8, help="environments of the vector env")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="repair-ddqn-py.safetensors")
@@ -169,15 +169,15 @@ def main(argv=None) -> int:
     ap.add_argument("--gamma", type=float, default=0.99)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--buffer", type=int, default=100_000)
-    ap.add_argument("--updates-per-step", type=int, default=1)
+    ap.add_argument("--updates-per-step", type=int, default=2, help="learning updates per vector step")
     ap.add_argument("--target-every", type=int, default=250)
     ap.add_argument("--explore", type=float, default=0.5, help="share of training with decaying epsilon")
     ap.add_argument("--eps-end", type=float, default=0.05)
-    ap.add_argument("--log-every", type=int, default=1000, help="vector steps between progress lines (0: none)")
+    ap.add_argument("--log-every", type=int, default=10000, help="vector steps between progress lines (0: none)")
     args = ap.parse_args(argv)
     # --quick: 3-layer handoffs (a tenth of the paper's) so episodes end within the run.
     args.options = {"layers": 3} if args.quick else {}
-    args.steps = args.steps or (2000 if args.quick else 60_000)
+    args.steps = args.steps or (2000 if args.quick else 400_000)
     n_eval = args.eval_seeds or (3 if args.quick else 16)
     if args.quick:
         args.log_every = 0
