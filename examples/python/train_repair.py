@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     print()
     print("hot-swap it into a live run (the PriorityFEC sender agent-a of cluster.toml):")
     print(f"  edgemu ctl --url ws://127.0.0.1:7201 policy swap agent-a --policy priorityfec-ddqn --upload {args.out}")
-    print("  edgemu ctl --url ws://127.0.0.1:7201 policy get agent-a    # its version hash, as in the run's records")
+    print("  edgemu ctl --url ws://127.0.0.1:7201 policy get agent-a    # its version hash (handoffs.csv: policy_version)")
     return 0
 
 
