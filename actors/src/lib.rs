@@ -10,6 +10,7 @@
 
 pub mod clock;
 pub mod events;
+pub mod external;
 pub mod handoff;
 pub mod link_actor;
 pub mod link_overrides;

@@ -15,11 +15,13 @@
 //! context_count = 4          # distinct contexts, cycled
 //! context_seed = 0
 //! start = "2s"
-//! every = "8s"               # and/or count
-//! count = 3
+//! every = "8s"               # and/or handoffs
+//! handoffs = 3
 //! rho = 0.8                  # or ttft = "400ms"
 //! scheme = "priorityfec"
 //! policy = "deficit-heuristic"  # the repair slot's first policy (default: the scheme's)
+//! # policy = "external"         # ask a policy process at each repair decision:
+//! # external = { url = "ws://127.0.0.1:7301", deadline = "2ms", fallback = "priorityfec-ddqn" }
 //! rebuild = "zero-fill"      # or "mask"
 //! decode_tokens = 8
 //! coding_window = 256        # K: most source packets one repair combines
@@ -39,7 +41,7 @@ pub(crate) const KEYS: &[&str] =
 
 /// Keys every agent may have (`policy` is also the receiving side's).
 const OWN_KEYS: &[&str] = &[
-    "name", "host", "kind", "server", "model", "kv_cache", "hand_to", "via", "policy",
+    "name", "host", "kind", "server", "model", "kv_cache", "hand_to", "via", "policy", "external",
 ];
 
 /// Keys that describe a handoff task: only with `hand_to`.
@@ -50,7 +52,7 @@ const TASK_KEYS: &[&str] = &[
     "context_seed",
     "start",
     "every",
-    "count",
+    "handoffs",
     "rho",
     "ttft",
     "scheme",
@@ -147,7 +149,7 @@ pub struct HandoffTask {
     pub context_seed: u64,
     pub start_ns: u64,
     /// Period between handoffs (`None`: back to back is not allowed; one
-    /// handoff unless `count` says more, then every 2 × D at the least).
+    /// handoff unless `handoffs` says more, then every 2 × D at the least).
     pub every_ns: Option<u64>,
     /// Handoffs in all (`None` with `every`: until the run ends).
     pub count: Option<u32>,
@@ -175,8 +177,12 @@ pub struct AgentSpec {
     pub model: Option<crate::RealModel>,
     /// Capacity of its context KV cache, bytes.
     pub kv_cache_bytes: u64,
-    /// The repair slot's first policy (`None`: the scheme's default).
+    /// The repair slot's first policy (`None`: the scheme's default;
+    /// `external`: ask the policy process of `external`).
     pub policy: Option<String>,
+    /// Where an external repair policy is asked (required with `policy =
+    /// "external"`; otherwise what a `policy.swap` to `external` uses).
+    pub external: Option<crate::external::ExternalPolicy>,
     pub handoff: Option<HandoffTask>,
 }
 
@@ -238,6 +244,13 @@ pub(crate) fn agent(
         .ok(opt_str(obj, "policy"))
         .flatten()
         .map(str::to_string);
+    let external = crate::external::external(obj, errs);
+    crate::external::require_table(
+        policy.as_deref().unwrap_or(""),
+        external.as_ref(),
+        obj,
+        errs,
+    );
     let hand_to = errs
         .ok(opt_str(obj, "hand_to").and_then(|h| h.map(|h| actors("hand_to", h)).transpose()))
         .flatten();
@@ -288,8 +301,8 @@ pub(crate) fn agent(
         .unwrap_or(1_000_000_000);
     let every_ns = errs.ok(opt_duration(obj, "every", true)).flatten();
     let count = obj
-        .contains_key("count")
-        .then(|| ranged(obj, "count", 1..=1_000_000, 1, errs) as u32);
+        .contains_key("handoffs")
+        .then(|| ranged(obj, "handoffs", 1..=1_000_000, 1, errs) as u32);
     let rho = errs.ok(opt_f64(obj, "rho")).flatten();
     let ttft = errs.ok(opt_duration(obj, "ttft", true)).flatten();
     let deadline = match (rho, ttft) {
@@ -372,6 +385,7 @@ pub(crate) fn agent(
         model,
         kv_cache_bytes,
         policy,
+        external,
         handoff,
     });
     (spec, AgentRefs { server, hand_to })

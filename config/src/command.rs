@@ -182,6 +182,25 @@ pub struct PolicySwap {
     #[serde(default)]
     #[schemars(skip_serializing_if = "Option::is_none")]
     pub weights_base64: Option<String>,
+    /// With `policy = "external"`: the policy process's websocket
+    /// (`ws://host:port`); default: the actor's `external.url`.
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// With `policy = "external"`: how long a decision waits for the
+    /// policy process (a duration); default: the actor's
+    /// `external.deadline`, else 20 ms for a slot and 2 ms for a repair
+    /// decision.
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// With `policy = "external"`: the built-in policy that decides when the
+    /// policy process does not (timeout, error, malformed or masked action,
+    /// no connection); default: the actor's `external.fallback`, else the
+    /// active policy (weights, if given, are the fallback's).
+    #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 /// `actor.kill`, `actor.restart`: one actor (a LYREO user, server or
@@ -273,11 +292,23 @@ pub enum Resolved {
 pub enum PolicyOp {
     Get,
     Rollback,
-    /// At least one of the two is given.
+    /// At least one of `policy` and `weights` is given; `external` exactly
+    /// when `policy` is `external`.
     Swap {
         policy: Option<String>,
         weights: Option<Weights>,
+        external: Option<ExternalSwap>,
     },
+}
+
+/// A `policy.swap` to `external`, its settings resolved against the
+/// actor's `external` table; the deadline and fallback left out default on
+/// the owning host (the problem's deadline, the active policy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalSwap {
+    pub url: String,
+    pub deadline_ns: Option<u64>,
+    pub fallback: Option<String>,
 }
 
 /// Where `policy.swap` weights come from.
@@ -544,10 +575,13 @@ impl Command {
                 actor: resolve_actor(cluster, "actor", &t.actor)?,
                 op: PolicyOp::Rollback,
             },
-            Command::PolicySwap(s) => Resolved::Policy {
-                actor: resolve_actor(cluster, "actor", &s.actor)?,
-                op: resolve_swap(s)?,
-            },
+            Command::PolicySwap(s) => {
+                let actor = resolve_actor(cluster, "actor", &s.actor)?;
+                Resolved::Policy {
+                    actor,
+                    op: resolve_swap(s, cluster, actor)?,
+                }
+            }
             Command::ActorKill(t) => action(
                 NetAction::ActorKill {
                     actor: faultable_actor(cluster, &t.actor)?,
@@ -585,7 +619,11 @@ fn faultable_actor(cluster: &Cluster, name: &str) -> Result<ActorId, ActionError
     Ok(id)
 }
 
-fn resolve_swap(s: &PolicySwap) -> Result<PolicyOp, ActionError> {
+fn resolve_swap(
+    s: &PolicySwap,
+    cluster: &Cluster,
+    actor: ActorId,
+) -> Result<PolicyOp, ActionError> {
     if let Some(p) = &s.policy {
         if p.trim().is_empty() {
             return Err(ActionError::invalid(
@@ -594,6 +632,7 @@ fn resolve_swap(s: &PolicySwap) -> Result<PolicyOp, ActionError> {
             ));
         }
     }
+    let external = resolve_external_swap(s, cluster, actor)?;
     let weights = match (&s.weights, &s.weights_base64) {
         (Some(_), Some(_)) => {
             return Err(ActionError::invalid(
@@ -617,7 +656,106 @@ fn resolve_swap(s: &PolicySwap) -> Result<PolicyOp, ActionError> {
     Ok(PolicyOp::Swap {
         policy: s.policy.clone(),
         weights,
+        external,
     })
+}
+
+/// The settings of a swap to `external` (the entry's, else the actor's
+/// `external` table's); `url`, `deadline` and `fallback` belong to that
+/// swap only.
+fn resolve_external_swap(
+    s: &PolicySwap,
+    cluster: &Cluster,
+    actor: ActorId,
+) -> Result<Option<ExternalSwap>, ActionError> {
+    use crate::external::{check_deadline, check_fallback, check_url, EXTERNAL_POLICY};
+    let to_external = s
+        .policy
+        .as_deref()
+        .is_some_and(|p| p.trim().eq_ignore_ascii_case(EXTERNAL_POLICY));
+    if !to_external {
+        for (key, v) in [
+            ("url", &s.url),
+            ("deadline", &s.deadline),
+            ("fallback", &s.fallback),
+        ] {
+            if v.is_some() {
+                return Err(ActionError::invalid(
+                    key,
+                    format!("`{key}` is a setting of an external policy; give it with `policy = \"external\"`"),
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    if cluster.run.time == crate::TimeMode::Virtual {
+        return Err(virtual_external("policy"));
+    }
+    let spec = cluster.get_actor(actor);
+    let (table, room) = match spec.map(|a| &a.kind) {
+        Some(crate::ActorKind::Scheduler(sc)) => (
+            sc.external.as_ref(),
+            Some(sc.slot_ns.saturating_sub(sc.collect_ns)),
+        ),
+        Some(crate::ActorKind::Agent(ag)) => (ag.external.as_ref(), None),
+        _ => {
+            return Err(ActionError::invalid(
+                "policy",
+                format!(
+                    "actor {:?} decides nothing an external policy could: expected a scheduler or an agent",
+                    s.actor
+                ),
+            ))
+        }
+    };
+    let url = match (&s.url, table) {
+        (Some(u), _) => u.clone(),
+        (None, Some(t)) => t.url.clone(),
+        (None, None) => {
+            return Err(missing(
+                "url",
+                "the policy process's websocket, like \"ws://127.0.0.1:7300\" (the actor has no `external` table to take it from)",
+            ))
+        }
+    };
+    check_url("url", &url)?;
+    let deadline_ns = match &s.deadline {
+        Some(d) => Some(duration_value("deadline", &Value::String(d.clone()), true)?),
+        None => table.and_then(|t| t.deadline_ns),
+    };
+    if let Some(d) = deadline_ns {
+        check_deadline("deadline", d)?;
+        if let Some(room) = room.filter(|&r| d >= r) {
+            return Err(ActionError::invalid(
+                "deadline",
+                format!(
+                    "expected a deadline shorter than the scheduler's slot less `collect` ({}), found {}",
+                    crate::units::fmt_duration(room),
+                    crate::units::fmt_duration(d)
+                ),
+            ));
+        }
+    }
+    let fallback = match &s.fallback {
+        Some(f) => {
+            check_fallback("fallback", f)?;
+            Some(f.trim().to_ascii_lowercase())
+        }
+        None => table.and_then(|t| t.fallback.clone()),
+    };
+    Ok(Some(ExternalSwap {
+        url,
+        deadline_ns,
+        fallback,
+    }))
+}
+
+/// Why an external policy is refused in a virtual-time run.
+pub(crate) fn virtual_external(key: &str) -> ActionError {
+    ActionError::invalid(
+        key,
+        "an external policy is a process asked over a websocket in real time; a virtual-time run (time = \"virtual\") does no real I/O and cannot wait for it: use a built-in policy, or time = \"real\"",
+    )
 }
 
 /// Decodes inline weights, refusing an oversized blob before decoding it.

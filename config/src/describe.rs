@@ -111,16 +111,39 @@ impl Cluster {
             r.results_dir.display(),
             r.token_env
         )?;
+        if !self.replicas.is_empty() {
+            writeln!(w, "\nreplicated entries ({}):", self.replicas.len())?;
+            for g in &self.replicas {
+                write!(
+                    w,
+                    "  {} {:?} x{}: {} .. {}",
+                    g.what, g.template, g.count, g.first, g.last
+                )?;
+                if !g.hosts.is_empty() {
+                    let spread: Vec<String> =
+                        g.hosts.iter().map(|(h, n)| format!("{h} {n}")).collect();
+                    write!(w, ", on {}", spread.join(", "))?;
+                }
+                writeln!(w)?;
+            }
+        }
         writeln!(w, "\nhosts ({}):", self.hosts.len())?;
         for h in &self.hosts {
             write!(w, "  {}: listen {}", h.name, h.listen)?;
-            if h.advertise != h.listen {
+            if h.advertise != PeerAddr::Ip(h.listen) {
                 write!(w, ", advertise {}", h.advertise)?;
             }
             match h.control {
-                Some(c) => writeln!(w, ", control {c}")?,
-                None => writeln!(w, ", no control socket")?,
+                Some(c) => write!(w, ", control {c}")?,
+                None => write!(w, ", no control socket")?,
             }
+            if let Some(c) = h.resources.cpus {
+                write!(w, ", {c} CPUs")?;
+            }
+            if let Some(m) = h.resources.memory_bytes {
+                write!(w, ", {} memory", fmt_bytes(m))?;
+            }
+            writeln!(w)?;
             for a in self.actors_on(h.id) {
                 writeln!(w, "    {}: {}", a.name, self.describe_kind(&a.kind))?;
             }
@@ -269,6 +292,7 @@ impl Cluster {
                     fmt_bytes(g.kv_cache_bytes),
                     g.policy.as_deref().unwrap_or("the scheme's")
                 );
+                d.push_str(&describe_external(g.external.as_ref()));
                 if let Some(t) = &g.handoff {
                     let deadline = match t.deadline {
                         crate::agent::HandoffDeadline::Rho(r) => format!("rho {r}"),
@@ -298,7 +322,7 @@ impl Cluster {
                 d
             }
             ActorKind::Scheduler(s) => format!(
-                "LYREO scheduler: policy {:?} over {} (slot {}, decides {} into each slot), epsilon {}, nu {}",
+                "LYREO scheduler: policy {:?} over {} (slot {}, decides {} into each slot), epsilon {}, nu {}{}",
                 s.policy,
                 s.servers
                     .iter()
@@ -308,7 +332,8 @@ impl Cluster {
                 fmt_duration(s.slot_ns),
                 fmt_duration(s.collect_ns),
                 s.epsilon,
-                s.nu
+                s.nu,
+                describe_external(s.external.as_ref())
             ),
         }
     }
@@ -327,6 +352,15 @@ impl Cluster {
                 }
                 if s.weights_base64.is_some() {
                     what.push("inline weights".into());
+                }
+                if let Some(u) = &s.url {
+                    what.push(format!("url {u}"));
+                }
+                if let Some(d) = &s.deadline {
+                    what.push(format!("deadline {d}"));
+                }
+                if let Some(f) = &s.fallback {
+                    what.push(format!("fallback {f}"));
                 }
                 format!("{cmd} {}: {}", s.actor, what.join(", "))
             }
@@ -472,4 +506,19 @@ fn describe_patch(p: &LinkPatch) -> String {
         parts.push(format!("loss {}", describe_loss(l)));
     }
     parts.join(", ")
+}
+
+/// `; external policy at URL (deadline …, fallback …)`, or nothing.
+fn describe_external(e: Option<&crate::external::ExternalPolicy>) -> String {
+    let Some(e) = e else {
+        return String::new();
+    };
+    format!(
+        "; external policy at {} (deadline {}, fallback {})",
+        e.url,
+        e.deadline_ns
+            .map(fmt_duration)
+            .unwrap_or_else(|| "the problem's default".into()),
+        e.fallback.as_deref().unwrap_or("the default")
+    )
 }

@@ -57,7 +57,7 @@
 //! |-------------|----------------|-----------------|---------|
 //! | `name`      | string         | **required**, unique | host name |
 //! | `listen`    | `"ip:port"`    | **required**, unique | mesh websocket listen address |
-//! | `advertise` | `"ip:port"`    | `listen`        | address peers dial |
+//! | `advertise` | `"ip:port"` or `"dns-name:port"` | `listen` | address peers dial (a name is resolved at each dial) |
 //! | `control`   | `"ip:port"`    | none            | control websocket listen address |
 //!
 //! Addresses are IP socket addresses (`"127.0.0.1:7101"`, `"[::1]:7101"`), not host names.
@@ -159,7 +159,7 @@
 //! | `host.partition` | `hosts = ["alpha", "beta"]` (two different hosts) |
 //! | `host.heal`      | `hosts = ["alpha", "beta"]` |
 //! | `link.flap`      | `link` (required), `mtbf` (required, > 0: mean up time), `mttr` (required, > 0: mean down time), `seed` (default: the run's seed), `until` (duration from the run's start, after `at`; default the end) — up for Exp(mtbf), down for Exp(mttr) |
-//! | `policy.swap`    | `actor` (required: an actor with a policy slot), `policy` (a policy name), `weights` (a safetensors file relative to the config file's folder, read on the actor's host) or `weights_base64` (inline, at most 512 KiB); at least one of `policy` and the weights — see `docs/control.md` |
+//! | `policy.swap`    | `actor` (required: an actor with a policy slot), `policy` (a policy name), `weights` (a safetensors file relative to the config file's folder, read on the actor's host) or `weights_base64` (inline, at most 512 KiB); at least one of `policy` and the weights; with `policy = "external"` also `url`, `deadline`, `fallback` (defaults: the actor's `external` table; refused in virtual time) — see `docs/control.md`, `docs/external-policy.md` |
 //! | `policy.rollback`| `actor` (required) — back to the previous policy version |
 //! | `policy.get`     | `actor` (required) — records the active version in the event log |
 //! | `run.stop`       | — |
@@ -268,11 +268,13 @@ pub mod command;
 pub mod command_wire;
 mod describe;
 mod error;
+pub mod external;
 mod fields;
 mod load;
 pub mod lyreo;
 mod model;
 mod node;
+pub mod replicate;
 pub mod units;
 
 pub use action::{read_run_file, MAX_TRACE_BYTES};

@@ -6,6 +6,7 @@ use crate::error::{ActionError, ConfigError, Diagnostic, Diagnostics};
 use crate::fields::*;
 use crate::model::*;
 use crate::node::{line_col, locate, Node};
+use crate::replicate::ReplicaGroup;
 use crate::units::fmt_duration;
 use edgemu_codec::ids::{ActorId, HostId, LinkId};
 use edgemu_links::LinkParams;
@@ -25,7 +26,7 @@ const RUN_KEYS: &[&str] = &[
     "token_env",
     "sample",
 ];
-const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control"];
+const HOST_KEYS: &[&str] = &["name", "listen", "advertise", "control", "cpus", "memory"];
 const ACTOR_KINDS: &[&str] = &[
     "constant",
     "bursty",
@@ -204,7 +205,9 @@ struct PendingRoute {
 
 impl<'a> Loader<'a> {
     fn finish(mut self) -> ConfigError {
-        self.diags.sort_by_key(|d| d.0);
+        // By place, then text: the copies of a replicated entry report at
+        // one place, and each distinct message once.
+        self.diags.sort();
         self.diags.dedup();
         ConfigError::Invalid(Diagnostics(
             self.diags
@@ -228,7 +231,12 @@ impl<'a> Loader<'a> {
 
     fn report(&mut self, node: &Spanned<Node>, e: ActionError) {
         let at_key = matches!(e, ActionError::UnknownField { .. });
-        let span = locate(node, e.field(), at_key);
+        // A replicated actor's `host` comes from its template's `hosts`.
+        let field = match e.field() {
+            Some("host") if node.get_ref().entry("hosts").is_some() => Some("hosts"),
+            f => f,
+        };
+        let span = locate(node, field, at_key);
         self.diags.push((span.start, e.to_string()));
     }
 
@@ -268,6 +276,34 @@ impl<'a> Loader<'a> {
         out
     }
 
+    /// `entries` with every replicated entry expanded into its copies
+    /// ([`crate::replicate`]); each copy keeps the template's node, so its
+    /// errors point there.
+    fn replicate<'n>(
+        &mut self,
+        entries: Vec<Entry<'n>>,
+        what: &'static str,
+    ) -> (Vec<Entry<'n>>, Vec<ReplicaGroup>) {
+        let mut out = Vec::with_capacity(entries.len());
+        let mut groups = Vec::new();
+        for e in entries {
+            match crate::replicate::expand(&e.obj, what) {
+                Ok((copies, group)) => {
+                    out.extend(copies.into_iter().map(|obj| Entry { node: e.node, obj }));
+                    groups.extend(group);
+                }
+                Err(err) => {
+                    self.report(e.node, err);
+                    let mut obj = e.obj;
+                    obj.remove("count");
+                    obj.remove("hosts");
+                    out.push(Entry { node: e.node, obj });
+                }
+            }
+        }
+        (out, groups)
+    }
+
     fn cluster(&mut self, root: &Spanned<Node>) -> Cluster {
         let top = match root.get_ref().to_json() {
             Value::Object(o) => o,
@@ -281,6 +317,9 @@ impl<'a> Loader<'a> {
         let host_entries = self.entries(root, "hosts");
         let actor_entries = self.entries(root, "actors");
         let link_entries = self.entries(root, "links");
+        let (actor_entries, mut replicas) = self.replicate(actor_entries, "actor");
+        let (link_entries, link_replicas) = self.replicate(link_entries, "link");
+        replicas.extend(link_replicas);
         let chaos_entries = self.entries(root, "chaos");
         let host_names = Names::new("host", &host_entries);
         let actor_names = Names::new("actor", &actor_entries);
@@ -322,6 +361,22 @@ impl<'a> Loader<'a> {
             .map(|(i, e)| self.link(i, e, &actor_names))
             .collect();
         self.agent_references(&actor_entries, &actors, &links);
+        if run.time == TimeMode::Virtual {
+            for (a, e) in actors.iter().zip(&actor_entries) {
+                let external = match &a.kind {
+                    ActorKind::Scheduler(s) => Some(s.policy.as_str()),
+                    ActorKind::Agent(g) => g.policy.as_deref(),
+                    _ => None,
+                }
+                .is_some_and(|p| {
+                    p.trim()
+                        .eq_ignore_ascii_case(crate::external::EXTERNAL_POLICY)
+                });
+                if external {
+                    self.report(e.node, crate::command::virtual_external("policy"));
+                }
+            }
+        }
         for p in pending {
             let node = actor_entries[p.actor].node;
             let (me, to) = (&actors[p.actor], &actors[p.to]);
@@ -369,6 +424,7 @@ impl<'a> Loader<'a> {
             actors,
             links,
             chaos: Vec::new(),
+            replicas,
         };
         let chaos: Vec<ChaosSpec> = chaos_entries
             .iter()
@@ -493,8 +549,19 @@ impl<'a> Loader<'a> {
                 .unwrap_or("")
                 .to_string();
             let listen = errs.ok(req_addr(&e.obj, "listen"));
-            let advertise = errs.ok(opt_addr(&e.obj, "advertise")).flatten();
+            let advertise = errs.ok(opt_peer_addr(&e.obj, "advertise")).flatten();
             let control = errs.ok(opt_addr(&e.obj, "control")).flatten();
+            let cpus = errs.ok(opt_f64(&e.obj, "cpus")).flatten();
+            if cpus.is_some_and(|c| !(c > 0.0 && c <= 4096.0)) {
+                errs.push(ActionError::invalid(
+                    "cpus",
+                    "expected a number of CPU cores above 0 (e.g. 2 or 0.5)",
+                ));
+            }
+            let memory = errs
+                .ok(opt_bytes(&e.obj, "memory", false))
+                .flatten()
+                .flatten();
             for (key, addr) in [("listen", listen), ("control", control)] {
                 let Some(addr) = addr else { continue };
                 let line = self.line_of(e.node, key);
@@ -516,8 +583,12 @@ impl<'a> Loader<'a> {
                 id: HostId(i as u16),
                 name,
                 listen,
-                advertise: advertise.unwrap_or(listen),
+                advertise: advertise.unwrap_or(PeerAddr::Ip(listen)),
                 control,
+                resources: HostResources {
+                    cpus,
+                    memory_bytes: memory,
+                },
             });
         }
         hosts
@@ -1049,6 +1120,42 @@ impl<'a> Loader<'a> {
             _ => None,
         }
     }
+}
+
+/// `"ip:port"`, or `"name:port"` with a DNS name (resolved at each dial).
+fn opt_peer_addr(obj: &Obj, key: &str) -> Result<Option<PeerAddr>, ActionError> {
+    let Some(v) = obj.get(key) else {
+        return Ok(None);
+    };
+    let bad = || {
+        ActionError::invalid(
+            key,
+            format!(
+                "expected \"ip:port\" or \"dns-name:port\" (e.g. \"10.0.0.2:7101\", \"edge1.edgemu:7101\"), found {}",
+                describe_value(v)
+            ),
+        )
+    };
+    let s = v.as_str().ok_or_else(bad)?;
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(Some(PeerAddr::Ip(a)));
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if port == 0 || host.len() > 253 || !host.split('.').all(label_ok) {
+        return Err(bad());
+    }
+    Ok(Some(PeerAddr::Name {
+        host: host.to_ascii_lowercase(),
+        port,
+    }))
 }
 
 fn opt_addr(obj: &Obj, key: &str) -> Result<Option<SocketAddr>, ActionError> {

@@ -38,7 +38,8 @@ pub(crate) fn keys(kind: &str) -> Option<&'static [&'static str]> {
             "position",
         ],
         "scheduler" => &[
-            "name", "host", "kind", "servers", "policy", "epsilon", "nu", "slot", "collect",
+            "name", "host", "kind", "servers", "policy", "external", "epsilon", "nu", "slot",
+            "collect",
         ],
         _ => return None,
     })
@@ -148,8 +149,12 @@ pub struct SchedulerSpec {
     /// The servers it assigns to, in order (index = server index).
     pub servers: Vec<ActorId>,
     /// Policy name as `PolicySpec::parse` reads it (`least-loaded`,
-    /// `random`, `lyreo`, `static`, … or `name=weights.safetensors`).
+    /// `random`, `lyreo`, `static`, … or `name=weights.safetensors`), or
+    /// `external` (ask the policy process of `external`).
     pub policy: String,
+    /// Where an external policy is asked (required with `policy =
+    /// "external"`; otherwise what a `policy.swap` to `external` uses).
+    pub external: Option<crate::external::ExternalPolicy>,
     pub epsilon: f64,
     pub nu: f64,
     /// Slot length Δ, ns.
@@ -383,6 +388,8 @@ pub(crate) fn scheduler(
             "expected a policy name, found an empty string",
         ));
     }
+    let external = crate::external::external(obj, errs);
+    crate::external::require_table(&policy, external.as_ref(), obj, errs);
     let epsilon = errs.ok(opt_f64(obj, "epsilon")).flatten().unwrap_or(0.01);
     if epsilon < 0.0 {
         errs.push(ActionError::invalid(
@@ -415,10 +422,25 @@ pub(crate) fn scheduler(
             ),
         ));
     }
+    // The decision is made `collect` into the slot and must land in it.
+    if let Some(d) = external.as_ref().and_then(|e| e.deadline_ns) {
+        let room = slot_ns.saturating_sub(collect_ns);
+        if d >= room {
+            errs.push(ActionError::invalid(
+                "external.deadline",
+                format!(
+                    "expected a deadline shorter than the slot less `collect` ({}), found {}",
+                    fmt_duration(room),
+                    fmt_duration(d)
+                ),
+            ));
+        }
+    }
     (
         SchedulerSpec {
             servers: idx.iter().map(|&i| ActorId(i as u32)).collect(),
             policy,
+            external,
             epsilon,
             nu,
             slot_ns,

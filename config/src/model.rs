@@ -24,6 +24,9 @@ pub struct Cluster {
     pub actors: Vec<ActorSpec>,
     pub links: Vec<LinkSpec>,
     pub chaos: Vec<ChaosSpec>,
+    /// The replicated entries the actors and links came from
+    /// ([`crate::replicate`]); not part of the digest (the expansion is).
+    pub replicas: Vec<crate::replicate::ReplicaGroup>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +49,49 @@ pub struct RunSpec {
     pub sample_ns: u64,
 }
 
+/// Where peers dial a host: an address, or a DNS name and port resolved
+/// at every dial (a Kubernetes pod's stable name, which resolves only once
+/// the pod runs).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PeerAddr {
+    Ip(SocketAddr),
+    Name { host: String, port: u16 },
+}
+
+impl PeerAddr {
+    /// The address, when it is one.
+    pub fn ip(&self) -> Option<std::net::IpAddr> {
+        match self {
+            PeerAddr::Ip(a) => Some(a.ip()),
+            PeerAddr::Name { .. } => None,
+        }
+    }
+
+    /// Loopback only (`localhost` counts): no network reaches it.
+    pub fn is_loopback(&self) -> bool {
+        match self {
+            PeerAddr::Ip(a) => a.ip().is_loopback(),
+            PeerAddr::Name { host, .. } => host == "localhost",
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        match self {
+            PeerAddr::Ip(a) => a.port(),
+            PeerAddr::Name { port, .. } => *port,
+        }
+    }
+}
+
+impl std::fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerAddr::Ip(a) => write!(f, "{a}"),
+            PeerAddr::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct HostSpec {
     pub id: HostId,
@@ -53,9 +99,20 @@ pub struct HostSpec {
     /// Mesh websocket listen address.
     pub listen: SocketAddr,
     /// Address peers dial (defaults to `listen`).
-    pub advertise: SocketAddr,
+    pub advertise: PeerAddr,
     /// Control websocket listen address, if any.
     pub control: Option<SocketAddr>,
+    /// What the host's process needs (`edgemu deploy` writes these as
+    /// resource requests); edgemu itself does not enforce them.
+    pub resources: HostResources,
+}
+
+/// A host's `cpus` and `memory`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostResources {
+    /// CPU cores (fractions allowed).
+    pub cpus: Option<f64>,
+    pub memory_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -428,10 +485,11 @@ impl Cluster {
     /// a non-loopback address: then the cluster token is required.
     pub fn requires_token(&self) -> bool {
         self.hosts.iter().any(|h| {
-            [Some(h.listen), Some(h.advertise), h.control]
-                .into_iter()
-                .flatten()
-                .any(|a| !a.ip().is_loopback())
+            !h.advertise.is_loopback()
+                || [Some(h.listen), h.control]
+                    .into_iter()
+                    .flatten()
+                    .any(|a| !a.ip().is_loopback())
         })
     }
 }

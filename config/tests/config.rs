@@ -101,7 +101,7 @@ fn base_is_valid() {
     assert_eq!(c.run.results_dir, PathBuf::from("results"));
     assert_eq!(c.run.token_env, "EDGEMU_TOKEN");
     assert_eq!(c.run.sample_ns, 1_000_000_000);
-    assert_eq!(c.hosts[0].advertise, c.hosts[0].listen);
+    assert_eq!(c.hosts[0].advertise, PeerAddr::Ip(c.hosts[0].listen));
     assert_eq!(c.hosts[0].control, None);
     let ActorKind::ConstantSender {
         size,
@@ -183,7 +183,10 @@ fn full_fixture_resolves() {
     let alpha = &c.hosts[0];
     assert_eq!(alpha.id, HostId(0));
     assert_eq!(alpha.listen, "127.0.0.1:7101".parse().unwrap());
-    assert_eq!(alpha.advertise, "10.0.0.1:7101".parse().unwrap());
+    assert_eq!(
+        alpha.advertise,
+        PeerAddr::Ip("10.0.0.1:7101".parse().unwrap())
+    );
     assert_eq!(alpha.control, Some("127.0.0.1:7201".parse().unwrap()));
     assert_eq!(c.hosts[2].control, None);
 
@@ -1216,6 +1219,7 @@ fn chaos_entries_are_typed_commands() {
                 weights: Some(edgemu_config::command::Weights::File(
                     "w/ll.safetensors".into()
                 )),
+                external: None,
             },
         }
     );
@@ -1265,4 +1269,143 @@ fn chaos_entries_are_typed_commands() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("no fault to heal"), "{e}");
+}
+
+/// `examples/scale-1000.toml`: 1000 users, 50 servers and 8 hosts in under
+/// 80 lines, expanded as its comments say.
+#[test]
+fn the_scale_example_expands_to_a_thousand_users_and_fifty_servers() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scale-1000.toml");
+    let text = std::fs::read_to_string(&path).expect("the example");
+    assert!(text.lines().count() < 80, "the example is under 80 lines");
+    let c = Cluster::from_str(&text, &path).expect("valid");
+    assert_eq!(c.hosts.len(), 8);
+    let users: Vec<&ActorSpec> = c
+        .actors
+        .iter()
+        .filter(|a| matches!(a.kind, ActorKind::User(_)))
+        .collect();
+    let servers = c
+        .actors
+        .iter()
+        .filter(|a| matches!(a.kind, ActorKind::Server(_)))
+        .count();
+    assert_eq!((users.len(), servers), (1000, 50));
+    assert_eq!(users[999].name, "user-999");
+    // Users spread round-robin over the six phone hosts.
+    let on = |name: &str| users.iter().filter(|u| c.host(u.host).name == name).count();
+    assert_eq!((on("phones-0"), on("phones-5")), (167, 166));
+    let ActorKind::Scheduler(s) = &c.actors[0].kind else {
+        panic!("the scheduler comes first");
+    };
+    assert_eq!(s.servers.len(), 50, "{{a..b}} ranges list every server");
+    let d = c.describe();
+    assert!(
+        d.contains("actor \"user-{i}\" x1000: user-0 .. user-999"),
+        "{d}"
+    );
+    // The digest covers the expansion: one more user changes it.
+    let more = text.replace("count = 1000", "count = 1001");
+    assert_ne!(Cluster::from_str(&more, &path).unwrap().digest, c.digest);
+}
+
+#[test]
+fn replication_errors_point_at_the_template() {
+    let text = with(
+        "\n[[actors]]\nname = \"s{i}\"\ncount = 3\nhosts = [\"alpha\", \"gamma\"]\nkind = \"sink\"\n",
+    );
+    expect_error(
+        &text,
+        "[\"alpha\", \"gamma\"]",
+        0,
+        &["no host named \"gamma\""],
+    );
+    let text = with("\n[[actors]]\nname = \"s\"\ncount = 3\nhost = \"alpha\"\nkind = \"sink\"\n");
+    expect_error(&text, "3\nhost", 0, &["must hold `{i}`", "handoffs"]);
+    let text = with(
+        "\n[[actors]]\nname = \"s{i}\"\ncount = 2\nhost = \"alpha\"\nkind = \"sink\"\n\
+         \n[[actors]]\nname = \"s1\"\nhost = \"alpha\"\nkind = \"sink\"\n",
+    );
+    let diags = errors(&text);
+    assert!(
+        diags.iter().any(|d| d.message.contains("s1")),
+        "a copy's name clashing with a written one is a duplicate: {}",
+        Diagnostics(diags)
+    );
+    // Links replicate too, with references substituted.
+    let text = with(
+        "\n[[actors]]\nname = \"src{i}\"\ncount = 2\nhost = \"alpha\"\nkind = \"constant\"\n\
+         to = \"sink\"\nvia = \"wan{i}\"\nrate = \"1Mbps\"\n\
+         \n[[links]]\nname = \"wan{i}\"\ncount = 2\na = \"src{i}\"\nb = \"sink\"\nrate = \"10Mbps\"\n",
+    );
+    let c = parse(&text).expect("valid");
+    assert_eq!(c.links.len(), 3);
+    assert_eq!(c.actor(c.links[2].a).name, "src1");
+}
+
+#[test]
+fn advertise_takes_a_dns_name_and_hosts_take_resources() {
+    let text = BASE.replace(
+        "name = \"alpha\"\nlisten = \"127.0.0.1:7101\"",
+        "name = \"alpha\"\nlisten = \"0.0.0.0:7101\"\nadvertise = \"Alpha.edgemu-mesh.emu.svc:7101\"\ncpus = 0.5\nmemory = \"2GiB\"",
+    );
+    let c = parse(&text).expect("valid");
+    assert_eq!(
+        c.hosts[0].advertise,
+        PeerAddr::Name {
+            host: "alpha.edgemu-mesh.emu.svc".into(),
+            port: 7101
+        }
+    );
+    assert_eq!(
+        c.hosts[0].advertise.to_string(),
+        "alpha.edgemu-mesh.emu.svc:7101"
+    );
+    assert!(c.requires_token(), "a name is reached over a network");
+    assert_eq!(c.hosts[0].resources.cpus, Some(0.5));
+    assert_eq!(c.hosts[0].resources.memory_bytes, Some(2 << 30));
+    for bad in [
+        "a_b.svc:7101",
+        "host",
+        "host:0",
+        "-x.svc:1",
+        "a..b:1",
+        "h:99999",
+    ] {
+        let t = text.replace("Alpha.edgemu-mesh.emu.svc:7101", bad);
+        expect_error(
+            &t,
+            &format!("\"{bad}\""),
+            0,
+            &["`advertise`", "dns-name:port"],
+        );
+    }
+    let t = text.replace("cpus = 0.5", "cpus = 0");
+    expect_error(&t, "0\nmemory", 0, &["`cpus`"]);
+}
+
+#[test]
+fn the_documented_replication_example_is_valid() {
+    let doc = include_str!("../../docs/cluster-toml.md");
+    let tag = "```toml replication\n";
+    let start = doc.find(tag).expect("the replication example") + tag.len();
+    let end = start + doc[start..].find("```").expect("its end");
+    let mut text = String::from("[run]\nduration = \"5s\"\n");
+    for (i, h) in [
+        "edge-0", "edge-1", "phones-0", "phones-1", "phones-2", "phones-3", "phones-4", "phones-5",
+    ]
+    .iter()
+    .enumerate()
+    {
+        text += &format!(
+            "[[hosts]]\nname = \"{h}\"\nlisten = \"127.0.0.1:{}\"\n",
+            7300 + i
+        );
+    }
+    let c = parse(&format!("{text}{}", &doc[start..end])).unwrap_or_else(|e| panic!("{e}"));
+    let ActorKind::Scheduler(s) = &c.actors[0].kind else {
+        panic!("a scheduler first");
+    };
+    assert_eq!(s.servers.len(), 50);
+    assert_eq!(c.actors.len(), 1 + 50 + 1000);
 }

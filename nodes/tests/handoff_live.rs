@@ -171,6 +171,17 @@ fn a_lossless_handoff_delivers_everything_and_decodes_like_full_kv() {
 /// The harness's value for the handoff the file describes: the same
 /// layout, utilities, link parameters and the forward link's seed.
 fn harness_utility(text: &str, scheme: &str, rho: f64) -> f64 {
+    let spec = edgemu_handoff::scheme(scheme).expect("scheme");
+    harness_utility_with(text, scheme, rho, spec.scheduler(None).expect("builtin"))
+}
+
+/// [`harness_utility`] with `scheduler` deciding the repairs.
+fn harness_utility_with(
+    text: &str,
+    scheme: &str,
+    rho: f64,
+    scheduler: Box<dyn edgemu_policies::repair::RepairScheduler>,
+) -> f64 {
     let c = Cluster::from_str(text, Path::new("c.toml")).expect("config");
     let device = edgemu_gpu::model::parse_device("cpu").expect("cpu");
     let tiny =
@@ -198,16 +209,10 @@ fn harness_utility(text: &str, scheme: &str, rho: f64) -> f64 {
     let spec = edgemu_handoff::scheme(scheme).expect("scheme");
     // Link `wan` is link 0, direction a → b: salt 0.
     let seed = derive_seed(c.run.seed, 0);
-    run_handoff(
-        &scenario,
-        spec,
-        spec.scheduler(None).expect("builtin"),
-        seed,
-        RunOptions::default(),
-    )
-    .expect("harness")
-    .report
-    .recovered_utility
+    run_handoff(&scenario, spec, scheduler, seed, RunOptions::default())
+        .expect("harness")
+        .report
+        .recovered_utility
 }
 
 #[test]
@@ -240,6 +245,47 @@ fn lossy_handoffs_in_virtual_time_equal_the_harness() {
         }
     }
     assert!(checked >= 2, "the channel must lose something in some runs");
+}
+
+/// A repair DDQN written by Python, swapped into a virtual-time run by the
+/// chaos timeline, recovers exactly the harness's utility with the same
+/// weights on the same channel draws, and the records carry its version.
+/// The weights are the `edgemu` Python package's trained example when
+/// `EDGEMU_PY_REPAIR_WEIGHTS` names it (`.ci/run`), else the fixture that
+/// `scripts/write_policy_weights.py` wrote.
+#[test]
+fn a_python_written_repair_policy_swapped_in_equals_the_harness() {
+    let weights = std::env::var_os("EDGEMU_PY_REPAIR_WEIGHTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../policies/tests/fixtures/python-repair-ddqn.safetensors")
+        });
+    let bytes = std::fs::read(&weights).expect("python-written weights");
+    let version = version_hash("priorityfec-ddqn", &bytes);
+    let dir = temp_dir("handoff-python");
+    std::fs::write(dir.join("python-repair.safetensors"), &bytes).expect("copy");
+    let results = dir.join("results").display().to_string();
+    let chaos = "[[chaos]]\nat = \"0s\"\ncommand = \"policy.swap\"\nactor = \"a\"\n\
+                 policy = \"priorityfec-ddqn\"\nweights = \"python-repair.safetensors\"\n";
+    let mut lossy = 0;
+    for seed in [1, 2, 3] {
+        let rho = 0.9;
+        let task = format!("rho = {rho}\nscheme = \"priorityfec\"");
+        let text = cluster_text(&results, seed, &task, GE, chaos);
+        let rows = handoffs(&run_file(&text, &dir, &format!("py-{seed}")));
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(r.get("outcome"), "ok");
+        assert_eq!(r.get("policy"), "priorityfec-ddqn");
+        assert_eq!(r.get("policy_version"), &version[..12]);
+        let net = edgemu_policies::repair::ddqn::DdqnScheduler::load(&weights).expect("loads");
+        let live = r.f("recovered_utility");
+        let sim = harness_utility_with(&text, "priorityfec", rho, Box::new(net));
+        assert_eq!(live, sim, "seed {seed}: actors {live} vs harness {sim}");
+        lossy += usize::from(live < 1.0);
+    }
+    assert!(lossy >= 1, "the channel must lose something in some run");
 }
 
 #[test]
@@ -276,7 +322,7 @@ fn a_policy_swap_shows_in_the_next_handoff_and_the_cache_counts() {
     let dir = temp_dir("handoff-swap");
     let results = dir.join("results").display().to_string();
     let chaos = "[[chaos]]\nat = \"1s\"\ncommand = \"policy.swap\"\nactor = \"a\"\npolicy = \"fixed-rate\"\n";
-    let task = "rho = 1.2\nscheme = \"deficit-heuristic\"\nevery = \"1500ms\"\ncount = 2";
+    let task = "rho = 1.2\nscheme = \"deficit-heuristic\"\nevery = \"1500ms\"\nhandoffs = 2";
     let text = cluster_text(&results, 1, task, "", chaos);
     let rows = handoffs(&run_file(&text, &dir, "swap"));
     assert_eq!(rows.len(), 2);

@@ -19,6 +19,13 @@
 //! byte and the weights bytes (none for a policy without weights), in hex.
 //! The same name and bytes give the same version on every host and run.
 //!
+//! A version may also ask a policy process ([`PolicySlot::swap_external`],
+//! [`PolicySlot::new_external`]): its name is `external`, its version
+//! `external:<url>`, its [`LoadedPolicy::external`] says where and how long
+//! to wait, and its spec is the fallback's (by default the policy that was
+//! active, weights kept), so a decider that cannot get an answer decides
+//! with the spec as it would without the external policy.
+//!
 //! What a slot can hold is a [`PolicyKind`]: [`LyreoPolicies`] (the LYREO
 //! family and its baselines, as [`PolicySpec`]s) and [`RepairPolicies`]
 //! (the PriorityFEC DDQN and the baseline repair schedulers, as
@@ -119,6 +126,38 @@ pub trait PolicyKind: Send + Sync + 'static {
     }
 }
 
+/// Where a version that asks a policy process (`external`) sends its
+/// decisions; its [`LoadedPolicy::spec`] is the fallback's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalTarget {
+    /// The policy process's websocket (`ws://host:port`).
+    pub url: String,
+    /// How long a decision waits for the answer, ns.
+    pub deadline_ns: u64,
+    /// The built-in policy that decides when the process does not.
+    pub fallback: String,
+    /// The fallback's version hash.
+    pub fallback_version: String,
+}
+
+/// What a swap to `external` asks for (the host fills in the defaults of
+/// the actor's `external` table and of the problem).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalOptions {
+    pub url: String,
+    pub deadline_ns: u64,
+    /// `None`: the active policy (its weights kept) decides on a fallback.
+    pub fallback: Option<String>,
+}
+
+/// The name of a version that asks a policy process.
+pub const EXTERNAL: &str = "external";
+
+/// The version string of an external policy at `url`.
+pub fn external_version(url: &str) -> String {
+    format!("{EXTERNAL}:{url}")
+}
+
 /// One version of a slot's policy.
 #[derive(Debug)]
 pub struct LoadedPolicy<S> {
@@ -130,7 +169,11 @@ pub struct LoadedPolicy<S> {
     pub loaded_at_ns: u64,
     /// Who asked for it (`"config"`, `"control"`, `"chaos#3"`, …).
     pub requested_by: String,
+    /// The policy's spec; for an external version, the fallback's.
     pub spec: Arc<S>,
+    /// `Some` for `external`: where decisions are asked (then `name` is
+    /// `external` and `version` is `external:<url>`).
+    pub external: Option<Arc<ExternalTarget>>,
 }
 
 /// What `policy.get` and a successful swap or rollback report.
@@ -180,6 +223,59 @@ impl<K: PolicyKind> PolicySlot<K> {
         })
     }
 
+    /// A slot starting with an external policy (`opts.fallback` is
+    /// required here: there is no active policy to fall back on;
+    /// `weights` are the fallback's).
+    pub fn new_external(
+        kind: K,
+        opts: &ExternalOptions,
+        weights: Option<&[u8]>,
+        label: &Path,
+        now_ns: u64,
+        requested_by: &str,
+    ) -> Result<Self, SlotError> {
+        let first = load_external(&kind, opts, None, weights, label, now_ns, requested_by)?;
+        Ok(PolicySlot {
+            kind,
+            active: ArcSwap::from_pointee(first),
+            history: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Makes an external policy active (validated first, like
+    /// [`PolicySlot::swap`]; on any error nothing changes).
+    pub fn swap_external(
+        &self,
+        opts: &ExternalOptions,
+        weights: Option<&[u8]>,
+        label: &Path,
+        now_ns: u64,
+        requested_by: &str,
+    ) -> Result<PolicyInfo, SlotError> {
+        let current = self.get();
+        let next = load_external(
+            &self.kind,
+            opts,
+            Some(&current),
+            weights,
+            label,
+            now_ns,
+            requested_by,
+        )?;
+        self.kind.check_swap(&current.spec, &next.spec)?;
+        self.install(next)
+    }
+
+    fn install(&self, next: LoadedPolicy<K::Spec>) -> Result<PolicyInfo, SlotError> {
+        let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.active.swap(Arc::new(next));
+        history.push(old);
+        if history.len() > HISTORY {
+            history.remove(0);
+        }
+        Ok(self.info_with(&history))
+    }
+
     /// The active version (one atomic load; call it at each decision).
     pub fn get(&self) -> Arc<LoadedPolicy<K::Spec>> {
         self.active.load_full()
@@ -215,13 +311,7 @@ impl<K: PolicyKind> PolicySlot<K> {
         // another writer, and readers never wait at all.
         let next = load(&self.kind, name, weights, label, now_ns, requested_by)?;
         self.kind.check_swap(&current.spec, &next.spec)?;
-        let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
-        let old = self.active.swap(Arc::new(next));
-        history.push(old);
-        if history.len() > HISTORY {
-            history.remove(0);
-        }
-        Ok(self.info_with(&history))
+        self.install(next)
     }
 
     /// Makes the previous version active again (as loaded now, by
@@ -235,6 +325,7 @@ impl<K: PolicyKind> PolicySlot<K> {
             loaded_at_ns: now_ns,
             requested_by: requested_by.to_string(),
             spec: prev.spec.clone(),
+            external: prev.external.clone(),
         }));
         Ok(self.info_with(&history))
     }
@@ -273,6 +364,11 @@ fn load<K: PolicyKind>(
             "policy name {name:?}: expected a bare name like \"least-loaded\"; give weights separately"
         )));
     }
+    if name == EXTERNAL {
+        return Err(SlotError::Invalid(
+            "an external policy needs its settings (a url; optionally a deadline and a fallback): swap with `policy = \"external\"` and `url`, or configure the actor's `external` table".into(),
+        ));
+    }
     let (spec, bytes) = kind.load(&name, weights, label)?;
     Ok(LoadedPolicy {
         version: version_hash(&name, &bytes),
@@ -280,6 +376,67 @@ fn load<K: PolicyKind>(
         loaded_at_ns: now_ns,
         requested_by: requested_by.to_string(),
         spec: Arc::new(spec),
+        external: None,
+    })
+}
+
+/// An external version: the fallback loaded by name (with `weights`), or,
+/// without a name, the active version's policy as it is (its weights kept).
+fn load_external<K: PolicyKind>(
+    kind: &K,
+    opts: &ExternalOptions,
+    active: Option<&LoadedPolicy<K::Spec>>,
+    weights: Option<&[u8]>,
+    label: &Path,
+    now_ns: u64,
+    requested_by: &str,
+) -> Result<LoadedPolicy<K::Spec>, SlotError> {
+    if opts.url.trim().is_empty() {
+        return Err(SlotError::Invalid(
+            "an external policy needs the url of its policy process".into(),
+        ));
+    }
+    if opts.deadline_ns == 0 {
+        return Err(SlotError::Invalid(
+            "an external policy needs a deadline above 0".into(),
+        ));
+    }
+    // The active version's fallback, when it is itself external.
+    let active_fallback = active.map(|a| match &a.external {
+        Some(e) => (e.fallback.clone(), e.fallback_version.clone()),
+        None => (a.name.clone(), a.version.clone()),
+    });
+    let (fallback, fallback_version, spec) = match (&opts.fallback, weights, active) {
+        (None, None, Some(a)) => {
+            let (name, version) = active_fallback.unwrap_or_default();
+            (name, version, Arc::clone(&a.spec))
+        }
+        (name, _, _) => {
+            let name = match (name, &active_fallback) {
+                (Some(n), _) => n.clone(),
+                (None, Some((n, _))) => n.clone(),
+                (None, None) => {
+                    return Err(SlotError::Invalid(
+                        "an external policy needs a fallback policy".into(),
+                    ))
+                }
+            };
+            let v = load(kind, &name, weights, label, now_ns, requested_by)?;
+            (v.name, v.version, v.spec)
+        }
+    };
+    Ok(LoadedPolicy {
+        name: EXTERNAL.to_string(),
+        version: external_version(&opts.url),
+        loaded_at_ns: now_ns,
+        requested_by: requested_by.to_string(),
+        spec,
+        external: Some(Arc::new(ExternalTarget {
+            url: opts.url.clone(),
+            deadline_ns: opts.deadline_ns,
+            fallback,
+            fallback_version,
+        })),
     })
 }
 
@@ -295,6 +452,16 @@ pub trait ControlledPolicy: Send + Sync {
         requested_by: &str,
     ) -> Result<PolicyInfo, SlotError>;
     fn rollback(&self, now_ns: u64, requested_by: &str) -> Result<PolicyInfo, SlotError>;
+    fn swap_external(
+        &self,
+        opts: &ExternalOptions,
+        weights: Option<&[u8]>,
+        label: &Path,
+        now_ns: u64,
+        requested_by: &str,
+    ) -> Result<PolicyInfo, SlotError>;
+    /// The active version's external target, if it asks a policy process.
+    fn external(&self) -> Option<Arc<ExternalTarget>>;
 }
 
 impl<K: PolicyKind> ControlledPolicy for PolicySlot<K> {
@@ -313,6 +480,19 @@ impl<K: PolicyKind> ControlledPolicy for PolicySlot<K> {
     }
     fn rollback(&self, now_ns: u64, requested_by: &str) -> Result<PolicyInfo, SlotError> {
         PolicySlot::rollback(self, now_ns, requested_by)
+    }
+    fn swap_external(
+        &self,
+        opts: &ExternalOptions,
+        weights: Option<&[u8]>,
+        label: &Path,
+        now_ns: u64,
+        requested_by: &str,
+    ) -> Result<PolicyInfo, SlotError> {
+        PolicySlot::swap_external(self, opts, weights, label, now_ns, requested_by)
+    }
+    fn external(&self) -> Option<Arc<ExternalTarget>> {
+        self.get().external.clone()
     }
 }
 
@@ -677,6 +857,148 @@ mod tests {
             slot.rollback(500, "control"),
             Err(SlotError::NoPrevious)
         ));
+    }
+
+    #[test]
+    fn an_external_version_keeps_the_active_policy_as_its_fallback() {
+        let w = ddqn_bytes(5);
+        let slot = PolicySlot::new(
+            RepairPolicies,
+            "priorityfec-ddqn",
+            Some(&w),
+            &label(),
+            0,
+            "config",
+        )
+        .unwrap();
+        let first = slot.get();
+        let opts = ExternalOptions {
+            url: "ws://127.0.0.1:7300".into(),
+            deadline_ns: 2_000_000,
+            fallback: None,
+        };
+        let info = slot
+            .swap_external(&opts, None, &label(), 10, "control")
+            .unwrap();
+        assert_eq!(info.name, "external");
+        assert_eq!(info.version, "external:ws://127.0.0.1:7300");
+        assert_eq!(info.previous.as_deref(), Some(first.version.as_str()));
+        let now = slot.get();
+        let t = now.external.as_ref().expect("external");
+        assert_eq!(
+            (t.fallback.as_str(), t.fallback_version.as_str()),
+            ("priorityfec-ddqn", first.version.as_str())
+        );
+        // The same weights, not the shipped ones.
+        assert!(Arc::ptr_eq(&now.spec, &first.spec));
+        // Swapping again (a new url) keeps the fallback; a named one replaces it.
+        slot.swap_external(
+            &ExternalOptions {
+                url: "ws://127.0.0.1:7301".into(),
+                ..opts.clone()
+            },
+            None,
+            &label(),
+            11,
+            "control",
+        )
+        .unwrap();
+        assert!(Arc::ptr_eq(&slot.get().spec, &first.spec));
+        slot.swap_external(
+            &ExternalOptions {
+                fallback: Some("no-repair".into()),
+                ..opts.clone()
+            },
+            None,
+            &label(),
+            12,
+            "control",
+        )
+        .unwrap();
+        assert!(matches!(slot.get().spec.as_ref(), RepairSpec::NoRepair));
+        assert_eq!(slot.get().external.as_ref().unwrap().fallback, "no-repair");
+        // Refusals leave the slot as it was.
+        let before = slot.info();
+        for (o, want) in [
+            (
+                ExternalOptions {
+                    fallback: Some("fifo".into()),
+                    ..opts.clone()
+                },
+                "unknown repair policy",
+            ),
+            (
+                ExternalOptions {
+                    url: " ".into(),
+                    ..opts.clone()
+                },
+                "url",
+            ),
+        ] {
+            let e = slot
+                .swap_external(&o, None, &label(), 13, "control")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        let e = slot
+            .swap(Some("external"), None, &label(), 13, "control")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("url"), "{e}");
+        assert_eq!(slot.info(), before);
+        // Rollback walks back through the external versions.
+        slot.rollback(14, "control").unwrap();
+        assert_eq!(
+            slot.get().external.as_ref().unwrap().url,
+            "ws://127.0.0.1:7301"
+        );
+        slot.rollback(15, "control").unwrap();
+        slot.rollback(16, "control").unwrap();
+        assert!(slot.get().external.is_none());
+        assert_eq!(slot.get().version, first.version);
+    }
+
+    #[test]
+    fn a_slot_can_start_external_and_keeps_the_batching_rule() {
+        let opts = ExternalOptions {
+            url: "ws://127.0.0.1:7300".into(),
+            deadline_ns: 20_000_000,
+            fallback: Some("least-loaded".into()),
+        };
+        let slot =
+            PolicySlot::new_external(LyreoPolicies, &opts, None, &label(), 0, "config").unwrap();
+        assert_eq!(slot.get().spec.assignment, "least-loaded");
+        assert!(PolicySlot::new_external(
+            LyreoPolicies,
+            &ExternalOptions {
+                fallback: None,
+                ..opts.clone()
+            },
+            None,
+            &label(),
+            0,
+            "config"
+        )
+        .is_err());
+        // The fallback must batch like the servers do.
+        let e = slot
+            .swap_external(
+                &ExternalOptions {
+                    fallback: Some("static:random".into()),
+                    ..opts
+                },
+                None,
+                &label(),
+                1,
+                "control",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("static batching"), "{e}");
+        slot.swap(Some("random"), None, &label(), 2, "control")
+            .unwrap();
+        assert!(slot.get().external.is_none());
     }
 
     #[test]

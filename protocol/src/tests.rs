@@ -240,6 +240,9 @@ fn all_commands() -> Vec<Command> {
             policy: Some("lyreo".into()),
             weights: Some("w/lyreo.safetensors".into()),
             weights_base64: Some("AAEC".into()),
+            url: Some("ws://127.0.0.1:7300".into()),
+            deadline: Some("5ms".into()),
+            fallback: None,
         }),
         Command::PolicyRollback(PolicyTarget {
             actor: "sched".into(),

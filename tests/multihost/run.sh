@@ -55,6 +55,7 @@ cleanup() {
             kill -9 "$p" 2>/dev/null
         done
         ip netns del "$ns" 2>/dev/null
+        rm -rf "/etc/netns/$ns"
     done
     if [[ $rc -ne 0 ]]; then
         for f in "$WORK"/logs/*-{alpha,beta,gamma}.log; do
@@ -236,3 +237,32 @@ sed 's/^time = "real"/time = "virtual"/' "$WORK/handoff.toml" >"$WORK/handoff-vi
 timeout 60 "$BIN" run --config "$WORK/handoff-virtual.toml" --run-id "$HRUN-virtual" --quiet \
     >"$WORK/logs/handoff-virtual.log" 2>&1 || die "virtual handoff run failed: $(tail -n 5 "$WORK/logs/handoff-virtual.log")"
 python3 "$HERE/check_handoff.py" --live "$WORK/results/$HRUN" --virtual "$WORK/results/$HRUN-virtual"
+
+# --- deployment: the pods `edgemu deploy k8s` writes, each pod's command   ---
+# --- line run in a namespace, peers dialed by the pods' DNS names (from   ---
+# --- /etc/netns/NS/hosts, which `ip netns exec` mounts over /etc/hosts)   ---
+"$BIN" deploy k8s "$HERE/deploy.toml" --out "$WORK/k8s" --namespace emu-ci --token "$EDGEMU_TOKEN" \
+    >"$WORK/logs/deploy-write.log" 2>&1 || die "edgemu deploy k8s failed: $(cat "$WORK/logs/deploy-write.log")"
+python3 "$HERE/deploy_pods.py" "$WORK/k8s" "$WORK/k8s-run" >"$WORK/k8s-pods.txt" \
+    || die "the generated pods are not what the cluster file says"
+for h in alpha beta gamma; do
+    mkdir -p "/etc/netns/${NS[$h]}"
+    { echo "127.0.0.1 localhost"
+      while read -r host dns _; do echo "${IP[$host]} $dns"; done <"$WORK/k8s-pods.txt"
+    } >"/etc/netns/${NS[$h]}/hosts"
+done
+while read -r host dns cmd; do
+    [[ -n ${NS[$host]:-} ]] || die "a generated pod runs host $host, which this test has no namespace for"
+    # The image's binary is this build's; the rest of the command is the pod's.
+    eval "set -- $cmd"
+    shift
+    NO_COLOR=1 RUST_LOG="warn,edgemu_nodes=info" ip netns exec "${NS[$host]}" "$BIN" "$@" \
+        --run-id "deploy-$$" --wait-peers 20s >"$WORK/logs/deploy-$host.log" 2>&1 &
+    PID[$host]=$!
+    log "deploy pod $dns: $cmd"
+done <"$WORK/k8s-pods.txt"
+wait_nodes deploy $(( $(now_ns) + 60 * 1000000000 )) "within 60 s" alpha beta gamma
+for h in alpha beta gamma; do
+    [[ ${RC[$h]} -eq 0 ]] || die "deploy node $h failed: $(tail -n 5 "$WORK/logs/deploy-$h.log")"
+done
+python3 "$HERE/check_deploy.py" --results "$WORK/k8s-run/results/deploy-$$"

@@ -23,11 +23,16 @@ use super::paced::PacedSender;
 use super::records::HandoffRecord;
 use crate::clock::Clock;
 use crate::events::{Event, EventLog};
+use crate::external::book::FallbackReason;
+use crate::external::client::PolicyEvent;
+use crate::external::{ExternalDecider, ExternalLive, Outcome};
 use crate::link_actor::{LinkActor, OfferAt};
 use crate::lyreo::records::CsvTable;
 use crate::messages::{
     restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
+use edgemu_policies::external::{parse_repair_action, RepairArrays, WireObs};
+use edgemu_policies::repair::ActionMask;
 
 /// Lookahead of the sender in virtual time (see [`super::paced`]).
 pub const VIRTUAL_LOOKAHEAD_NS: u64 = 2_000_000;
@@ -70,6 +75,41 @@ pub struct AgentSetup {
     /// Actor names by id.
     pub names: Vec<String>,
     pub cache: Arc<ContextKvCache>,
+    /// Where its external-policy counters are shown.
+    pub external: ExternalLive,
+}
+
+/// How often the agent follows its slot to or from an external policy
+/// between handoffs, and publishes its counters.
+const EXTERNAL_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A repair decision out to the external policy.
+struct Asking {
+    id: u64,
+    mask: ActionMask,
+}
+
+/// One handoff's external decisions, for its `policy.fallback` event.
+#[derive(Default)]
+struct HandoffTally {
+    decisions: u64,
+    answered: u64,
+    fallbacks: [u64; 4],
+    /// The first fallback's detail.
+    first: Option<(FallbackReason, String)>,
+}
+
+impl HandoffTally {
+    fn fallback(&mut self, reason: FallbackReason, detail: &str) {
+        self.decisions += 1;
+        let i = FallbackReason::ALL
+            .iter()
+            .position(|&r| r == reason)
+            .unwrap_or(0);
+        self.fallbacks[i] += 1;
+        self.first
+            .get_or_insert_with(|| (reason, detail.to_string()));
+    }
 }
 
 struct Sending {
@@ -100,6 +140,12 @@ pub struct AgentActor {
     sending: Option<Sending>,
     wake: Option<(u64, SpawnHandle)>,
     receiving: BTreeMap<ActorId, Receiving>,
+    /// While the repair slot's version is external: connection and counters.
+    external: Option<ExternalDecider>,
+    asking: Option<Asking>,
+    tally: HandoffTally,
+    /// The run is over (`Flush`): no more connections.
+    external_closed: bool,
 }
 
 impl AgentActor {
@@ -123,6 +169,10 @@ impl AgentActor {
             sending: None,
             wake: None,
             receiving: BTreeMap::new(),
+            external: None,
+            asking: None,
+            tally: HandoffTally::default(),
+            external_closed: false,
         }
     }
 
@@ -255,7 +305,11 @@ impl AgentActor {
         .and_then(|mut scenario| {
             scenario.k = plan.task.coding_window;
             scenario.session = k;
-            let core = scenario.sender(plan.spec, repairs, policy.spec.build(), false)?;
+            let mut core = scenario.sender(plan.spec, repairs, policy.spec.build(), false)?;
+            if policy.external.is_some() {
+                // Each epoch waits for the policy process (or its deadline).
+                core.defer_decisions();
+            }
             Ok((scenario, core))
         });
         let (scenario, core) = match built {
@@ -280,7 +334,12 @@ impl AgentActor {
             context_id,
             scheme: plan.spec.scheme,
             policy: policy.name.clone(),
-            policy_version: policy.version.chars().take(12).collect(),
+            // A hash is shortened; an external version is its URL.
+            policy_version: if policy.external.is_some() {
+                policy.version.clone()
+            } else {
+                policy.version.chars().take(12).collect()
+            },
             rebuild: plan.task.rebuild,
             decode_tokens: plan.task.decode_tokens,
             k: scenario.k,
@@ -305,6 +364,9 @@ impl AgentActor {
             link,
             link_addr,
         });
+        self.tally = HandoffTally::default();
+        self.asking = None;
+        self.sync_external(ctx);
         self.pump(ctx);
     }
 
@@ -316,31 +378,207 @@ impl AgentActor {
         }
     }
 
-    /// Commits what is due up to the clock minus the lookahead, then
-    /// schedules the next wake-up.
+    /// Commits what is due up to the clock minus the lookahead, asks the
+    /// external policy at a parked decision epoch (or lets the fallback
+    /// decide at once when it cannot be asked), then schedules the next
+    /// wake-up. While a decision is out, the answer or its deadline pumps
+    /// again.
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            let now = self.clock.now_ns();
+            let horizon = now.saturating_sub(self.lookahead());
+            let Some(s) = &mut self.sending else { return };
+            let mut frames = Vec::new();
+            s.paced.pump(horizon, &mut frames);
+            for (at, bytes) in frames {
+                s.link_addr.do_send(OfferAt {
+                    envelope: Envelope {
+                        src: self.s.id,
+                        dst: s.to,
+                        via: Some(s.link),
+                        sent_at_ns: at,
+                        due_ns: None,
+                        payload: Msg::KvFrame(bytes),
+                    },
+                    at_ns: at,
+                });
+            }
+            if let Some((obs, mask)) = s.paced.pending_decision() {
+                if self.asking.is_some() {
+                    return;
+                }
+                let asked = match self.external.as_mut() {
+                    Some(ext) => ext
+                        .ask(now, WireObs::Repair(RepairArrays::new(&obs, mask)))
+                        .map(|id| (id, ext.deadline_ns())),
+                    None => Err(FallbackReason::Disconnected),
+                };
+                match asked {
+                    Ok((id, deadline)) => {
+                        self.asking = Some(Asking { id, mask });
+                        ctx.run_later(
+                            std::time::Duration::from_nanos(deadline),
+                            move |act, ctx| act.repair_timeout(id, ctx),
+                        );
+                        return;
+                    }
+                    Err(reason) => {
+                        self.tally
+                            .fallback(reason, "no connection to the policy process");
+                        s.paced.apply_decision(None, None);
+                        continue;
+                    }
+                }
+            }
+            match s.paced.next_event_ns() {
+                Some(t) => self.wake_at(t + self.lookahead(), ctx),
+                None => self.finish_sending(ctx),
+            }
+            return;
+        }
+    }
+
+    /// Answers the decision out (`action`: the external policy's, checked;
+    /// `None`: the fallback's) at the current time, and pumps on.
+    fn answer(
+        &mut self,
+        action: Option<edgemu_policies::repair::RepairAction>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.asking = None;
         let now = self.clock.now_ns();
-        let horizon = now.saturating_sub(self.lookahead());
-        let Some(s) = &mut self.sending else { return };
-        let mut frames = Vec::new();
-        s.paced.pump(horizon, &mut frames);
-        for (at, bytes) in frames {
-            s.link_addr.do_send(OfferAt {
-                envelope: Envelope {
-                    src: self.s.id,
-                    dst: s.to,
-                    via: Some(s.link),
-                    sent_at_ns: at,
-                    due_ns: None,
-                    payload: Msg::KvFrame(bytes),
-                },
-                at_ns: at,
-            });
+        if let Some(s) = self.sending.as_mut() {
+            s.paced.apply_decision(Some(now), action);
         }
-        match s.paced.next_event_ns() {
-            Some(t) => self.wake_at(t + self.lookahead(), ctx),
-            None => self.finish_sending(ctx),
+        self.pump(ctx);
+    }
+
+    /// Decision `id`'s deadline: if it is still out, the fallback decides.
+    fn repair_timeout(&mut self, id: u64, ctx: &mut Context<Self>) {
+        if self.asking.as_ref().map(|a| a.id) != Some(id) {
+            return;
         }
+        let expired = self.external.as_mut().is_some_and(|e| e.expire(id));
+        let reason = if expired {
+            FallbackReason::Timeout
+        } else {
+            FallbackReason::Disconnected
+        };
+        self.tally.fallback(reason, "no answer within the deadline");
+        self.answer(None, ctx);
+    }
+
+    /// An answer (or a connection change) from the policy process.
+    fn external_event(&mut self, ev: PolicyEvent, ctx: &mut Context<Self>) {
+        let now = self.clock.now_ns();
+        let Some(ext) = self.external.as_mut() else {
+            return;
+        };
+        let asking = self.asking.as_ref().map(|a| (a.id, a.mask));
+        match ext.on_event(now, ev) {
+            Outcome::Nothing => {}
+            Outcome::Link { up, detail } => {
+                self.event(
+                    "policy.connection",
+                    serde_json::json!({"problem": "repair", "up": up, "detail": detail}),
+                );
+                self.publish();
+            }
+            Outcome::Fallback { id, reason, detail } => {
+                if asking.is_some_and(|(a, _)| a == id) {
+                    self.tally.fallback(reason, &detail);
+                    self.answer(None, ctx);
+                }
+            }
+            Outcome::Action { id, action } => {
+                let Some((_, mask)) = asking.filter(|(a, _)| *a == id) else {
+                    return;
+                };
+                match parse_repair_action(&action, mask) {
+                    Ok(a) => {
+                        ext.accept(id);
+                        self.tally.decisions += 1;
+                        self.tally.answered += 1;
+                        self.answer(Some(a), ctx);
+                    }
+                    Err(e) => {
+                        ext.refuse(id);
+                        self.tally
+                            .fallback(FallbackReason::Malformed, &e.to_string());
+                        self.answer(None, ctx);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Follows the repair slot's active version: an external one gets (or
+    /// keeps) its connection, any other closes it. Counters are kept.
+    fn sync_external(&mut self, ctx: &mut Context<Self>) {
+        match self.s.slot.get().external.clone() {
+            Some(target) if !self.external_closed => {
+                let ext = self
+                    .external
+                    .get_or_insert_with(|| ExternalDecider::new("repair", Arc::clone(&target)));
+                ext.retarget(target);
+                ext.ensure_connected(ctx.address().recipient());
+            }
+            _ => {
+                // A handoff that started external finishes with its fallback.
+                if self.asking.is_none() {
+                    if let Some(ext) = self.external.as_mut() {
+                        ext.disconnect();
+                        self.publish();
+                    }
+                    self.external = None;
+                }
+            }
+        }
+    }
+
+    fn publish(&self) {
+        if let Some(ext) = &self.external {
+            self.s.external.publish(&self.s.name, ext.stats());
+        }
+    }
+
+    /// The handoff's external decisions, one event (not one per decision).
+    fn log_tally(&mut self, handoff: u32) {
+        let t = std::mem::take(&mut self.tally);
+        if t.decisions == 0 {
+            return;
+        }
+        self.publish();
+        let fallbacks: u64 = t.fallbacks.iter().sum();
+        if fallbacks == 0 {
+            return;
+        }
+        let by_reason: serde_json::Map<String, serde_json::Value> = FallbackReason::ALL
+            .iter()
+            .zip(t.fallbacks)
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| (r.label().to_string(), n.into()))
+            .collect();
+        let (first_reason, first_detail) = t
+            .first
+            .map(|(r, d)| (r.label(), d))
+            .unwrap_or(("", String::new()));
+        let fallback = self
+            .s
+            .slot
+            .get()
+            .external
+            .as_ref()
+            .map(|e| e.fallback.clone());
+        self.event(
+            "policy.fallback",
+            serde_json::json!({
+                "problem": "repair", "handoff": handoff, "decisions": t.decisions,
+                "answered": t.answered, "fallbacks": fallbacks, "by_reason": by_reason,
+                "first": {"reason": first_reason, "detail": first_detail},
+                "fallback": fallback,
+            }),
+        );
     }
 
     fn wake_at(&mut self, at: u64, ctx: &mut Context<Self>) {
@@ -375,6 +613,7 @@ impl AgentActor {
             "handoff.sent",
             serde_json::json!({"handoff": s.handoff, "source_sent": st.source_sent, "repair_sent": st.repair_sent}),
         );
+        self.log_tally(s.handoff);
         // `count` without `every`: the next handoff follows this one.
         if let Some(plan) = &self.s.plan {
             if plan.task.every_ns.is_none() && plan.task.count.is_some_and(|c| s.handoff + 1 < c) {
@@ -392,6 +631,12 @@ impl AgentActor {
             ctx.cancel_future(h);
         }
         let repair_sent = s.paced.core().stats().repair_sent;
+        if self.asking.take().is_some() {
+            if let Some(ext) = self.external.as_mut() {
+                ext.abandon();
+            }
+        }
+        self.log_tally(s.handoff);
         self.send_control(
             s.to,
             AgentMsg::Abort {
@@ -634,6 +879,19 @@ impl Actor for AgentActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        // External policies are refused in virtual time (cluster.toml and
+        // policy.swap): only a real-time agent watches its slot.
+        if !self.s.virtual_time && self.s.plan.is_some() {
+            if self.s.slot.get().external.is_some() {
+                self.sync_external(ctx);
+            }
+            ctx.run_interval(EXTERNAL_CHECK, |act, ctx| {
+                if act.s.slot.get().external.is_some() || act.external.is_some() {
+                    act.sync_external(ctx);
+                    act.publish();
+                }
+            });
+        }
         let Some(plan) = &self.s.plan else { return };
         let t = &plan.task;
         let msg = super::engine::SetupTask {
@@ -689,6 +947,29 @@ impl Handler<Deliver> for AgentActor {
             }
             _ => {}
         }
+    }
+}
+
+/// The end of the run: the external policy's connection closes (with a
+/// websocket close) and the final counters are published.
+impl Handler<crate::messages::Flush> for AgentActor {
+    type Result = Vec<crate::probes::FlowSummary>;
+    fn handle(&mut self, _: crate::messages::Flush, ctx: &mut Context<Self>) -> Self::Result {
+        self.external_closed = true;
+        if self.asking.take().is_some() {
+            if let Some(ext) = self.external.as_mut() {
+                ext.abandon();
+            }
+        }
+        self.sync_external(ctx);
+        Vec::new()
+    }
+}
+
+impl Handler<PolicyEvent> for AgentActor {
+    type Result = ();
+    fn handle(&mut self, ev: PolicyEvent, ctx: &mut Context<Self>) {
+        self.external_event(ev, ctx);
     }
 }
 

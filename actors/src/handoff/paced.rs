@@ -21,6 +21,13 @@
 //! instant); with it the sender makes exactly the harness's decisions. In
 //! real time `L` = 0: feedback is used as soon as it is there, which is what
 //! a real sender does.
+//!
+//! **Deferred decisions** (an external repair policy): the core parks at a
+//! decision epoch ([`PacedSender::pending_decision`]) and sends nothing
+//! until the shell answers ([`PacedSender::apply_decision`]) with the run
+//! time the answer came. Replay then resumes at that time, not at the
+//! epoch's: the slots that passed while the decision was out are lost, as
+//! they would be for a sender waiting on a slow policy.
 
 use std::collections::VecDeque;
 
@@ -35,6 +42,9 @@ pub struct PacedSender {
     deadline: u64,
     /// (core ns of arrival, bytes), in arrival order.
     feedback: VecDeque<(u64, Vec<u8>)>,
+    /// No slot is replayed before this core time (the last deferred
+    /// decision's answer).
+    not_before: u64,
 }
 
 impl PacedSender {
@@ -44,7 +54,37 @@ impl PacedSender {
             t0: t0_ns,
             deadline: deadline_ns,
             feedback: VecDeque::new(),
+            not_before: 0,
         }
+    }
+
+    /// The decision epoch the core is parked at (deferred decisions only).
+    pub fn pending_decision(
+        &self,
+    ) -> Option<(
+        edgemu_policies::repair::RepairObservation,
+        edgemu_policies::repair::ActionMask,
+    )> {
+        self.core.pending_decision()
+    }
+
+    /// Answers the pending epoch (`None`: the core's own scheduler
+    /// decides). With `resume_ns`, the run time the answer came after a
+    /// wait, replay resumes there; without, at the epoch (nothing waited).
+    pub fn apply_decision(
+        &mut self,
+        resume_ns: Option<u64>,
+        action: Option<edgemu_policies::repair::RepairAction>,
+    ) {
+        self.core.apply_decision(action);
+        if let Some(at) = resume_ns {
+            self.not_before = self.not_before.max(at.saturating_sub(self.t0));
+        }
+    }
+
+    /// The core's next slot time, not before the last answer.
+    fn slot_due(&self) -> Option<u64> {
+        self.core.poll_timeout().map(|t| t.max(self.not_before))
     }
 
     pub fn core(&self) -> &HandoffSender {
@@ -65,7 +105,7 @@ impl PacedSender {
 
     /// The next run time at which [`pump`](Self::pump) has something to do.
     pub fn next_event_ns(&self) -> Option<u64> {
-        let t = [self.core.poll_timeout(), self.feedback.front().map(|f| f.0)]
+        let t = [self.slot_due(), self.feedback.front().map(|f| f.0)]
             .into_iter()
             .flatten()
             .min()?;
@@ -73,9 +113,9 @@ impl PacedSender {
     }
 
     /// Whether the handoff's sending is over (deadline passed or all slots
-    /// used, and no feedback left to apply).
+    /// used, no feedback left to apply, no decision pending).
     pub fn is_done(&self) -> bool {
-        self.next_event_ns().is_none()
+        self.next_event_ns().is_none() && self.core.pending_decision().is_none()
     }
 
     /// Replays every event at or before run time `horizon_ns` (module docs);
@@ -86,7 +126,7 @@ impl PacedSender {
         };
         let h = h.min(self.deadline);
         loop {
-            let t = [self.core.poll_timeout(), self.feedback.front().map(|f| f.0)]
+            let t = [self.slot_due(), self.feedback.front().map(|f| f.0)]
                 .into_iter()
                 .flatten()
                 .min();
@@ -108,5 +148,95 @@ impl PacedSender {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgemu_handoff::HandoffScenario;
+    use edgemu_handoff::{placeholder_utilities, synthetic_payload, BlockLayout, Deadline};
+    use edgemu_links::{LinkParams, RateSpec};
+    use edgemu_policies::repair::DeficitHeuristic;
+
+    const T0: u64 = 1_000_000_000;
+
+    fn sender(deferred: bool) -> (PacedSender, u64) {
+        let layout = BlockLayout::for_model(2, 2, 16, 2, 256).unwrap();
+        let link = LinkParams {
+            rate: RateSpec::Fixed { bps: 100_000_000 },
+            delay_ns: 5_000_000,
+            ..LinkParams::default()
+        };
+        let s = HandoffScenario::over_link(
+            layout,
+            placeholder_utilities(&layout).into(),
+            synthetic_payload(&layout, 1),
+            link.clone(),
+            link,
+            Deadline::Rho(2.0),
+        )
+        .unwrap();
+        let spec = edgemu_handoff::scheme("priorityfec").unwrap();
+        let mut core = s
+            .sender(spec, true, Box::new(DeficitHeuristic), false)
+            .unwrap();
+        if deferred {
+            core.defer_decisions();
+        }
+        (PacedSender::new(core, T0, s.deadline_ns()), s.slot_ns())
+    }
+
+    /// Pumps to `horizon`, answering each parked epoch with the sender's own
+    /// scheduler, resuming at `resume(epoch wake)`.
+    fn run(deferred: bool, resume: impl Fn(u64) -> Option<u64>) -> (Vec<(u64, Vec<u8>)>, u32) {
+        let (mut p, _) = sender(deferred);
+        let mut out = Vec::new();
+        let mut now = T0;
+        let mut parked = 0;
+        for _ in 0..100_000 {
+            p.pump(now, &mut out);
+            if p.pending_decision().is_some() {
+                parked += 1;
+                assert!(p.next_event_ns().is_none(), "nothing due while parked");
+                assert!(!p.is_done(), "a parked sender is not done");
+                p.apply_decision(resume(now), None);
+                continue;
+            }
+            match p.next_event_ns() {
+                Some(t) => now = t.max(now),
+                None => break,
+            }
+        }
+        assert!(p.is_done());
+        (out, parked)
+    }
+
+    #[test]
+    fn deferred_decisions_answered_at_once_send_what_the_sender_alone_sends() {
+        let (plain, none) = run(false, |_| None);
+        assert_eq!(none, 0);
+        let (deferred, parked) = run(true, |_| None);
+        assert!(parked > 0, "epochs were deferred");
+        assert!(!plain.is_empty());
+        assert_eq!(plain, deferred, "same frames at the same times");
+    }
+
+    #[test]
+    fn an_answer_that_took_time_loses_the_slots_that_passed() {
+        let (_, slot_ns) = sender(false);
+        let (plain, _) = run(false, |_| None);
+        // Each answer takes three slots.
+        let (slow, parked) = run(true, |at| Some(at + 3 * slot_ns));
+        assert!(parked > 0);
+        // Frames leave later than without the wait, in time order.
+        let last = |v: &[(u64, Vec<u8>)]| v.last().map(|f| f.0).unwrap_or(0);
+        assert!(
+            last(&slow) >= last(&plain) + 3 * slot_ns,
+            "{} vs {}",
+            last(&slow),
+            last(&plain)
+        );
+        assert!(slow.windows(2).all(|w| w[0].0 <= w[1].0));
     }
 }

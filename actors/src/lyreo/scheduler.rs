@@ -11,6 +11,18 @@
 //! it full, and what it still sends there is moved); its first report after
 //! that makes it available again at the next decision (`server.available`).
 //!
+//! **External policy.** While the slot's active version is `external`
+//! ([`crate::external`]), the decision at `t·Δ + collect` observes the slot
+//! (`SchedulerCore::observe`), sends the observation to the policy process
+//! and waits at most the version's deadline (an actix timer; validated
+//! shorter than `Δ − collect`): a valid assignment is placed
+//! (`SchedulerCore::place`), anything else — timeout, error, malformed
+//! action, no connection — is decided by the version's fallback policy on
+//! the same observation (`SchedulerCore::decide_observed`) and logged as a
+//! `policy.fallback` event. `decisions.csv` names who decided each
+//! request: `external`, or the fallback's name; the version column holds
+//! `external:<url>` either way.
+//!
 //! **Faults** ([`ActorFault`]): a killed scheduler stops deciding. The
 //! requests it held and those that reach it while dead get no answer (a
 //! dead process answers nothing); their users record them as failed with
@@ -23,18 +35,28 @@ use super::messages::{Expected, LyreoMsg};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
+use crate::external::book::FallbackReason;
+use crate::external::client::PolicyEvent;
+use crate::external::{ExternalDecider, ExternalLive, Outcome};
 use crate::messages::{
     restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
+use edgemu_policies::external::{parse_lyreo_action, LyreoArrays, WireObs};
 use edgemu_policies::lyreo::PolicySpec;
 use edgemu_policies::slot::{LoadedPolicy, LyreoPolicies, PolicySlot};
 use edgemu_protocol::Envelope;
 use edgemu_serving::mobility::Position;
-use edgemu_serving::scheduler::SlotRequest;
+use edgemu_serving::scheduler::{SlotDecision, SlotRequest};
 use edgemu_serving::SchedulerCore;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the scheduler checks whether its slot became (or stopped
+/// being) external between decisions, so the connection is up by the next
+/// slot.
+const EXTERNAL_CHECK: Duration = Duration::from_millis(250);
 
 pub struct SchedulerSetup {
     pub id: ActorId,
@@ -50,6 +72,11 @@ pub struct SchedulerSetup {
     pub report_timeout_ns: u64,
     /// Where its faults and availability changes land (`events.jsonl`).
     pub log: ActorLog,
+    /// Where its external-policy counters are shown.
+    pub external: ExternalLive,
+    /// Whether the run may swap to an external policy (real time): the
+    /// scheduler then watches its slot between decisions.
+    pub external_allowed: bool,
 }
 
 struct Held {
@@ -77,8 +104,22 @@ impl SchedulerPolicy {
     }
 }
 
+/// A slot waiting for the external policy's answer.
+struct Waiting {
+    id: u64,
+    slot: u64,
+    held: std::collections::BTreeMap<u64, Held>,
+    requests: usize,
+    servers: usize,
+}
+
 pub struct SchedulerActor {
     s: SchedulerSetup,
+    /// While the slot's version is external: its connection and counters.
+    external: Option<ExternalDecider>,
+    waiting: Option<Waiting>,
+    /// The run is over (`Flush`): no more connections.
+    external_closed: bool,
     core: SchedulerCore,
     policy: SchedulerPolicy,
     clock: Clock,
@@ -104,6 +145,9 @@ impl SchedulerActor {
         table: CsvTable,
     ) -> Self {
         SchedulerActor {
+            external: None,
+            waiting: None,
+            external_closed: false,
             liveness: Liveness::default(),
             dropped_while_dead: 0,
             s,
@@ -143,13 +187,18 @@ impl SchedulerActor {
             ctx.run_later(self.clock.until(next), |act, ctx| act.decide(ctx));
             return;
         }
+        // A decision still waiting (its deadline shorter than the slot, so
+        // only if the timer was late) falls back before the slot closes.
+        if let Some(id) = self.waiting.as_ref().map(|w| w.id) {
+            self.external_timeout(id);
+        }
         self.update_availability();
         if t > 0 {
             self.core.end_slot();
         }
         let held = std::mem::take(&mut self.held);
         if !held.is_empty() {
-            self.assign(t, held);
+            self.assign(t, held, ctx);
         }
         self.show(t);
         self.slot += 1;
@@ -157,7 +206,12 @@ impl SchedulerActor {
         ctx.run_later(self.clock.until(next), |act, ctx| act.decide(ctx));
     }
 
-    fn assign(&mut self, t: u64, held: std::collections::BTreeMap<u64, Held>) {
+    fn assign(
+        &mut self,
+        t: u64,
+        held: std::collections::BTreeMap<u64, Held>,
+        ctx: &mut Context<Self>,
+    ) {
         let requests: Vec<SlotRequest> = held
             .iter()
             .map(|(&id, h)| SlotRequest {
@@ -175,8 +229,44 @@ impl SchedulerActor {
             self.core.set_policy(now.spec.build(self.policy.seed));
             self.policy.seen = now;
         }
+        self.sync_external(ctx);
+        if let Some(ext) = self.external.as_mut() {
+            let obs = self.core.observe(t, &requests);
+            let (n, servers) = (obs.requests.len(), obs.servers.len());
+            let wire = WireObs::Lyreo(LyreoArrays::from_observation(obs));
+            match ext.ask(self.clock.now_ns(), wire) {
+                Ok(id) => {
+                    let wait = Duration::from_nanos(ext.deadline_ns());
+                    ctx.run_later(wait, move |act, _| act.external_timeout(id));
+                    self.waiting = Some(Waiting {
+                        id,
+                        slot: t,
+                        held,
+                        requests: n,
+                        servers,
+                    });
+                }
+                Err(reason) => {
+                    let detail = "no connection to the policy process".to_string();
+                    self.fall_back(t, held, reason, &detail);
+                }
+            }
+            return;
+        }
+        let decision = self.own_decision(t, Some(&requests));
+        let policy = self.policy.seen.name.clone();
+        self.dispatch(t, &held, decision, &policy);
+    }
+
+    /// The core's own policy decides slot `t` (`requests`; `None`: the
+    /// slot observed for the external policy, whose fallback it is),
+    /// logging its guard's first use.
+    fn own_decision(&mut self, t: u64, requests: Option<&[SlotRequest]>) -> SlotDecision {
         let before = self.core.fallbacks();
-        let decision = self.core.decide(t, &requests);
+        let decision = match requests {
+            Some(r) => self.core.decide(t, r),
+            None => self.core.decide_observed(),
+        };
         let guarded = self.core.fallbacks() - before;
         if guarded > 0 && before == 0 {
             // The first time this policy version leaves its training
@@ -194,14 +284,163 @@ impl SchedulerActor {
                 }),
             );
         }
-        let policy = self.policy.seen.name.clone();
+        let me = name(&self.s.names, self.s.id);
+        self.s.live.scheduler(me, |l| l.guarded += guarded);
+        decision
+    }
+
+    /// Follows the slot's active version: an external one gets (or keeps)
+    /// its connection, any other closes it. Counters are kept across.
+    fn sync_external(&mut self, ctx: &mut Context<Self>) {
+        match self.policy.slot.get().external.clone() {
+            Some(target) if !self.external_closed => {
+                let ext = self
+                    .external
+                    .get_or_insert_with(|| ExternalDecider::new("lyreo", Arc::clone(&target)));
+                ext.retarget(target);
+                ext.ensure_connected(ctx.address().recipient());
+            }
+            _ => {
+                if let Some(ext) = self.external.as_mut() {
+                    ext.disconnect();
+                    self.publish();
+                }
+                self.external = None;
+            }
+        }
+    }
+
+    fn publish(&self) {
+        if let Some(ext) = &self.external {
+            let me = name(&self.s.names, self.s.id);
+            self.s.external.publish(me, ext.stats());
+        }
+    }
+
+    /// Slot `t` is decided by the external version's fallback on the kept
+    /// observation (the decision was counted by the book).
+    fn fall_back(
+        &mut self,
+        t: u64,
+        held: std::collections::BTreeMap<u64, Held>,
+        reason: FallbackReason,
+        detail: &str,
+    ) {
+        let fallback = self
+            .policy
+            .seen
+            .external
+            .as_ref()
+            .map_or_else(|| self.policy.seen.name.clone(), |e| e.fallback.clone());
+        let decision = self.own_decision(t, None);
+        let me = name(&self.s.names, self.s.id).to_string();
+        self.s.log.record(
+            self.clock.now_ns(),
+            &me,
+            "policy.fallback",
+            serde_json::json!({
+                "problem": "lyreo",
+                "slot": t,
+                "reason": reason.label(),
+                "detail": detail,
+                "fallback": fallback,
+                "requests": decision.placements.len(),
+                "version": self.policy.seen.version,
+            }),
+        );
+        self.dispatch(t, &held, decision, &fallback);
+        self.publish();
+    }
+
+    /// The deadline of decision `id`: if it is still waiting, the fallback
+    /// decides its slot.
+    fn external_timeout(&mut self, id: u64) {
+        if self.waiting.as_ref().map(|w| w.id) != Some(id) {
+            return;
+        }
+        let expired = self.external.as_mut().is_some_and(|e| e.expire(id));
+        if let Some(w) = self.waiting.take() {
+            let detail = format!(
+                "no answer within the deadline ({} ms)",
+                self.policy
+                    .seen
+                    .external
+                    .as_ref()
+                    .map_or(0.0, |e| e.deadline_ns as f64 / 1e6)
+            );
+            let reason = if expired {
+                FallbackReason::Timeout
+            } else {
+                FallbackReason::Disconnected
+            };
+            self.fall_back(w.slot, w.held, reason, &detail);
+        }
+    }
+
+    /// An answer (or a connection change) from the policy process.
+    fn external_event(&mut self, ev: PolicyEvent) {
+        let now = self.clock.now_ns();
+        let Some(ext) = self.external.as_mut() else {
+            return;
+        };
+        match ext.on_event(now, ev) {
+            Outcome::Nothing => {}
+            Outcome::Link { up, detail } => {
+                let me = name(&self.s.names, self.s.id).to_string();
+                self.s.log.record(
+                    now,
+                    &me,
+                    "policy.connection",
+                    serde_json::json!({"problem": "lyreo", "up": up, "detail": detail}),
+                );
+                self.publish();
+            }
+            Outcome::Fallback { id, reason, detail } => {
+                if let Some(w) = self.waiting.take_if(|w| w.id == id) {
+                    self.fall_back(w.slot, w.held, reason, &detail);
+                }
+            }
+            Outcome::Action { id, action } => {
+                let Some(w) = self.waiting.take_if(|w| w.id == id) else {
+                    return;
+                };
+                let placed = parse_lyreo_action(&action, w.requests, w.servers)
+                    .map_err(|e| e.to_string())
+                    .and_then(|a| self.core.place(&a).map_err(|e| e.to_string()));
+                match placed {
+                    Ok(decision) => {
+                        if let Some(ext) = self.external.as_mut() {
+                            ext.accept(id);
+                        }
+                        self.dispatch(w.slot, &w.held, decision, "external");
+                        self.publish();
+                    }
+                    Err(detail) => {
+                        if let Some(ext) = self.external.as_mut() {
+                            ext.refuse(id);
+                        }
+                        self.fall_back(w.slot, w.held, FallbackReason::Malformed, &detail);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `decision`'s placements (decided by `policy`) and records them.
+    fn dispatch(
+        &mut self,
+        t: u64,
+        held: &std::collections::BTreeMap<u64, Held>,
+        decision: SlotDecision,
+        policy: &str,
+    ) {
+        let policy = policy.to_string();
         let version = self.policy.seen.version.clone();
         let mut expect: Vec<Vec<Expected>> = vec![Vec::new(); self.s.servers.len()];
         let z = self.core.queues().z().to_vec();
         let me = name(&self.s.names, self.s.id);
         self.s.live.scheduler(me, |l| {
             l.decisions += decision.placements.len() as u64;
-            l.guarded += guarded;
             for p in &decision.placements {
                 let server = name(&self.s.names, self.s.servers[p.server]).to_string();
                 l.servers.entry(server).or_default().assigned += 1;
@@ -288,8 +527,15 @@ impl SchedulerActor {
         let Some(epoch) = self.liveness.kill() else {
             return FaultReply::unchanged(now, "already dead");
         };
-        let n = self.held.len() as u64;
+        let mut n = self.held.len() as u64;
         self.held.clear();
+        // A slot waiting for the external policy is dropped like held requests.
+        if let Some(w) = self.waiting.take() {
+            n += w.held.len() as u64;
+            if let Some(ext) = self.external.as_mut() {
+                ext.abandon();
+            }
+        }
         restart_later(ctx, until_ns.map(|u| self.clock.until(u)), epoch);
         FaultReply::killed(
             now,
@@ -345,6 +591,39 @@ impl Actor for SchedulerActor {
         self.core.start(self.clock.now_ns());
         let first = self.decide_at(0);
         ctx.run_later(self.clock.until(first), |act, ctx| act.decide(ctx));
+        // External policies are refused in virtual time (cluster.toml and
+        // policy.swap), so this only connects in real time: at once when
+        // the slot starts external, so the first slot can be asked.
+        if self.s.external_allowed {
+            if self.policy.slot.get().external.is_some() {
+                self.sync_external(ctx);
+            }
+            ctx.run_interval(EXTERNAL_CHECK, |act, ctx| {
+                let active = act.policy.slot.get().external.is_some();
+                if active || act.external.is_some() {
+                    act.sync_external(ctx);
+                }
+            });
+        }
+    }
+}
+
+/// The end of the run: the external policy's connection closes (with a
+/// websocket close, so the policy process sees a clean end) and the final
+/// counters are published.
+impl Handler<crate::messages::Flush> for SchedulerActor {
+    type Result = Vec<crate::probes::FlowSummary>;
+    fn handle(&mut self, _: crate::messages::Flush, ctx: &mut Context<Self>) -> Self::Result {
+        self.external_closed = true;
+        self.sync_external(ctx);
+        Vec::new()
+    }
+}
+
+impl Handler<PolicyEvent> for SchedulerActor {
+    type Result = ();
+    fn handle(&mut self, ev: PolicyEvent, _: &mut Context<Self>) {
+        self.external_event(ev);
     }
 }
 

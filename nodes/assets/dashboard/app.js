@@ -389,13 +389,15 @@ async function poll() {
   pushPoint("loss", t, loss);
   drawTopology(s.topology, upState);
   // LYREO servers and schedulers of every host (each host shows its own).
-  const merged = { servers: {}, scheduler: {} };
+  const merged = { servers: {}, scheduler: {}, external: {} };
   for (const snap of [s].concat(remote.filter((r) => r))) {
     Object.assign(merged.servers, snap.servers || {});
     Object.assign(merged.scheduler, snap.scheduler || {});
+    Object.assign(merged.external, snap.external || {});
   }
   drawServers(merged.servers);
   drawScheduler(merged.scheduler);
+  drawExternal(merged.external);
   drawHandoffs();
 }
 
@@ -444,6 +446,22 @@ function drawServers(servers) {
       const name = v.down ? el("span", { class: "state down" }, `${n} (down)`) : n;
       return [name, `${v.gpu} / ${v.backend}`, `${fmtBytes(v.occupancy_bytes)} (${pct(v.occupancy_bytes)})`, peak,
         v.running, v.backlog, v.eta.toFixed(4), `${v.high_kv_slots} / ${v.slots}`, `${v.served} / ${v.rejected}`];
+    })));
+}
+
+// Deciders that asked a policy process (docs/external-policy.md).
+function drawExternal(ext) {
+  const names = Object.keys(ext).sort();
+  const body = panelBody("external", names.length > 0);
+  if (!names.length) return;
+  const ms = (us) => (us / 1000).toFixed(2);
+  body.replaceChildren(table(
+    ["decider", "problem", "connected", "decisions", "answered", "timeout", "error", "malformed", "disconnected", "late", "rtt p50 / p99 ms"],
+    names.map((n) => {
+      const v = ext[n];
+      const up = el("span", { class: v.connected ? "state up" : "state down", title: v.url }, v.connected ? "up" : "down");
+      return [n, v.problem, up, v.decisions, v.answered, v.timeout, v.error, v.malformed, v.disconnected, v.late,
+        v.rtt_count ? `${ms(v.rtt_p50_us)} / ${ms(v.rtt_p99_us)}` : "–"];
     })));
 }
 

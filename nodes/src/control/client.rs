@@ -95,6 +95,20 @@ pub enum PolicyCmd {
         /// A local safetensors file sent inline (base64; at most 512 KiB).
         #[arg(long)]
         upload: Option<std::path::PathBuf>,
+        /// With --policy external: the policy process's websocket, e.g.
+        /// ws://127.0.0.1:7300 (default: the actor's `external.url`).
+        #[arg(long)]
+        url: Option<String>,
+        /// With --policy external: how long each decision waits, e.g. 20ms
+        /// (default: the actor's `external.deadline`, else 20ms for a
+        /// scheduler, 2ms for an agent).
+        #[arg(long)]
+        deadline: Option<String>,
+        /// With --policy external: the built-in policy that decides when the
+        /// process does not answer in time (default: the actor's
+        /// `external.fallback`, else the active policy).
+        #[arg(long)]
+        fallback: Option<String>,
     },
     /// Return ACTOR's policy to its previous version.
     Rollback { actor: String },
@@ -121,6 +135,9 @@ impl PolicyCmd {
                 policy,
                 weights,
                 upload,
+                url,
+                deadline,
+                fallback,
             } => {
                 let weights_base64 = match upload {
                     None => None,
@@ -145,6 +162,9 @@ impl PolicyCmd {
                     policy: policy.clone(),
                     weights: weights.clone(),
                     weights_base64,
+                    url: url.clone(),
+                    deadline: deadline.clone(),
+                    fallback: fallback.clone(),
                 })
             }
         })
@@ -219,6 +239,9 @@ mod tests {
             policy: Some("lyreo".into()),
             weights: None,
             upload: Some(small),
+            url: None,
+            deadline: None,
+            fallback: None,
         };
         let req = swap.request().unwrap();
         assert_eq!(req["weights_base64"], "AQID");
@@ -252,6 +275,9 @@ mod tests {
             policy: None,
             weights: Some("w/lyreo.safetensors".into()),
             upload: None,
+            url: None,
+            deadline: None,
+            fallback: None,
         };
         assert_eq!(
             by_file.request().unwrap(),
@@ -263,8 +289,25 @@ mod tests {
             policy: None,
             weights: None,
             upload: Some(big),
+            url: None,
+            deadline: None,
+            fallback: None,
         };
         assert!(too_big.request().unwrap_err().to_string().contains("limit"));
+        let external = PolicyCmd::Swap {
+            actor: "sched".into(),
+            policy: Some("external".into()),
+            weights: None,
+            upload: None,
+            url: Some("ws://127.0.0.1:7300".into()),
+            deadline: Some("20ms".into()),
+            fallback: Some("least-loaded".into()),
+        };
+        assert_eq!(
+            external.request().unwrap(),
+            serde_json::json!({"cmd": "policy.swap", "actor": "sched", "policy": "external",
+                "url": "ws://127.0.0.1:7300", "deadline": "20ms", "fallback": "least-loaded"}),
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

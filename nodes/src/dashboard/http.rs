@@ -198,18 +198,24 @@ pub fn is_run_origin(origin: &str, cluster: &Cluster) -> bool {
     let named = |ip: std::net::IpAddr| {
         ip.is_loopback()
             || cluster.hosts.iter().any(|h| {
-                [Some(h.listen), Some(h.advertise), h.control]
+                [Some(h.listen), h.control]
                     .into_iter()
                     .flatten()
-                    .any(|a| !a.ip().is_unspecified() && a.ip() == ip)
+                    .map(|a| a.ip())
+                    .chain(h.advertise.ip())
+                    .any(|a| !a.is_unspecified() && a == ip)
             })
     };
+    // A host advertised by DNS name (a pod's) is the run's page by that name.
+    let dns_named = cluster.hosts.iter().any(
+        |h| matches!(&h.advertise, edgemu_config::PeerAddr::Name { host, .. } if host == name),
+    );
     let ip = name
         .trim_start_matches('[')
         .trim_end_matches(']')
         .parse::<std::net::IpAddr>()
         .ok();
-    let known = name == "localhost" || ip.is_some_and(named);
+    let known = name == "localhost" || dns_named || ip.is_some_and(named);
     cluster.hosts.iter().filter_map(|h| h.control).any(|addr| {
         rest == addr.to_string()
             || (addr.ip().is_unspecified() && known && port == addr.port().to_string())

@@ -119,6 +119,9 @@ impl Web {
                     (name.clone(), serde_json::json!({"policy": v.policy, "version": v.version}))
                 }).collect::<serde_json::Map<_, _>>()
             }),
+            // External-policy counters by decider (null when none was used;
+            // docs/external-policy.md).
+            "external": (!s.external.is_empty()).then_some(&s.external),
         })
     }
 }

@@ -69,10 +69,11 @@ pub fn cluster_token(cluster: &Cluster, host: HostId) -> Result<Vec<u8>> {
             let h = cluster.host(host);
             // Advertising a non-loopback address means peers reach this
             // host over a network, whatever it binds.
-            let exposed = [Some(h.listen), Some(h.advertise), h.control]
-                .into_iter()
-                .flatten()
-                .any(|a| !a.ip().is_loopback());
+            let exposed = !h.advertise.is_loopback()
+                || [Some(h.listen), h.control]
+                    .into_iter()
+                    .flatten()
+                    .any(|a| !a.ip().is_loopback());
             if exposed {
                 anyhow::bail!(
                     "host {} listens on or advertises a non-loopback address: set the cluster token in the environment variable {var} (same value on every host)",

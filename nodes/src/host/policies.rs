@@ -13,8 +13,9 @@
 use super::registry::ActorRegistry;
 use edgemu_codec::ids::ActorId;
 use edgemu_config::command::{PolicyOp, PolicyReply, Weights, MAX_WEIGHTS_FILE_BYTES};
+use edgemu_config::external::{DEFAULT_REPAIR_DEADLINE_NS, DEFAULT_SLOT_DEADLINE_NS};
 use edgemu_config::{Cluster, ControlError};
-use edgemu_policies::slot::{ControlledPolicy, PolicyInfo};
+use edgemu_policies::slot::{ControlledPolicy, ExternalOptions, PolicyInfo};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -60,7 +61,11 @@ pub fn apply(
         PolicyOp::Rollback => slot
             .rollback(now_ns, requested_by)
             .map_err(|e| e.to_string()),
-        PolicyOp::Swap { policy, weights } => {
+        PolicyOp::Swap {
+            policy,
+            weights,
+            external,
+        } => {
             let bytes = match weights {
                 None => Ok(None),
                 Some(Weights::Inline(b)) => Ok(Some(b.to_vec())),
@@ -75,15 +80,33 @@ pub fn apply(
                 Some(Weights::Inline(_)) => PathBuf::from("<inline weights>"),
                 Some(Weights::File(f)) => PathBuf::from(f),
             };
-            bytes.and_then(|bytes| {
-                slot.swap(
-                    policy.as_deref(),
-                    bytes.as_deref(),
-                    &label,
-                    now_ns,
-                    requested_by,
-                )
-                .map_err(|e| e.to_string())
+            bytes.and_then(|bytes| match external {
+                Some(e) => {
+                    if cluster.run.time == edgemu_config::TimeMode::Virtual {
+                        return Err("an external policy needs a real-time run".to_string());
+                    }
+                    let default_deadline = if slot.info().problem == "repair" {
+                        DEFAULT_REPAIR_DEADLINE_NS
+                    } else {
+                        DEFAULT_SLOT_DEADLINE_NS
+                    };
+                    let opts = ExternalOptions {
+                        url: e.url.clone(),
+                        deadline_ns: e.deadline_ns.unwrap_or(default_deadline),
+                        fallback: e.fallback.clone(),
+                    };
+                    slot.swap_external(&opts, bytes.as_deref(), &label, now_ns, requested_by)
+                        .map_err(|e| e.to_string())
+                }
+                None => slot
+                    .swap(
+                        policy.as_deref(),
+                        bytes.as_deref(),
+                        &label,
+                        now_ns,
+                        requested_by,
+                    )
+                    .map_err(|e| e.to_string()),
             })
         }
     }
@@ -147,6 +170,7 @@ mod tests {
         let op = |policy: Option<&str>, file: Option<&str>| PolicyOp::Swap {
             policy: policy.map(str::to_string),
             weights: file.map(|f| Weights::File(f.to_string())),
+            external: None,
         };
         let e = apply(&reg, &c, "alpha", actor, &PolicyOp::Get, 0, "t")
             .unwrap_err()

@@ -32,6 +32,8 @@ pub struct HostActors {
     pub faults: super::faults::FaultRegistry,
     /// The live state of this host's LYREO actors (dashboard, metrics).
     pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
+    /// The external-policy counters of this host's deciders.
+    pub external: edgemu_actors::external::ExternalLive,
 }
 
 /// Mixes the run seed with an object's index so every link direction has its
@@ -73,6 +75,7 @@ pub fn spawn_host_actors(
         faults: faults.clone(),
         events: events.clone(),
         kv_caches: super::KvCaches::default(),
+        external: edgemu_actors::external::ExternalLive::default(),
     };
 
     let mut links = BTreeMap::new();
@@ -210,17 +213,24 @@ pub fn spawn_host_actors(
                 flushers.push(addr.clone().recipient());
                 Some(addr.recipient())
             }
-            ActorKind::Agent(spec) => Some(super::spawn_agents::spawn(
-                cluster,
-                a,
-                spec,
-                virtual_time,
-                clock,
-                &route,
-                &links,
-                &mut tables,
-                &shared,
-            )?),
+            ActorKind::Agent(spec) => {
+                let (deliver, flush) = super::spawn_agents::spawn(
+                    cluster,
+                    a,
+                    spec,
+                    virtual_time,
+                    clock,
+                    &route,
+                    &links,
+                    &mut tables,
+                    &shared,
+                )?;
+                if !virtual_time {
+                    // At the end it closes its external policy's connection.
+                    flushers.push(flush);
+                }
+                Some(deliver)
+            }
             ActorKind::User(_) | ActorKind::Server(_) | ActorKind::Scheduler(_) => {
                 super::spawn_lyreo::spawn(
                     cluster,
@@ -256,6 +266,7 @@ pub fn spawn_host_actors(
         flushers,
         tables: tables.all(),
         kv_caches: shared.kv_caches.clone(),
+        external: shared.external.clone(),
     })
 }
 

@@ -14,9 +14,10 @@ use edgemu_actors::handoff::records::{HANDOFFS, HANDOFFS_HEADER};
 use edgemu_actors::link_actor::LinkActor;
 use edgemu_actors::messages::{Deliver, Route};
 use edgemu_codec::ids::{Direction, LinkId};
+use edgemu_config::external::{DEFAULT_REPAIR_DEADLINE_NS, EXTERNAL_POLICY};
 use edgemu_config::{ActorKind, ActorSpec, AgentSpec, Cluster, ServerBackend};
 use edgemu_gpu::kv_cache::ContextKvCache;
-use edgemu_policies::slot::{PolicySlot, RepairPolicies};
+use edgemu_policies::slot::{ExternalOptions, PolicySlot, RepairPolicies};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -32,7 +33,8 @@ pub fn default_repair_policy(scheme: &str) -> &'static str {
     }
 }
 
-/// Spawns agent `a` (whose kind is `Agent(spec)`); returns its recipient.
+/// Spawns agent `a` (whose kind is `Agent(spec)`); returns its recipients
+/// (`Flush` at the end of the run closes its external policy's connection).
 #[allow(clippy::too_many_arguments)]
 pub fn spawn(
     cluster: &Cluster,
@@ -44,7 +46,10 @@ pub fn spawn(
     links: &BTreeMap<(LinkId, Direction), Addr<LinkActor>>,
     tables: &mut super::spawn_lyreo::Tables,
     shared: &super::spawn_lyreo::HostShared,
-) -> Result<Recipient<Deliver>> {
+) -> Result<(
+    Recipient<Deliver>,
+    Recipient<edgemu_actors::messages::Flush>,
+)> {
     let host_name = cluster.host(a.host).name.clone();
     let server = cluster.actor(spec.server);
     let model = match &server.kind {
@@ -109,14 +114,39 @@ pub fn spawn(
                 .map(|p| default_repair_policy(p.spec.name).to_string())
         })
         .unwrap_or_else(|| "deficit-heuristic".to_string());
-    let slot = PolicySlot::new(
-        RepairPolicies,
-        &policy,
-        None,
-        Path::new("cluster.toml"),
-        clock.now_ns(),
-        "config",
-    )
+    let scheme_default = plan
+        .as_ref()
+        .map(|p| default_repair_policy(p.spec.name))
+        .unwrap_or("deficit-heuristic");
+    let slot = match (
+        &spec.external,
+        policy.trim().eq_ignore_ascii_case(EXTERNAL_POLICY),
+    ) {
+        (Some(ext), true) => PolicySlot::new_external(
+            RepairPolicies,
+            &ExternalOptions {
+                url: ext.url.clone(),
+                deadline_ns: ext.deadline_or(DEFAULT_REPAIR_DEADLINE_NS),
+                fallback: Some(
+                    ext.fallback
+                        .clone()
+                        .unwrap_or_else(|| scheme_default.to_string()),
+                ),
+            },
+            None,
+            Path::new("cluster.toml"),
+            clock.now_ns(),
+            "config",
+        ),
+        _ => PolicySlot::new(
+            RepairPolicies,
+            &policy,
+            None,
+            Path::new("cluster.toml"),
+            clock.now_ns(),
+            "config",
+        ),
+    }
     .map_err(|e| anyhow!("agent {:?}: repair policy {policy:?}: {e}", a.name))?;
     let slot = Arc::new(slot);
     shared.policies.register(a.id, slot.clone());
@@ -152,6 +182,7 @@ pub fn spawn(
         links_out,
         names: cluster.actors.iter().map(|a| a.name.clone()).collect(),
         cache,
+        external: shared.external.clone(),
     };
     let addr = AgentActor::new(
         setup,
@@ -163,5 +194,5 @@ pub fn spawn(
     )
     .start();
     shared.faults.register(a.id, addr.clone().recipient());
-    Ok(addr.recipient())
+    Ok((addr.clone().recipient(), addr.recipient()))
 }

@@ -17,6 +17,7 @@ use edgemu_actors::lyreo::user::{UserActor, UserSetup};
 use edgemu_actors::lyreo::{link_between, scheduler_of, server_position};
 use edgemu_actors::messages::{ActorFault, Deliver, Flush, Route, StopSending};
 use edgemu_codec::ids::ActorId;
+use edgemu_config::external::{DEFAULT_SLOT_DEADLINE_NS, EXTERNAL_POLICY};
 use edgemu_config::{
     ActorKind, ActorSpec, Cluster, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
     WorkloadKind,
@@ -25,7 +26,7 @@ use edgemu_engine::batch::BatchMode;
 use edgemu_engine::Profile;
 use edgemu_gpu::{KvDtype, RealBackend};
 use edgemu_policies::lyreo::{PolicySpec, ServerBatching};
-use edgemu_policies::slot::{LyreoPolicies, PolicySlot};
+use edgemu_policies::slot::{ExternalOptions, LyreoPolicies, PolicySlot};
 use edgemu_serving::mobility::Position;
 use edgemu_serving::mobility::{Area, Mobility};
 use edgemu_serving::scheduler::{SchedulerSettings, ServerSite};
@@ -101,16 +102,40 @@ fn server_spec(cluster: &Cluster, id: ActorId) -> Result<&ServerSpec> {
     }
 }
 
+/// The policy a scheduler's core runs at the start: its `policy`, or with
+/// `policy = "external"` the external table's fallback (which the servers'
+/// batching follows).
 fn policy(cluster: &Cluster, scheduler: ActorId) -> Result<PolicySpec> {
     let spec = scheduler_spec(cluster, scheduler)?;
-    PolicySpec::parse(&spec.policy).map_err(|e| {
+    let name = first_policy(spec);
+    PolicySpec::parse(name).map_err(|e| {
+        let key = if name == spec.policy {
+            "policy"
+        } else {
+            "external.fallback"
+        };
         anyhow!(
-            "scheduler {:?}: policy {:?}: {e}",
+            "scheduler {:?}: {key} {name:?}: {e}",
             cluster.actor(scheduler).name,
-            spec.policy
         )
     })
 }
+
+/// A scheduler's `policy`, or its external fallback (default least-loaded).
+fn first_policy(spec: &SchedulerSpec) -> &str {
+    if spec.policy.trim().eq_ignore_ascii_case(EXTERNAL_POLICY) {
+        spec.external
+            .as_ref()
+            .and_then(|e| e.fallback.as_deref())
+            .unwrap_or(DEFAULT_SLOT_FALLBACK)
+    } else {
+        &spec.policy
+    }
+}
+
+/// The fallback of an external scheduling policy when `external.fallback`
+/// is not given.
+pub const DEFAULT_SLOT_FALLBACK: &str = "least-loaded";
 
 /// The built-in profile of a server's GPU class.
 fn class_profile(a: &ActorSpec, s: &ServerSpec) -> Result<Profile> {
@@ -131,6 +156,8 @@ pub struct HostShared {
     pub events: edgemu_actors::events::EventLog,
     /// The agents' context-KV caches (their counters in `/metrics`).
     pub kv_caches: super::KvCaches,
+    /// The deciders' external-policy counters (`/metrics`, results).
+    pub external: edgemu_actors::external::ExternalLive,
 }
 
 /// Spawns one LYREO actor; `None` for other kinds.
@@ -254,14 +281,28 @@ pub fn spawn(
             // then loads it (with shipped weights for a learned policy) and
             // is what `policy.swap` replaces while the run goes on.
             policy(cluster, a.id)?;
-            let slot = PolicySlot::new(
-                LyreoPolicies,
-                &s.policy,
-                None,
-                Path::new("cluster.toml"),
-                clock.now_ns(),
-                "config",
-            )
+            let slot = match (&s.external, first_policy(s) != s.policy) {
+                (Some(ext), true) => PolicySlot::new_external(
+                    LyreoPolicies,
+                    &ExternalOptions {
+                        url: ext.url.clone(),
+                        deadline_ns: ext.deadline_or(DEFAULT_SLOT_DEADLINE_NS),
+                        fallback: Some(first_policy(s).to_string()),
+                    },
+                    None,
+                    Path::new("cluster.toml"),
+                    clock.now_ns(),
+                    "config",
+                ),
+                _ => PolicySlot::new(
+                    LyreoPolicies,
+                    &s.policy,
+                    None,
+                    Path::new("cluster.toml"),
+                    clock.now_ns(),
+                    "config",
+                ),
+            }
             .map_err(|e| anyhow!("scheduler {:?}: policy {:?}: {e}", a.name, s.policy))?;
             let slot = Arc::new(slot);
             policies.register(a.id, slot.clone());
@@ -296,14 +337,17 @@ pub fn spawn(
                 live: live.clone(),
                 report_timeout_ns,
                 log,
+                external: host.external.clone(),
+                external_allowed: !virtual_time,
             };
             let addr =
                 SchedulerActor::new(setup, core, sched_policy, clock, route.clone(), table).start();
             host.faults.register(a.id, addr.clone().recipient());
             Spawned {
-                deliver: addr.recipient(),
+                deliver: addr.clone().recipient(),
                 stop: None,
-                flush: None,
+                // At the end it closes its external policy's connection.
+                flush: (!virtual_time).then(|| addr.recipient()),
             }
         }
         _ => return Ok(None),

@@ -305,6 +305,10 @@ impl Supervisor {
                             dir: act.results.as_ref().map(|r| r.dir.clone()),
                         };
                         if let Some(res) = &act.results {
+                            let external = act.actors.external.snapshot();
+                            if let Err(e) = crate::results::external::write(&res.dir, &external) {
+                                tracing::error!("{e:#}");
+                            }
                             match serde_json::to_vec_pretty(&summary) {
                                 Ok(bytes) => {
                                     if let Err(e) = crate::results::write_file(
@@ -571,6 +575,7 @@ impl Supervisor {
                 .and_then(|f| serde_json::to_value(f.counters()).ok()),
             lyreo: self.actors.lyreo.clone(),
             kv_caches: self.kv_caches(),
+            external: self.actors.external.clone(),
         }
     }
 

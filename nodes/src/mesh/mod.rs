@@ -122,7 +122,7 @@ impl Mesh {
             let shared = Arc::new(PeerShared::new(h.id, h.name.clone(), env_tx, ctrl_tx));
             let (in_tx, in_rx) = mpsc::channel(4);
             let dial = if spec.name < h.name {
-                Some(h.advertise)
+                Some(h.advertise.clone())
             } else {
                 None
             };

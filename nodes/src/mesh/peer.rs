@@ -10,7 +10,7 @@ use edgemu_actors::router::{Inbound, InboundGate, PeerSendError, PeerSender};
 use edgemu_codec::ids::HostId;
 use edgemu_codec::wire::{Handshake, HandshakeOutcome};
 use edgemu_config::command::Command;
-use edgemu_config::ControlError;
+use edgemu_config::{ControlError, PeerAddr};
 use edgemu_protocol::{
     decode_frame, encode_frame, Envelope, ForwardedCommand, ForwardedReply, Frame,
 };
@@ -321,15 +321,23 @@ pub(crate) async fn accept_loop(
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
+/// Longest a TCP connect to a peer may take before the dial is retried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 async fn dial(
     ctx: &MeshContext,
     peer: &PeerShared,
-    addr: std::net::SocketAddr,
+    addr: &PeerAddr,
 ) -> (Ws, HandshakeOutcome, Duration) {
     let mut backoff = BACKOFF_MIN;
     loop {
         let attempt = async {
-            let tcp = TcpStream::connect(addr).await?;
+            // A name is resolved at every attempt: a pod's DNS name exists
+            // only once the pod runs.
+            let target = addr.to_string();
+            let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target.as_str()))
+                .await
+                .map_err(|_| anyhow::anyhow!("connect timed out after {CONNECT_TIMEOUT:?}"))??;
             let _ = tcp.set_nodelay(true);
             let url = format!("ws://{addr}/mesh");
             let (mut ws, _) =
@@ -355,11 +363,11 @@ pub(crate) async fn peer_task(
     mut env_rx: mpsc::Receiver<Envelope>,
     mut ctrl_rx: mpsc::Receiver<Frame>,
     mut incoming: mpsc::Receiver<(Ws, HandshakeOutcome, Duration)>,
-    dial_addr: Option<std::net::SocketAddr>,
+    dial_addr: Option<PeerAddr>,
 ) {
     let mut last_incarnation: Option<u64> = None;
     loop {
-        let (ws, outcome, rtt) = match dial_addr {
+        let (ws, outcome, rtt) = match &dial_addr {
             Some(addr) => dial(&ctx, &peer, addr).await,
             None => match incoming.recv().await {
                 Some(v) => v,

@@ -28,6 +28,14 @@
 //! - agents, when the host runs any: per agent (`agent`) the context-KV
 //!   cache's `agent_kv_cache_{hits,misses,evictions}_total` and
 //!   `agent_kv_cache_{bytes,capacity_bytes,entries}`.
+//! - external policies, per decider that has used one (`actor`, `problem`
+//!   = `lyreo`|`repair`): `policy_external_decisions_total`,
+//!   `policy_external_asked_total`, `policy_external_answered_total`,
+//!   `policy_external_fallbacks_total` by `reason` (timeout, error,
+//!   malformed, disconnected), `policy_external_late_replies_total`,
+//!   `policy_external_connects_total`, `policy_external_connected`, and
+//!   the histogram `policy_external_round_trip_seconds` of the replies that
+//!   came in time (docs/external-policy.md).
 //!
 //! Values are the cores' own monotonic counters copied at scrape time, so
 //! they are exposed as constant metrics of a registry built per scrape.
@@ -315,7 +323,140 @@ pub fn registry(s: &HostSnapshot) -> Registry {
     );
     lyreo_families(&mut reg, &s.lyreo);
     kv_cache_families(&mut reg, &s.kv_caches);
+    external_families(&mut reg, &s.external);
     reg
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeciderLabels {
+    actor: String,
+    problem: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabels {
+    actor: String,
+    problem: String,
+    reason: &'static str,
+}
+
+/// The round trips of one decider's external policy.
+#[derive(Debug)]
+struct RttFamily(Vec<(DeciderLabels, edgemu_actors::external::book::ExternalStats)>);
+
+impl EncodeMetric for RttFamily {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        use edgemu_actors::external::book::RTT_BUCKETS_S;
+        for (labels, st) in &self.0 {
+            let mut prev = 0;
+            let mut buckets: Vec<(f64, u64)> = RTT_BUCKETS_S
+                .iter()
+                .zip(&st.rtt_buckets)
+                .map(|(&le, &cum)| {
+                    let n = cum.saturating_sub(prev);
+                    prev = prev.max(cum);
+                    (le, n)
+                })
+                .collect();
+            buckets.push((f64::MAX, st.rtt_count.saturating_sub(prev)));
+            encoder
+                .encode_family(labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    st.rtt_sum_us as f64 / 1e6,
+                    st.rtt_count,
+                    &buckets,
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// The deciders' external-policy counters (only when one was used).
+fn external_families(
+    reg: &mut Registry,
+    ext: &std::collections::BTreeMap<String, edgemu_actors::external::book::ExternalStats>,
+) {
+    use edgemu_actors::external::book::{ExternalStats, FallbackReason};
+    if ext.is_empty() {
+        return;
+    }
+    let items = || {
+        ext.iter().map(|(actor, s)| {
+            (
+                DeciderLabels {
+                    actor: actor.clone(),
+                    problem: s.problem.clone(),
+                },
+                s.clone(),
+            )
+        })
+    };
+    type C = fn(&ExternalStats) -> u64;
+    let counters: [(&str, &str, C); 5] = [
+        (
+            "policy_external_decisions",
+            "Decisions taken while an external policy was active (answered + fallbacks)",
+            |s| s.decisions,
+        ),
+        (
+            "policy_external_asked",
+            "Decision requests sent to the policy process",
+            |s| s.asked,
+        ),
+        (
+            "policy_external_answered",
+            "Decisions the external policy made (a valid action within the deadline)",
+            |s| s.answered,
+        ),
+        (
+            "policy_external_late_replies",
+            "Replies that came after their decision's deadline (ignored)",
+            |s| s.late,
+        ),
+        (
+            "policy_external_connects",
+            "Connections made to the policy process (the first and each reconnect)",
+            |s| s.connects,
+        ),
+    ];
+    for (name, help, field) in counters {
+        counter_family(reg, name, help, items(), field);
+    }
+    counter_family(
+        reg,
+        "policy_external_fallbacks",
+        "Decisions the fallback policy made instead, by reason (timeout, error, malformed, disconnected)",
+        ext.iter().flat_map(|(actor, s)| {
+            FallbackReason::ALL.map(|r| {
+                (
+                    FallbackLabels {
+                        actor: actor.clone(),
+                        problem: s.problem.clone(),
+                        reason: r.label(),
+                    },
+                    s.fallback(r),
+                )
+            })
+        }),
+        |v| *v,
+    );
+    gauge_family(
+        reg,
+        "policy_external_connected",
+        "1 while the decider is connected to its policy process",
+        items(),
+        |s| Some(i64::from(s.connected)),
+    );
+    reg.register(
+        "policy_external_round_trip_seconds",
+        "Round trip of external policy decisions that were answered in time, seconds",
+        RttFamily(items().collect()),
+    );
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -689,6 +830,7 @@ mod tests {
                 ..Default::default()
             }],
             lyreo: Default::default(),
+            external: Default::default(),
             kv_caches: [(
                 "agent-a".to_string(),
                 edgemu_gpu::kv_cache::KvCacheStats {
@@ -786,6 +928,46 @@ mod tests {
             ..snapshot()
         };
         assert!(!encode(&none).contains("agent_kv_cache"));
+    }
+
+    #[test]
+    fn external_policy_counters_and_round_trips_are_exposed_per_decider() {
+        use edgemu_actors::external::book::DecisionBook;
+        let mut b = DecisionBook::new("lyreo");
+        b.set_connected(true);
+        for i in 0..3u64 {
+            let id = b.ask(i * 1_000_000_000);
+            // Round trips of 1, 2 and 3 ms.
+            let _ = b.on_frame(
+                i * 1_000_000_000 + (i + 1) * 1_000_000,
+                &format!(r#"{{"id":{id},"action":[0]}}"#),
+            );
+            b.accept(id);
+        }
+        let id = b.ask(9_000_000_000);
+        b.expire(id);
+        b.unasked(edgemu_actors::external::book::FallbackReason::Disconnected);
+        let s = HostSnapshot {
+            external: [("sched".to_string(), b.snapshot())].into(),
+            ..snapshot()
+        };
+        let text = encode(&s);
+        for line in [
+            r#"edgemu_policy_external_decisions_total{host="alpha",actor="sched",problem="lyreo"} 5"#,
+            r#"edgemu_policy_external_asked_total{host="alpha",actor="sched",problem="lyreo"} 4"#,
+            r#"edgemu_policy_external_answered_total{host="alpha",actor="sched",problem="lyreo"} 3"#,
+            r#"edgemu_policy_external_fallbacks_total{host="alpha",actor="sched",problem="lyreo",reason="timeout"} 1"#,
+            r#"edgemu_policy_external_fallbacks_total{host="alpha",actor="sched",problem="lyreo",reason="disconnected"} 1"#,
+            r#"edgemu_policy_external_fallbacks_total{host="alpha",actor="sched",problem="lyreo",reason="malformed"} 0"#,
+            r#"edgemu_policy_external_connected{host="alpha",actor="sched",problem="lyreo"} 1"#,
+            r#"edgemu_policy_external_round_trip_seconds_count{host="alpha",actor="sched",problem="lyreo"} 3"#,
+            r#"edgemu_policy_external_round_trip_seconds_bucket{host="alpha",le="0.001",actor="sched",problem="lyreo"} 1"#,
+            r#"edgemu_policy_external_round_trip_seconds_bucket{host="alpha",le="0.002",actor="sched",problem="lyreo"} 2"#,
+            r#"edgemu_policy_external_round_trip_seconds_bucket{host="alpha",le="0.005",actor="sched",problem="lyreo"} 3"#,
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(!encode(&snapshot()).contains("policy_external"));
     }
 
     #[test]

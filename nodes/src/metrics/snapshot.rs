@@ -29,6 +29,8 @@ pub struct Sources {
     pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
     /// The agents' context-KV caches, by agent name.
     pub kv_caches: Vec<(String, std::sync::Arc<edgemu_gpu::kv_cache::ContextKvCache>)>,
+    /// The deciders' external-policy counters.
+    pub external: edgemu_actors::external::ExternalLive,
 }
 
 /// The mesh counters of one peer host.
@@ -77,6 +79,8 @@ pub struct HostSnapshot {
     pub lyreo: edgemu_actors::lyreo::live::LiveState,
     /// The agents' context-KV cache counters, by agent (empty without agents).
     pub kv_caches: std::collections::BTreeMap<String, edgemu_gpu::kv_cache::KvCacheStats>,
+    /// External-policy counters, by decider (empty without external policies).
+    pub external: std::collections::BTreeMap<String, edgemu_actors::external::book::ExternalStats>,
 }
 
 impl Sources {
@@ -97,6 +101,7 @@ impl Sources {
         let lyreo = self.lyreo.snapshot();
         HostSnapshot {
             lyreo,
+            external: self.external.snapshot(),
             kv_caches: self
                 .kv_caches
                 .iter()

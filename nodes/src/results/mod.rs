@@ -10,12 +10,15 @@
 //!   <host>/links.csv      per-sample counters of each link direction it owns
 //!   <host>/probes.csv     every probe packet and ping round trip it recorded
 //!   <host>/summary.json   final link counters, flow summaries, router counters
+//!   <host>/external_policies.csv  per decider that used an external policy:
+//!                          decisions, answered, fallbacks by reason, round trips
 //! ```
 //! Files are written as the run goes and flushed every sample period and at
 //! exit (also on Ctrl-C / SIGTERM), so a stopped run keeps what it measured.
 //! In virtual time nothing wall-clock-dependent goes into these files, so the
 //! same file and seed give byte-identical results.
 
+pub mod external;
 pub mod summary;
 mod table;
 mod writers;

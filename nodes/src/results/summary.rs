@@ -28,7 +28,12 @@ pub struct SummaryTable {
 }
 
 impl SummaryTable {
-    fn new(name: &'static str, title: &str, headers: &[&str], rows: Vec<Vec<String>>) -> Self {
+    pub(crate) fn new(
+        name: &'static str,
+        title: &str,
+        headers: &[&str],
+        rows: Vec<Vec<String>>,
+    ) -> Self {
         SummaryTable {
             name,
             title: title.to_string(),
@@ -113,6 +118,10 @@ impl RunTables {
         let handoffs = out.csvs(&hosts, "handoffs.csv");
         if !handoffs.is_empty() {
             out.push(handoff_table(&handoffs));
+        }
+        let external = out.csvs(&hosts, super::external::EXTERNAL_POLICIES);
+        if !external.is_empty() {
+            out.push(super::external::table(&external));
         }
         if !links.is_empty() {
             let (headers, rows) = link_cells(links);
