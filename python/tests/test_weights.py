@@ -90,7 +90,6 @@ def test_evaluate_repair_is_the_env_played_greedily(tmp_path):
     assert u.shape == (3,) and np.all((u > 0) & (u <= 1))
     assert np.array_equal(u, edgemu.evaluate_repair(path, seeds, **opts))
     env = KvRepairEnv(**opts)
-    mean, std = np.zeros(15, np.float32), np.ones(15, np.float32)
     for seed, expected in zip(seeds, u):
         obs, info = env.reset(seed=seed)
         done = False
@@ -99,7 +98,6 @@ def test_evaluate_repair_is_the_env_played_greedily(tmp_path):
             q[~info["action_mask"]] = -np.inf
             obs, _, done, _, info = env.step(int(q.argmax()))
         assert info["recovered_utility"] == expected, seed
-    assert forward(layers, mean, std, obs[None]).shape == (1, 4)
 
 
 def test_evaluate_repair_refuses_a_missing_file(tmp_path):
