@@ -12,6 +12,7 @@ pub mod clock;
 pub mod events;
 pub mod external;
 pub mod handoff;
+pub mod host_load;
 pub mod link_actor;
 pub mod link_overrides;
 pub mod lyreo;

@@ -1029,9 +1029,33 @@ pub struct HostStatus {
     /// `capacity_bytes`. Absent without agents.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub kv_caches: BTreeMap<String, BTreeMap<String, u64>>,
+    /// How loaded the host is (real time only; absent in virtual time and
+    /// before the first second of a run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<HostLoad>,
     /// Set when the host could not be asked; then the counters are empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// How loaded a host is: how late a 10 ms timer on its actor thread fires
+/// (over the last few seconds) and the CPU the process uses. A host whose
+/// timers fall late delays every link, slot and decision it runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HostLoad {
+    /// Lateness of the host's probe timer over the window, ms.
+    pub timer_late_p50_ms: f64,
+    pub timer_late_p99_ms: f64,
+    pub timer_late_max_ms: f64,
+    /// Ticks in the window, and those more than one period late.
+    pub ticks: u64,
+    pub late_ticks: u64,
+    /// The window, s.
+    pub window_s: f64,
+    /// CPU cores the process used over the last second (user + system).
+    pub cpu_cores: f64,
+    /// CPU seconds the process used since it started.
+    pub cpu_s: f64,
 }
 
 /// The result of `status` and `metrics` (and each metrics event).

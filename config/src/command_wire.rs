@@ -191,7 +191,7 @@ impl Serialize for PolicyReply {
 impl Serialize for HostStatus {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let text = s.is_human_readable();
-        let mut st = s.serialize_struct("HostStatus", 8)?;
+        let mut st = s.serialize_struct("HostStatus", 9)?;
         st.serialize_field("host", &self.host)?;
         st.serialize_field("t_ns", &self.t_ns)?;
         st.serialize_field("links", &self.links)?;
@@ -200,6 +200,7 @@ impl Serialize for HostStatus {
         st.serialize_field("control", &self.control)?;
         let caches = &self.kv_caches;
         optional_field(&mut st, text, "kv_caches", caches, caches.is_empty())?;
+        optional_field(&mut st, text, "load", &self.load, self.load.is_none())?;
         optional_field(&mut st, text, "error", &self.error, self.error.is_none())?;
         st.end()
     }
@@ -254,6 +255,7 @@ mod tests {
             mesh: Default::default(),
             control: ControlStatus::default(),
             kv_caches: Default::default(),
+            load: None,
             error: None,
         };
         let v = serde_json::to_value(&h).unwrap();

@@ -305,6 +305,13 @@ fn host_status(kv: bool, error: Option<&str>) -> HostStatus {
         )]),
         control: ControlStatus::default(),
         kv_caches,
+        // A loaded host's figures cross with the rest.
+        load: kv.then_some(edgemu_config::command::HostLoad {
+            timer_late_p99_ms: 1.5,
+            ticks: 500,
+            cpu_cores: 0.75,
+            ..Default::default()
+        }),
         error: error.map(Into::into),
     }
 }
@@ -672,6 +679,7 @@ fn frames_of_the_densest_values_at_the_size_limit_decode() {
         mesh: BTreeMap::new(),
         control: ControlStatus::default(),
         kv_caches: BTreeMap::new(),
+        load: None,
         error: None,
     };
     let frames = vec![

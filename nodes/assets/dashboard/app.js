@@ -389,8 +389,9 @@ async function poll() {
   pushPoint("loss", t, loss);
   drawTopology(s.topology, upState);
   // LYREO servers and schedulers of every host (each host shows its own).
-  const merged = { servers: {}, scheduler: {}, external: {} };
+  const merged = { servers: {}, scheduler: {}, external: {}, load: {} };
   for (const snap of [s].concat(remote.filter((r) => r))) {
+    if (snap.load) merged.load[snap.host] = snap.load;
     Object.assign(merged.servers, snap.servers || {});
     Object.assign(merged.scheduler, snap.scheduler || {});
     Object.assign(merged.external, snap.external || {});
@@ -398,6 +399,7 @@ async function poll() {
   drawServers(merged.servers);
   drawScheduler(merged.scheduler);
   drawExternal(merged.external);
+  drawLoad(merged.load);
   drawHandoffs();
 }
 
@@ -446,6 +448,22 @@ function drawServers(servers) {
       const name = v.down ? el("span", { class: "state down" }, `${n} (down)`) : n;
       return [name, `${v.gpu} / ${v.backend}`, `${fmtBytes(v.occupancy_bytes)} (${pct(v.occupancy_bytes)})`, peak,
         v.running, v.backlog, v.eta.toFixed(4), `${v.high_kv_slots} / ${v.slots}`, `${v.served} / ${v.rejected}`];
+    })));
+}
+
+// Each host's load probe: a host whose timers fall late delays its links,
+// slots and decisions (docs/dashboard.md).
+function drawLoad(load) {
+  const names = Object.keys(load).sort();
+  const body = panelBody("load", names.length > 0);
+  if (!names.length) return;
+  body.replaceChildren(table(
+    ["host", "timer late p50 / p99 / max ms", "ticks > 10 ms late", "CPU cores"],
+    names.map((n) => {
+      const v = load[n];
+      const late = el("span", { class: v.timer_late_p99_ms > 10 ? "state down" : "" },
+        `${v.timer_late_p50_ms.toFixed(2)} / ${v.timer_late_p99_ms.toFixed(2)} / ${v.timer_late_max_ms.toFixed(1)}`);
+      return [n, late, `${v.late_ticks} / ${v.ticks}`, v.cpu_cores.toFixed(2)];
     })));
 }
 

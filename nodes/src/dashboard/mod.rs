@@ -122,6 +122,9 @@ impl Web {
             // External-policy counters by decider (null when none was used;
             // docs/external-policy.md).
             "external": (!s.external.is_empty()).then_some(&s.external),
+            // The host's load probe (null in virtual time and in a run's
+            // first second).
+            "load": s.load,
         })
     }
 }

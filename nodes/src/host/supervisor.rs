@@ -98,6 +98,8 @@ pub struct Supervisor {
     control: Arc<crate::control::ControlCounters>,
     /// The last dashboard / `/metrics` snapshot (see [`crate::metrics`]).
     pub(crate) snapshots: crate::metrics::snapshot::SnapshotCache,
+    /// The host's load probe's figures (real time only).
+    load: edgemu_actors::host_load::HostLoadLive,
 }
 
 impl Supervisor {
@@ -149,6 +151,7 @@ impl Supervisor {
                 .min(3_000_000_000),
             control: Default::default(),
             snapshots: Default::default(),
+            load: Default::default(),
         }
     }
 
@@ -360,6 +363,7 @@ impl Supervisor {
                     .map(|f| f.counters())
                     .unwrap_or_default();
                 let control = self.control.clone();
+                let load = self.load.get();
                 let peers: Vec<(HostId, String)> = peers
                     .into_iter()
                     .map(|p| {
@@ -390,6 +394,7 @@ impl Supervisor {
                                 mesh,
                                 control: control.status(),
                                 kv_caches,
+                                load,
                                 error: None,
                             }],
                         };
@@ -410,6 +415,7 @@ impl Supervisor {
                                         mesh: BTreeMap::new(),
                                         control: Default::default(),
                                         kv_caches: BTreeMap::new(),
+                                        load: None,
                                         error: Some(e),
                                     }),
                                 }
@@ -576,6 +582,7 @@ impl Supervisor {
             lyreo: self.actors.lyreo.clone(),
             kv_caches: self.kv_caches(),
             external: self.actors.external.clone(),
+            load: self.load.get(),
         }
     }
 
@@ -604,6 +611,10 @@ impl Actor for Supervisor {
             }
         });
         self.arm_chaos(ctx);
+        if self.cluster.run.time == edgemu_config::TimeMode::Real {
+            // On this host's actix system: its lateness is the actors'.
+            edgemu_actors::host_load::LoadProbe::new(self.load.clone()).start();
+        }
         let end = self.cluster.run.duration_ns;
         ctx.run_later(self.clock.until(end), |act, ctx| {
             act.finish("duration reached".into(), ctx)

@@ -37,6 +37,10 @@
 //!   the histogram `policy_external_round_trip_seconds` of the replies that
 //!   came in time (docs/external-policy.md).
 //!
+//! - the host's load (real time): `host_timer_lateness_{p50,p99,max}_seconds`
+//!   of a 10 ms probe timer on the host's actor thread over the last 5 s,
+//!   `host_cpu_cores` (over the last second) and `host_cpu_seconds`.
+//!
 //! Values are the cores' own monotonic counters copied at scrape time, so
 //! they are exposed as constant metrics of a registry built per scrape.
 
@@ -321,6 +325,9 @@ pub fn registry(s: &HostSnapshot) -> Registry {
         .map(|(reason, v)| (ReasonLabels { reason }, v)),
         |v| *v,
     );
+    if let Some(l) = &s.load {
+        host_load_families(&mut reg, l);
+    }
     lyreo_families(&mut reg, &s.lyreo);
     kv_cache_families(&mut reg, &s.kv_caches);
     external_families(&mut reg, &s.external);
@@ -560,6 +567,40 @@ struct PolicyLabels {
     scheduler: String,
     policy: String,
     version: String,
+}
+
+/// The host's load probe: timer lateness over its window and CPU.
+fn host_load_families(reg: &mut Registry, l: &edgemu_config::command::HostLoad) {
+    let f64_gauge = |v: f64| {
+        let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        g.set(v);
+        g
+    };
+    reg.register(
+        "host_timer_lateness_p99_seconds",
+        "p99 lateness of the host's 10 ms probe timer over the last 5 s (its actors' timers fall as late)",
+        f64_gauge(l.timer_late_p99_ms / 1e3),
+    );
+    reg.register(
+        "host_timer_lateness_p50_seconds",
+        "Median lateness of the host's probe timer over the last 5 s",
+        f64_gauge(l.timer_late_p50_ms / 1e3),
+    );
+    reg.register(
+        "host_timer_lateness_max_seconds",
+        "Largest lateness of the host's probe timer over the last 5 s",
+        f64_gauge(l.timer_late_max_ms / 1e3),
+    );
+    reg.register(
+        "host_cpu_cores",
+        "CPU cores the host process used over the last second (user + system)",
+        f64_gauge(l.cpu_cores),
+    );
+    reg.register(
+        "host_cpu_seconds",
+        "CPU seconds the host process used since it started",
+        f64_gauge(l.cpu_s),
+    );
 }
 
 fn gauge_f64_family<L>(
@@ -831,6 +872,7 @@ mod tests {
             }],
             lyreo: Default::default(),
             external: Default::default(),
+            load: None,
             kv_caches: [(
                 "agent-a".to_string(),
                 edgemu_gpu::kv_cache::KvCacheStats {
@@ -928,6 +970,34 @@ mod tests {
             ..snapshot()
         };
         assert!(!encode(&none).contains("agent_kv_cache"));
+    }
+
+    #[test]
+    fn the_hosts_load_is_exposed_when_measured() {
+        assert!(!encode(&snapshot()).contains("host_timer_lateness"));
+        let s = HostSnapshot {
+            load: Some(edgemu_config::command::HostLoad {
+                timer_late_p50_ms: 0.25,
+                timer_late_p99_ms: 4.0,
+                timer_late_max_ms: 12.0,
+                ticks: 500,
+                late_ticks: 1,
+                window_s: 5.0,
+                cpu_cores: 1.5,
+                cpu_s: 30.0,
+            }),
+            ..snapshot()
+        };
+        let text = encode(&s);
+        for line in [
+            r#"edgemu_host_timer_lateness_p99_seconds{host="alpha"} 0.004"#,
+            r#"edgemu_host_timer_lateness_p50_seconds{host="alpha"} 0.00025"#,
+            r#"edgemu_host_timer_lateness_max_seconds{host="alpha"} 0.012"#,
+            r#"edgemu_host_cpu_cores{host="alpha"} 1.5"#,
+            r#"edgemu_host_cpu_seconds{host="alpha"} 30.0"#,
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Sources {
     pub kv_caches: Vec<(String, std::sync::Arc<edgemu_gpu::kv_cache::ContextKvCache>)>,
     /// The deciders' external-policy counters.
     pub external: edgemu_actors::external::ExternalLive,
+    /// The host's load probe (real time only).
+    pub load: Option<edgemu_config::command::HostLoad>,
 }
 
 /// The mesh counters of one peer host.
@@ -81,6 +83,8 @@ pub struct HostSnapshot {
     pub kv_caches: std::collections::BTreeMap<String, edgemu_gpu::kv_cache::KvCacheStats>,
     /// External-policy counters, by decider (empty without external policies).
     pub external: std::collections::BTreeMap<String, edgemu_actors::external::book::ExternalStats>,
+    /// How loaded the host is (real time only).
+    pub load: Option<edgemu_config::command::HostLoad>,
 }
 
 impl Sources {
@@ -101,6 +105,7 @@ impl Sources {
         let lyreo = self.lyreo.snapshot();
         HostSnapshot {
             lyreo,
+            load: self.load,
             external: self.external.snapshot(),
             kv_caches: self
                 .kv_caches
