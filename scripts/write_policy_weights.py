@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Write an edgemu policy weights file from Python (numpy + the `safetensors`
-package; no torch needed), in the format documented in policies/README.md.
+"""Write an edgemu policy weights file from Python, in the format documented
+in policies/README.md, with the `edgemu` package's writer (`pip install
+./python`: edgemu's own Rust writer, so the file is what `edgemu train`
+writes; no torch needed).
 
-PyTorch users train however they like and then call `write_weights` with their
-tensors (`module.weight.detach().numpy()`); this script shows the names, shapes,
+PyTorch users train however they like and then call
+`edgemu.weights.write_weights` (or `save_repair_ddqn` for the repair DDQN,
+which also validates the file with edgemu's loader) with their tensors
+(`module.weight.detach().numpy()`); this script shows the names, shapes,
 dtype and metadata a file must have, and writes a seeded random one that
 edgemu loads with the same validation as its own (`policy.swap` refuses
 anything else).
 
-    pip install numpy safetensors
+    pip install ./python
     python3 scripts/write_policy_weights.py --kind repair-ddqn --seed 7 \
         --out ddqn.safetensors --expect ddqn-expect.json
 
@@ -22,7 +26,11 @@ import json
 import sys
 
 import numpy as np
-from safetensors.numpy import save_file
+
+try:
+    from edgemu.weights import write_weights
+except ImportError as e:  # pragma: no cover - a message, not a fallback
+    sys.exit(f"{e}: install the edgemu package first (pip install ./python from the repository)")
 
 # kind -> (net prefix -> (layer sizes, hidden activation)), observation width,
 # metadata version. Mirrors policies/README.md's "Policies" table.
@@ -55,24 +63,6 @@ def linear_init(rng, fan_in, fan_out):
     w = rng.uniform(-bound, bound, size=(fan_out, fan_in)).astype(np.float32)
     b = rng.uniform(-bound, bound, size=(fan_out,)).astype(np.float32)
     return w, b
-
-
-def write_weights(path, kind, tensors, obs_mean, obs_std, notes, version=1):
-    """Writes `tensors` ({name: float32 array}) with edgemu's metadata."""
-    for name, t in tensors.items():
-        if t.dtype != np.float32:
-            raise ValueError(f"{name}: dtype {t.dtype}, edgemu wants float32")
-        if not np.all(np.isfinite(t)):
-            raise ValueError(f"{name}: non-finite values")
-    metadata = {
-        "format": "edgemu-policy",
-        "kind": kind,
-        "version": str(version),
-        "obs_mean": json.dumps([float(v) for v in obs_mean]),
-        "obs_std": json.dumps([float(v) for v in obs_std]),
-        "notes": notes,
-    }
-    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata=metadata)
 
 
 def forward(layers, act, x):

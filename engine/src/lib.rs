@@ -12,12 +12,17 @@
 //!   durations come from a [`Profile`].
 //! - [`profile`]: [`Profile`], prefill rate and decode time against KV
 //!   occupancy, from a file or the LYREO GPU classes.
+//! - [`kv_profile`]: the KV-utility profile file (PriorityFEC's per-layer,
+//!   per-position utilities, measured by `edgemu_gpu::kv_utility`) and
+//!   [`shipped_kv_profiles`], the measured ones compiled in.
 
 pub mod backend;
 pub mod batch;
 pub mod error;
+pub mod kv_profile;
 pub mod ledger;
 pub mod profile;
+pub mod shipped_kv_profiles;
 
 pub use backend::{Backend, BackendStep, DecodeItem, ModeledBackend, ModeledCache, PrefillItem};
 pub use batch::{BatchEngine, BatchMode, EngineConfig, Request, StepOutput};

@@ -55,14 +55,9 @@ impl KvBlock {
     }
 }
 
-/// How missing rows are rebuilt (zero-fill unless said otherwise).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MissingRows {
-    #[default]
-    ZeroFill,
-    Mask,
-}
+/// How missing rows are rebuilt (zero-fill unless said otherwise; the enum
+/// is the profile format's, `edgemu_engine::kv_profile`).
+pub use edgemu_engine::kv_profile::MissingRows;
 
 /// Which (layer, head, token) rows arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -193,7 +193,7 @@ pub fn run_check(
     split_seed: u64,
 ) -> Result<Retention> {
     use edgemu_data::contexts::{build, ContextConfig};
-    use edgemu_gpu::kv_utility::ModelIdentity;
+    use edgemu_gpu::kv_utility::model_identity;
     use edgemu_gpu::model::{load, parse_device};
     use edgemu_tokenizer::resolve_model_path;
     let t0 = std::time::Instant::now();
@@ -203,9 +203,8 @@ pub fn run_check(
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let profile =
-        KvUtilityProfile::load(profile_source, &ModelIdentity::of(&name, lm.model.config()))
-            .with_context(|| format!("loading {}", profile_source.label().display()))?;
+    let profile = KvUtilityProfile::load(profile_source, &model_identity(&name, lm.model.config()))
+        .with_context(|| format!("loading {}", profile_source.label().display()))?;
     let chat = lm
         .chat
         .as_ref()
@@ -261,7 +260,7 @@ pub fn run_check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgemu_gpu::kv_utility::{ModelIdentity, ProfileSettings, PROFILE_FORMAT};
+    use edgemu_gpu::kv_utility::{model_identity, ProfileSettings, PROFILE_FORMAT};
     use edgemu_gpu::model::{load_tiny, parse_device};
 
     #[test]
@@ -270,7 +269,7 @@ mod tests {
         let c = lm.model.config().clone();
         let profile = KvUtilityProfile {
             format: PROFILE_FORMAT.into(),
-            model: ModelIdentity::of("tiny", &c),
+            model: model_identity("tiny", &c),
             settings: ProfileSettings {
                 layer_groups: 1,
                 position_bins: 4,

@@ -1,7 +1,7 @@
-//! Weights written by Python (`scripts/write_policy_weights.py`, numpy and the
-//! `safetensors` package, no torch) load through the same validation as
-//! edgemu's own, and the Rust forward pass gives the outputs numpy computed on
-//! the same fixed inputs. The fixtures were written by the script; CI runs it
+//! Weights written from Python (`scripts/write_policy_weights.py`, numpy and
+//! the `edgemu` package's writer, no torch) load through the same validation
+//! as edgemu's own, and the Rust forward pass gives the outputs numpy computed
+//! on the same fixed inputs. The fixtures were written by the script; CI runs it
 //! again into a temporary folder and points `EDGEMU_PY_WEIGHTS_DIR` there, so
 //! a change to the script or to the format cannot pass unnoticed.
 

@@ -29,7 +29,7 @@ use edgemu_config::{ContextSource, RealModel};
 use edgemu_engine::batch::{BatchEngine, EngineConfig, Request};
 use edgemu_gpu::handoff_quality::{chatml_cue, rebuild, PartialBlock};
 use edgemu_gpu::kv_cache::{ContextKv, ContextKvCache};
-use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
+use edgemu_gpu::kv_utility::{model_identity, KvUtilityProfile, ModelIdentity};
 use edgemu_gpu::model::llama::Llama;
 use edgemu_gpu::model::LoadedModel;
 use edgemu_gpu::{KvDtype, MissingRows, RealBackend};
@@ -123,7 +123,7 @@ impl AgentEngine {
             },
         );
         Ok(AgentEngine {
-            identity: ModelIdentity::of(&name, lm.model.config()),
+            identity: model_identity(&name, lm.model.config()),
             model: lm.model,
             decoder,
             lm_tokenizer: lm.tokenizer,

@@ -63,7 +63,7 @@ use clap::Args;
 use edgemu_assets::Asset;
 use edgemu_data::contexts::{build, ContextConfig};
 use edgemu_gpu::handoff_quality::{chatml_cue, EvalStats};
-use edgemu_gpu::kv_utility::{KvUtilityProfile, ModelIdentity};
+use edgemu_gpu::kv_utility::{model_identity, KvUtilityProfile, ModelIdentity};
 use edgemu_gpu::model::llama::Llama;
 use edgemu_gpu::model::{load, load_tiny, parse_device, LoadedModel, WeightFormat, WeightLayout};
 use edgemu_gpu::shipped_profiles::{parse_profile, read_profile};
@@ -756,7 +756,7 @@ fn workload(a: &PriorityFecArgs, g: &Grid, profile_contexts: usize) -> Result<Wo
     )
     .context("building evaluation contexts")?;
     Ok(Workload {
-        identity: ModelIdentity::of(&name, lm.model.config()),
+        identity: model_identity(&name, lm.model.config()),
         model: lm.model,
         name,
         contexts: sets.evaluation.into_iter().map(|c| c.tokens).collect(),

@@ -136,17 +136,6 @@ fn parse_potential(s: &str) -> Result<PotentialWeights, String> {
     }
 }
 
-/// SmolLM2-135M's shape, which the profile must match.
-fn smollm2_identity() -> ModelIdentity {
-    ModelIdentity {
-        name: "SmolLM2-135M".into(),
-        n_layers: 30,
-        n_kv_heads: 3,
-        head_dim: 64,
-        vocab_size: 49_152,
-    }
-}
-
 /// The configuration `args` describe.
 pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
     let mut cfg = if args.quick {
@@ -198,7 +187,7 @@ pub fn config(args: &TrainRepairArgs) -> Result<TrainConfig> {
         if args.quick {
             bail!("--profile needs the full configuration (SmolLM2's layout), not --quick");
         }
-        let prof = KvUtilityProfile::load(p, &smollm2_identity())
+        let prof = KvUtilityProfile::load(p, &ModelIdentity::smollm2_135m())
             .with_context(|| format!("loading the profile {}", p.label().display()))?;
         let layout = BlockLayout::smollm2(1536).context("SmolLM2 layout")?;
         let utilities: Arc<[f64]> = cell_utilities(&prof.cells, &prof.layer_groups(), &layout)
