@@ -14,7 +14,7 @@
 //! `bytes_per_token` comes from the model config and the KV dtype
 //! (`edgemu_gpu::LlamaConfig::kv_bytes_per_token`) or from a profile (α).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -86,9 +86,9 @@ impl KvLedger {
         KvLedger {
             bytes_per_token,
             capacity_bytes,
-            reserved: HashMap::new(),
+            reserved: HashMap::default(),
             reserved_total: 0,
-            held: HashMap::new(),
+            held: HashMap::default(),
             occupancy: 0,
             peak: 0,
             memory_time: 0.0,
@@ -146,7 +146,14 @@ impl KvLedger {
     /// Sets how many tokens request `id` holds now.
     pub fn set_tokens(&mut self, id: u64, tokens: u64) {
         let b = self.bytes_for(tokens);
-        let old = self.held.insert(id, b).unwrap_or(0);
+        // Every iteration of a running request lands here: update in place.
+        let old = match self.held.get_mut(&id) {
+            Some(v) => std::mem::replace(v, b),
+            None => {
+                self.held.insert(id, b);
+                0
+            }
+        };
         self.occupancy = self.occupancy - old + b;
     }
 

@@ -258,3 +258,26 @@ pub fn synthetic_payload(layout: &BlockLayout, seed: u64) -> Arc<[u8]> {
         })
         .collect()
 }
+
+/// Layouts whose shared payload is kept (the training ranges draw 7).
+const SHARED_PAYLOADS: usize = 8;
+
+/// [`synthetic_payload`] of `layout` with seed 0, built once per layout and
+/// shared. A handoff's outcome does not depend on the bytes it carries (a
+/// repair decodes or not by the rank of its coefficients, and utility counts
+/// whole blocks), so drawn training and environment episodes share one
+/// payload per layout instead of hashing tens of MB for every episode.
+pub fn shared_payload(layout: &BlockLayout) -> Arc<[u8]> {
+    use std::sync::Mutex;
+    static CACHE: Mutex<Vec<(BlockLayout, Arc<[u8]>)>> = Mutex::new(Vec::new());
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, p)) = cache.iter().find(|(l, _)| l == layout) {
+        return Arc::clone(p);
+    }
+    let p = synthetic_payload(layout, 0);
+    if cache.len() == SHARED_PAYLOADS {
+        cache.remove(0);
+    }
+    cache.push((*layout, Arc::clone(&p)));
+    p
+}

@@ -206,6 +206,7 @@ impl RepairStepper {
 mod tests {
     use super::*;
     use edgemu_policies::repair::{FixedRate, RepairScheduler};
+    use std::sync::Arc;
 
     fn opts() -> RepairEnvOptions {
         RepairEnvOptions {
@@ -247,6 +248,32 @@ mod tests {
                 let sum: f64 = steps.iter().map(|s| s.reward).sum();
                 assert!((sum - (whole - f0)).abs() < 1e-9, "seed {seed}: {sum}");
             }
+        }
+    }
+
+    #[test]
+    fn the_shared_payload_gives_the_same_handoff_as_a_seeded_one() {
+        use crate::harness::synthetic_payload;
+        for seed in 0..4 {
+            let ep = RepairStepper::draw(&opts(), seed).unwrap();
+            let spec = scheme("priorityfec").unwrap();
+            let run = |payload| {
+                let mut sc = ep.scenario.clone();
+                sc.payload = payload;
+                run_handoff(
+                    &sc,
+                    spec,
+                    Box::new(DeficitHeuristic),
+                    ep.seed,
+                    RunOptions::default(),
+                )
+                .unwrap()
+                .report
+            };
+            let own = synthetic_payload(&ep.scenario.layout, ep.seed ^ 0xABCD);
+            assert_ne!(own, ep.scenario.payload);
+            let (a, b) = (run(own), run(Arc::clone(&ep.scenario.payload)));
+            assert_eq!(a, b, "seed {seed}");
         }
     }
 

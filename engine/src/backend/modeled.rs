@@ -5,7 +5,7 @@
 //! `profile.step_time(batch, occupancy)`. Tokens are placeholders (0), so
 //! requests run to their known output length. Plain struct, no I/O.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::backend::{Backend, BackendStep, DecodeItem, PrefillItem, SeqId};
 use crate::error::{EngineError, Result};
@@ -28,7 +28,7 @@ impl ModeledBackend {
     pub fn new(profile: Profile) -> Self {
         ModeledBackend {
             profile,
-            seqs: HashMap::new(),
+            seqs: HashMap::default(),
         }
     }
 

@@ -171,6 +171,10 @@ pub struct BatchEngine<B: Backend> {
     waiting: VecDeque<Waiting<B::Cache>>,
     running: Vec<Running>,
     iteration: u64,
+    /// Buffers a step reuses (the decode batch's indices and items), so an
+    /// iteration allocates only what it hands out.
+    scratch_idx: Vec<usize>,
+    scratch_items: Vec<DecodeItem>,
 }
 
 impl<B: Backend> BatchEngine<B> {
@@ -183,6 +187,8 @@ impl<B: Backend> BatchEngine<B> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             iteration: 0,
+            scratch_idx: Vec::new(),
+            scratch_items: Vec::new(),
         }
     }
 
@@ -354,9 +360,22 @@ impl<B: Backend> BatchEngine<B> {
     pub fn step(&mut self, now: u64) -> Result<StepOutput<B::Cache>> {
         let admitted = self.admit();
         // Decode batch: running requests that still generate.
-        let decode_idx: Vec<usize> = (0..self.running.len())
-            .filter(|&i| self.running[i].done_at.is_none())
-            .collect();
+        let mut decode_idx = std::mem::take(&mut self.scratch_idx);
+        decode_idx.clear();
+        decode_idx.extend((0..self.running.len()).filter(|&i| self.running[i].done_at.is_none()));
+        let out = self.step_with(now, admitted, &decode_idx);
+        self.scratch_idx = decode_idx;
+        out
+    }
+
+    /// [`BatchEngine::step`] with the admitted requests and the decode
+    /// batch's indices into `running`.
+    fn step_with(
+        &mut self,
+        now: u64,
+        admitted: Vec<Waiting<B::Cache>>,
+        decode_idx: &[usize],
+    ) -> Result<StepOutput<B::Cache>> {
         let mut out = StepOutput {
             iteration: self.iteration,
             started_at: now,
@@ -364,7 +383,7 @@ impl<B: Backend> BatchEngine<B> {
             prefill_ns: 0,
             decode_ns: 0,
             admitted: admitted.iter().map(|w| w.req.id).collect(),
-            tokens: Vec::new(),
+            tokens: Vec::with_capacity(admitted.len() + decode_idx.len()),
             finished: Vec::new(),
             decode_batch: decode_idx.len(),
             ledger: self.ledger.snapshot(),
@@ -456,16 +475,15 @@ impl<B: Backend> BatchEngine<B> {
 
         // One decode iteration for the requests already running.
         if !decode_idx.is_empty() {
-            let items: Vec<DecodeItem> = decode_idx
-                .iter()
-                .map(|&i| {
-                    let r = &self.running[i];
-                    DecodeItem {
-                        seq: r.req.id,
-                        token: *r.generated.last().unwrap_or(&0),
-                    }
-                })
-                .collect();
+            let mut items = std::mem::take(&mut self.scratch_items);
+            items.clear();
+            items.extend(decode_idx.iter().map(|&i| {
+                let r = &self.running[i];
+                DecodeItem {
+                    seq: r.req.id,
+                    token: *r.generated.last().unwrap_or(&0),
+                }
+            }));
             let occ = self.ledger.occupancy_bytes();
             let step = self
                 .backend
@@ -482,6 +500,8 @@ impl<B: Backend> BatchEngine<B> {
                         )))
                     }
                 });
+            let n_items = items.len();
+            self.scratch_items = items;
             let step = match step {
                 Ok(s) => s,
                 Err(e) => {
@@ -497,7 +517,7 @@ impl<B: Backend> BatchEngine<B> {
                     return Err(EngineError::State(format!(
                         "decode of {} sequences failed (requests {ids:?} were prefilled and \
                          stay admitted): {e}",
-                        items.len()
+                        n_items
                     )));
                 }
             };
@@ -531,6 +551,15 @@ impl<B: Backend> BatchEngine<B> {
 
         // Exit.
         let leave_all = self.running.iter().all(|r| r.done_at.is_some());
+        let any_leaves = match self.config.mode {
+            BatchMode::Continuous => self.running.iter().any(|r| r.done_at.is_some()),
+            BatchMode::Static => leave_all,
+        };
+        if !any_leaves {
+            // Most iterations: nobody leaves, nothing to move.
+            out.ledger = self.ledger.snapshot();
+            return Ok(out);
+        }
         let mut keep = Vec::with_capacity(self.running.len());
         for r in std::mem::take(&mut self.running) {
             let leaves = match self.config.mode {

@@ -39,7 +39,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::blocks::BlockLayout;
 use crate::error::HandoffError;
-use crate::harness::synthetic_payload;
+use crate::harness::shared_payload;
 use crate::scenario::HandoffScenario;
 
 /// Ranges the episodes are drawn from.
@@ -201,7 +201,7 @@ pub fn draw_episode(r: &EpisodeRanges, rng: &mut ChaCha8Rng) -> Result<Episode, 
     let rtt_ns = (uniform(rng, r.rtt_ms) * 1e6) as u64;
     let rho = uniform(rng, r.rho);
     let seed: u64 = rng.random();
-    let payload = synthetic_payload(&layout, seed);
+    let payload = shared_payload(&layout);
     Ok(Episode {
         scenario: HandoffScenario::symmetric(layout, utilities, payload, rate, rtt_ns, loss, rho),
         seed,
