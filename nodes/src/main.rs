@@ -247,6 +247,9 @@ enum BenchCmd {
     Lyreo(experiment::lyreo::LyreoBenchArgs),
     /// PriorityFEC's online computation per 1000 packets and decision latency (paper Table II).
     Handoff(bench::handoff::HandoffBenchArgs),
+    /// LYREO load one host holds in real time (users and modeled servers doubled until its
+    /// timers or decisions fall late), and a large episode's wall time in virtual time.
+    Scale(bench::scale::ScaleArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -330,6 +333,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Fec(a) => bench::fec(&a),
             BenchCmd::Decode(a) => bench::decode::run(&a),
             BenchCmd::Lyreo(a) => experiment::lyreo::bench(&a),
+            BenchCmd::Scale(a) => bench::scale::run(&a),
             BenchCmd::Handoff(a) => bench::handoff::run(&a),
         },
         Command::Experiment(ExperimentCmd::Lyreo(a)) => experiment::lyreo::run(&a),

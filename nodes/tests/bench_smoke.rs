@@ -93,3 +93,35 @@ fn bench_control_quick_swaps_without_losing_a_decision() {
         "{f:?}"
     );
 }
+
+/// `edgemu bench scale` at a tiny load through the library: every request
+/// of the real-time step is answered, the host reported its load, and the
+/// virtual-time episode ran (times are printed, never judged).
+#[test]
+fn bench_scale_at_a_small_load_reports_its_steps() {
+    use edgemu_nodes::bench::scale::{measure, ScaleArgs};
+    let r = measure(
+        &ScaleArgs {
+            json: true,
+            seconds: 5,
+            start_users: 20,
+            max_users: 20,
+            virtual_users: 40,
+            virtual_servers: 8,
+            virtual_slots: 5,
+        },
+        true,
+    )
+    .expect("bench scale runs");
+    assert_eq!(r.steps.len(), 1);
+    let s = &r.steps[0];
+    assert_eq!((s.users, s.servers), (20, 8));
+    assert!(s.requests >= 20, "{s:?}");
+    assert_eq!(s.not_served, 0, "{s:?}");
+    assert!(
+        s.timer_late_p99_ms.is_some(),
+        "the host reported its load: {s:?}"
+    );
+    assert!(s.decision_late_p99_ms.is_some(), "{s:?}");
+    assert_eq!(r.virtual_episode.decisions, 40 * 5);
+}

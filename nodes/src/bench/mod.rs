@@ -11,6 +11,7 @@ pub mod handoff;
 pub mod hostile;
 pub mod link;
 pub mod mesh;
+pub mod scale;
 pub mod virtual_time;
 
 use clap::Args;

@@ -1,0 +1,340 @@
+//! `edgemu bench scale`: how much LYREO load one host holds in real time,
+//! and how long a large episode takes in virtual time.
+//!
+//! **Real time, one host.** Steps of U users and S = U/10 modeled servers
+//! (three GPU classes) under one Least-Loaded scheduler, all on one host
+//! (one actix system, as one `edgemu node` runs them), written with
+//! replicated entries and run through [`crate::run::run_all`] for
+//! `--seconds`. Users start at 1 s and stop 2 s before the end (outputs of
+//! at most 128 tokens, so the servers' work stays bounded). Near the end
+//! the host's own load report is read from `/api/snapshot`: the lateness of
+//! its 10 ms probe timer (p99 over the last 5 s), the scheduler's decision
+//! lateness (p99 over its last 100 slots) and the process's CPU; the
+//! results give the envelopes the router dropped and the requests answered.
+//! A step is *held* when both lateness p99s are ≤ 10 ms, nothing was
+//! dropped and every request that finished in time was served; U doubles
+//! until a step is not held or `--max-users` is reached.
+//!
+//! **Virtual time.** One LYREO episode of the slotted harness with
+//! `--virtual-users` users, `--virtual-servers` servers (Moderate mix,
+//! Least-Loaded) and `--virtual-slots` slots: its wall time and slots/s.
+//!
+//! Timing figures depend on the machine and what else runs on it: they are
+//! printed, never judged by a test.
+
+use super::common::{free_ports, http_get, print_json, ScratchDir};
+use crate::results::render;
+use anyhow::{Context as _, Result};
+use edgemu_config::Cluster;
+use edgemu_policies::lyreo::PolicySpec;
+use edgemu_serving::{run_episode, Scenario};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Lateness (ms) above which a step is not held.
+pub const LATE_MS: f64 = 10.0;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ScaleArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds of each real-time step.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Users of the first real-time step (doubled each step).
+    #[arg(long, default_value_t = 250)]
+    pub start_users: usize,
+    /// Stop raising the load at this many users.
+    #[arg(long, default_value_t = 4000)]
+    pub max_users: usize,
+    /// The virtual-time episode's users, servers and slots.
+    #[arg(long, default_value_t = 10_000)]
+    pub virtual_users: usize,
+    #[arg(long, default_value_t = 200)]
+    pub virtual_servers: usize,
+    #[arg(long, default_value_t = 800)]
+    pub virtual_slots: u64,
+}
+
+/// One real-time step's figures.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Step {
+    pub users: usize,
+    pub servers: usize,
+    pub timer_late_p99_ms: Option<f64>,
+    pub decision_late_p99_ms: Option<f64>,
+    pub cpu_cores: Option<f64>,
+    pub requests: usize,
+    pub served: usize,
+    /// Requests answered otherwise (rejected, failed); those still decoding
+    /// when the run stopped are not counted.
+    pub not_served: usize,
+    pub router_dropped: u64,
+    pub held: bool,
+}
+
+/// The cluster file of one step.
+fn step_toml(users: usize, servers: usize, seconds: u64, ports: [u16; 2], results: &str) -> String {
+    let per_class = servers.div_ceil(3);
+    let classes = [
+        ("rtx3080", per_class),
+        ("rtx3090", per_class),
+        ("rtx4090", servers - 2 * per_class),
+    ];
+    let mut t = format!(
+        "[run]\nname = \"bench-scale\"\nduration = \"{seconds}s\"\nseed = 1\ntime = \"real\"\n\
+         results = \"{results}\"\n\n[[hosts]]\nname = \"host\"\nlisten = \"127.0.0.1:{}\"\n\
+         control = \"127.0.0.1:{}\"\n\n[[actors]]\nname = \"sched\"\nhost = \"host\"\n\
+         kind = \"scheduler\"\npolicy = \"least-loaded\"\nservers = [{}]\n",
+        ports[0],
+        ports[1],
+        classes
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(c, n)| format!("\"{c}-{{0..{}}}\"", n - 1))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for (class, n) in classes.iter().filter(|(_, n)| *n > 0) {
+        t += &format!(
+            "\n[[actors]]\nname = \"{class}-{{i}}\"\ncount = {n}\nhost = \"host\"\n\
+             kind = \"server\"\ngpu = \"{class}\"\n"
+        );
+    }
+    t += &format!(
+        "\n[[actors]]\nname = \"user-{{i}}\"\ncount = {users}\nhost = \"host\"\nkind = \"user\"\n\
+         scheduler = \"sched\"\nmax_output = 128\nstart = \"1s\"\nstop = \"{}s\"\n",
+        seconds.saturating_sub(2).max(2)
+    );
+    t
+}
+
+/// Runs one real-time step.
+fn run_step(users: usize, seconds: u64) -> Result<Step> {
+    let servers = (users / 10).max(8);
+    let dir = ScratchDir::new("scale")?;
+    let ports = free_ports()?;
+    let results = dir.path().join("results");
+    let text = step_toml(
+        users,
+        servers,
+        seconds,
+        ports,
+        &results.display().to_string(),
+    );
+    let path = dir.path().join("cluster.toml");
+    std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    let cluster = Cluster::from_str(&text, &path)
+        .map_err(|e| anyhow::anyhow!("generated cluster file: {e}"))?;
+    // The host's own report, read near the end (its windows cover the
+    // last seconds of load).
+    let control = ports[1];
+    let probe = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(seconds * 1000 - 1500));
+        http_get(control, "/api/snapshot", "application/json")
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+    });
+    let out = crate::run::run_all(Arc::new(cluster), Some("bench".into()), false)?;
+    let snap = probe.join().ok().flatten();
+    let f = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_f64);
+    let load = snap.as_ref().and_then(|s| s.get("load"));
+    let sched = snap
+        .as_ref()
+        .and_then(|s| s.get("scheduler"))
+        .and_then(|s| s.get("sched"));
+    let router_dropped = out
+        .hosts
+        .iter()
+        .map(|h| {
+            let r = &h.router;
+            r.dropped_queue_full
+                + r.dropped_peer_down
+                + r.dropped_partition
+                + r.dropped_unknown
+                + r.dropped_bad_route
+                + r.dropped_inbound_full
+        })
+        .sum();
+    let reqs = std::fs::read_to_string(out.dir.join("host").join("requests.csv"))
+        .context("reading the step's requests.csv")?;
+    let outcomes: Vec<&str> = reqs
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(8))
+        .collect();
+    let served = outcomes.iter().filter(|o| **o == "served").count();
+    let not_served = outcomes
+        .iter()
+        .filter(|o| **o != "served" && **o != "unanswered")
+        .count();
+    let timer = f(load.and_then(|l| l.get("timer_late_p99_ms")));
+    let decision = f(sched.and_then(|s| s.get("decision_late_p99_ms")));
+    let held = timer.is_some_and(|t| t <= LATE_MS)
+        && decision.is_some_and(|d| d <= LATE_MS)
+        && router_dropped == 0
+        && not_served == 0;
+    Ok(Step {
+        users,
+        servers,
+        timer_late_p99_ms: timer,
+        decision_late_p99_ms: decision,
+        cpu_cores: f(load.and_then(|l| l.get("cpu_cores"))),
+        requests: outcomes.len(),
+        served,
+        not_served,
+        router_dropped,
+        held,
+    })
+}
+
+/// The virtual-time episode's figures.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VirtualEpisode {
+    pub users: usize,
+    pub servers: usize,
+    pub slots: u64,
+    pub wall_s: f64,
+    pub slots_per_s: f64,
+    pub decisions: u64,
+}
+
+/// Everything `bench scale` measures.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScaleReport {
+    pub late_ms_limit: f64,
+    pub steps: Vec<Step>,
+    /// The largest step held.
+    pub largest_held: Option<Step>,
+    #[serde(rename = "virtual")]
+    pub virtual_episode: VirtualEpisode,
+}
+
+/// Runs the steps and the virtual-time episode (progress on stderr unless
+/// `quiet`).
+pub fn measure(a: &ScaleArgs, quiet: bool) -> Result<ScaleReport> {
+    let mut steps = Vec::new();
+    let mut users = a.start_users.max(1);
+    loop {
+        if !quiet {
+            eprintln!(
+                "bench scale: {users} users, {} servers, {} s ...",
+                (users / 10).max(8),
+                a.seconds
+            );
+        }
+        let s = run_step(users, a.seconds.max(5))?;
+        let held = s.held;
+        steps.push(s);
+        if !held || users * 2 > a.max_users {
+            break;
+        }
+        users *= 2;
+    }
+    let largest_held = steps.iter().rfind(|s| s.held).cloned();
+    let mut sc = Scenario::paper_default(1);
+    sc.users = a.virtual_users;
+    sc.servers = a.virtual_servers;
+    sc.slots = a.virtual_slots;
+    let spec = PolicySpec::parse("least-loaded")?;
+    if !quiet {
+        eprintln!(
+            "bench scale: virtual time, U={} S={} T={} ...",
+            sc.users, sc.servers, sc.slots
+        );
+    }
+    let t0 = Instant::now();
+    let o = run_episode(&sc, &spec).context("the virtual-time episode")?;
+    let wall = t0.elapsed().as_secs_f64();
+    Ok(ScaleReport {
+        late_ms_limit: LATE_MS,
+        steps,
+        largest_held,
+        virtual_episode: VirtualEpisode {
+            users: sc.users,
+            servers: sc.servers,
+            slots: sc.slots,
+            wall_s: wall,
+            slots_per_s: sc.slots as f64 / wall,
+            decisions: o.summary.decisions,
+        },
+    })
+}
+
+pub fn run(a: &ScaleArgs) -> Result<()> {
+    let r = measure(a, a.json)?;
+    if a.json {
+        return print_json(&serde_json::to_value(&r)?);
+    }
+    let (steps, largest) = (&r.steps, &r.largest_held);
+    let ve = &r.virtual_episode;
+    let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
+    let rows: Vec<Vec<String>> = steps
+        .iter()
+        .map(|s| {
+            vec![
+                s.users.to_string(),
+                s.servers.to_string(),
+                opt(s.timer_late_p99_ms),
+                opt(s.decision_late_p99_ms),
+                opt(s.cpu_cores),
+                s.requests.to_string(),
+                s.served.to_string(),
+                s.not_served.to_string(),
+                s.router_dropped.to_string(),
+                if s.held { "yes" } else { "no" }.into(),
+            ]
+        })
+        .collect();
+    println!(
+        "bench scale: one host in real time, {} s per step (held: timer and decision lateness p99 <= {LATE_MS} ms, nothing dropped or refused)",
+        a.seconds
+    );
+    print!(
+        "{}",
+        render(
+            &[
+                "users",
+                "servers",
+                "timer p99 ms",
+                "decision p99 ms",
+                "CPU cores",
+                "requests",
+                "served",
+                "not served",
+                "dropped",
+                "held",
+            ],
+            &rows
+        )
+    );
+    match largest {
+        Some(s) => println!(
+            "largest load held: {} users + {} modeled servers",
+            s.users, s.servers
+        ),
+        None => println!("largest load held: none of the steps"),
+    }
+    println!(
+        "virtual time: U={} S={} T={} LYREO episode (least-loaded): {:.1} s wall, {:.1} slots/s",
+        ve.users, ve.servers, ve.slots, ve.wall_s, ve.slots_per_s
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn a_steps_file_is_valid_and_holds_its_users_and_servers() {
+        let text = step_toml(1000, 100, 10, [17_001, 17_002], "/tmp/r");
+        let c = Cluster::from_str(&text, Path::new("s.toml")).unwrap();
+        let n = |k: &str| c.actors.iter().filter(|a| a.kind.kind_name() == k).count();
+        assert_eq!((n("user"), n("server"), n("scheduler")), (1000, 100, 1));
+        let text = step_toml(80, 8, 10, [17_001, 17_002], "/tmp/r");
+        let c = Cluster::from_str(&text, Path::new("s.toml")).unwrap();
+        assert_eq!(c.actors.len(), 80 + 8 + 1);
+    }
+}
