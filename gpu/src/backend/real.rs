@@ -76,7 +76,7 @@ impl RealBackend {
         let v = self.model.config().vocab_size as u64;
         let lo = v.min(100);
         (0..len as u64)
-            .map(|i| (lo + (seq.wrapping_mul(7919) + i * 31) % (v - lo).max(1)) as u32)
+            .map(|i| (lo + seq.wrapping_mul(7919).wrapping_add(i * 31) % (v - lo).max(1)) as u32)
             .collect()
     }
     /// Returns caches taken out of the table for a step that did not run.
