@@ -89,25 +89,40 @@ impl InboundGate {
 
     /// True if one more envelope may be queued (and counts it); false drops it.
     pub fn admit(&self) -> bool {
+        self.admit_many(1) == 1
+    }
+
+    /// Admits as many of `n` envelopes as there is room for (counting
+    /// them) and returns how many; the rest are counted as dropped.
+    pub fn admit_many(&self, n: usize) -> usize {
         use std::sync::atomic::Ordering;
-        let ok = self
+        let mut admitted = 0;
+        let _ = self
             .pending
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.limit).then_some(n + 1)
-            })
-            .is_ok();
-        if !ok {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                admitted = n.min(self.limit.saturating_sub(p));
+                (admitted > 0).then_some(p + admitted)
+            });
+        if admitted < n {
+            self.dropped
+                .fetch_add((n - admitted) as u64, Ordering::Relaxed);
         }
-        ok
+        admitted
     }
 
     /// One admitted envelope was handled.
     pub fn done(&self) {
+        self.done_many(1);
+    }
+
+    /// `n` admitted envelopes were handled.
+    pub fn done_many(&self, n: usize) {
         use std::sync::atomic::Ordering;
         let _ = self
             .pending
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                Some(p.saturating_sub(n))
+            });
     }
 
     pub fn dropped(&self) -> u64 {
@@ -120,6 +135,13 @@ impl InboundGate {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Inbound(pub Envelope, pub HostId);
+
+/// The envelopes of one mesh frame from a peer host, admitted by the
+/// router's [`InboundGate`] as a batch: one mailbox message per frame
+/// instead of one per envelope keeps a saturated session's receiver cheap.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct InboundBatch(pub Vec<Envelope>, pub HostId);
 
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -332,8 +354,25 @@ impl Handler<Inbound> for Router {
     type Result = ();
     fn handle(&mut self, msg: Inbound, _: &mut Context<Self>) {
         self.inbound.done();
-        self.counters.received_remote += 1;
         let Inbound(env, from) = msg;
+        self.receive_remote(env, from);
+    }
+}
+
+impl Handler<InboundBatch> for Router {
+    type Result = ();
+    fn handle(&mut self, msg: InboundBatch, _: &mut Context<Self>) {
+        let InboundBatch(envs, from) = msg;
+        self.inbound.done_many(envs.len());
+        for env in envs {
+            self.receive_remote(env, from);
+        }
+    }
+}
+
+impl Router {
+    fn receive_remote(&mut self, env: Envelope, from: HostId) {
+        self.counters.received_remote += 1;
         // A peer only forwards what already crossed its link (links live on
         // the sending host), and only from actors on that peer: an envelope
         // with `via` set, or whose source lives elsewhere, would use this
@@ -454,5 +493,26 @@ impl Handler<GetRouterCounters> for Router {
         let mut c = self.counters.clone();
         c.dropped_inbound_full = self.inbound.dropped();
         MessageResult(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InboundGate;
+
+    #[test]
+    fn the_gate_admits_a_batch_up_to_its_room_and_counts_the_rest() {
+        let gate = InboundGate::new(10);
+        assert_eq!(gate.admit_many(4), 4);
+        assert_eq!(gate.admit_many(8), 6, "room for 6 of 8");
+        assert_eq!(gate.dropped(), 2);
+        assert!(!gate.admit(), "full");
+        assert_eq!(gate.dropped(), 3);
+        gate.done_many(5);
+        assert_eq!(gate.admit_many(0), 0);
+        assert_eq!(gate.admit_many(7), 5);
+        assert_eq!(gate.dropped(), 5);
+        gate.done_many(100);
+        assert!(gate.admit(), "done never goes below zero");
     }
 }

@@ -229,7 +229,7 @@ enum BenchCmd {
     /// Link accuracy over loopback websockets: 1, 10, 100, 1000 Mb/s at 20 ms RTT with GE loss.
     Link(bench::BenchArgs),
     /// Envelopes/s and bytes/s through one websocket vs raw TCP.
-    Mesh(bench::BenchArgs),
+    Mesh(bench::mesh::MeshArgs),
     /// Data-path release jitter with and without a hostile control client.
     Hostile(bench::BenchArgs),
     /// Link goodput and jitter with and without a dashboard and a 1 s Prometheus scrape.

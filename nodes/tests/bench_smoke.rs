@@ -125,3 +125,33 @@ fn bench_scale_at_a_small_load_reports_its_steps() {
     assert!(s.decision_late_p99_ms.is_some(), "{s:?}");
     assert_eq!(r.virtual_episode.decisions, 40 * 5);
 }
+
+/// `edgemu bench mesh --quick --rounds 2` through the library: envelopes
+/// cross the real mesh in both sizes, TCP is measured beside it, each
+/// round gives its ratio, and no saturated session went down.
+#[test]
+fn bench_mesh_quick_moves_envelopes_and_keeps_the_session_up() {
+    use edgemu_nodes::bench::mesh::{report, MeshArgs};
+    let v = report(&MeshArgs {
+        common: BenchArgs {
+            json: true,
+            quick: true,
+            in_process_only: true,
+        },
+        rounds: 2,
+    })
+    .expect("bench mesh runs");
+    let num = |k: &str| -> f64 {
+        v.get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or_else(|| panic!("key {k} missing or not a number in {v}"))
+    };
+    assert!(num("envelopes_per_s_64") > 0.0, "{v}");
+    assert!(num("envelopes_per_s_1400") > 0.0, "{v}");
+    assert!(num("tcp_mbps_1400") > 0.0, "{v}");
+    assert!(num("ratio_1400") > 0.0, "{v}");
+    assert_eq!(num("rounds"), 2.0, "{v}");
+    assert_eq!(num("sessions_down"), 0.0, "{v}");
+    let ratios = v["ratios_1400"].as_array().expect("ratios_1400");
+    assert_eq!(ratios.len(), 2, "{v}");
+}

@@ -342,3 +342,16 @@ pub fn run_case_processes(name: &str, case: &LinkCase) -> Result<ProcessOutcome>
         loss_expected: link["loss_expected"].as_f64().unwrap_or(f64::NAN),
     })
 }
+
+/// A progress bar for a bench's rounds, on stderr (indicatif draws
+/// nothing when stderr is not a terminal).
+pub(super) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{msg} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+    {
+        b.set_style(style);
+    }
+    b.set_message(what.to_string());
+    b
+}

@@ -35,7 +35,7 @@ use anyhow::{Context as _, Result};
 use edgemu_actors::clock::{unix_now_ns, Clock, PreciseTimer, Timer};
 use edgemu_actors::events::EventLog;
 use edgemu_actors::messages::PeerStatus;
-use edgemu_actors::router::{Inbound, PeerSendError, PeerSender, Router, SetPeer};
+use edgemu_actors::router::{Inbound, InboundBatch, PeerSendError, PeerSender, Router, SetPeer};
 use edgemu_codec::ids::HostId;
 use edgemu_config::{Cluster, TimeMode};
 use edgemu_protocol::Envelope;
@@ -198,7 +198,7 @@ pub async fn run_host_real(
     .start();
     targets.set(
         (
-            actors.router.clone().recipient::<Inbound>(),
+            actors.router.clone().recipient::<InboundBatch>(),
             actors.inbound.clone(),
         ),
         sup.clone().recipient(),

@@ -6,7 +6,7 @@ use super::MeshContext;
 use crate::host::supervisor::Control;
 use actix::prelude::*;
 use edgemu_actors::messages::PeerStatus;
-use edgemu_actors::router::{Inbound, InboundGate, PeerSendError, PeerSender};
+use edgemu_actors::router::{InboundBatch, InboundGate, PeerSendError, PeerSender};
 use edgemu_codec::ids::HostId;
 use edgemu_codec::wire::{Handshake, HandshakeOutcome};
 use edgemu_config::command::Command;
@@ -41,7 +41,7 @@ pub struct MeshTargets {
 
 #[derive(Default)]
 struct TargetsInner {
-    router: Option<(Recipient<Inbound>, Arc<InboundGate>)>,
+    router: Option<(Recipient<InboundBatch>, Arc<InboundGate>)>,
     supervisor: Option<Recipient<Control>>,
     status: Vec<Recipient<PeerStatus>>,
     rtt: Option<Recipient<BaseRtt>>,
@@ -54,7 +54,7 @@ struct TargetsInner {
 impl MeshTargets {
     pub fn set(
         &self,
-        router: (Recipient<Inbound>, Arc<InboundGate>),
+        router: (Recipient<InboundBatch>, Arc<InboundGate>),
         supervisor: Recipient<Control>,
         status: Vec<Recipient<PeerStatus>>,
         rtt: Recipient<BaseRtt>,
@@ -69,7 +69,7 @@ impl MeshTargets {
             t.rtt = Some(rtt);
         }
     }
-    pub(crate) fn router(&self) -> Option<(Recipient<Inbound>, Arc<InboundGate>)> {
+    pub(crate) fn router(&self) -> Option<(Recipient<InboundBatch>, Arc<InboundGate>)> {
         self.inner.lock().ok().and_then(|t| t.router.clone())
     }
     pub(crate) fn supervisor(&self) -> Option<Recipient<Control>> {

@@ -3,7 +3,7 @@
 use super::peer::PeerShared;
 use super::{MeshContext, HEARTBEAT, PEER_TIMEOUT};
 use crate::host::supervisor::Control;
-use edgemu_actors::router::Inbound;
+use edgemu_actors::router::InboundBatch;
 use edgemu_codec::wire::{BulkBytes, Heartbeat, MAX_FRAME_BYTES};
 use edgemu_config::command::Command;
 use edgemu_config::ControlError;
@@ -98,13 +98,15 @@ async fn read_loop(
             }
         };
         match frame {
-            Frame::Envelopes(envs) => {
+            Frame::Envelopes(mut envs) => {
                 if let Some((router, gate)) = ctx.targets.router() {
-                    for e in envs {
-                        // Drops (counted by the gate) when the router is far behind.
-                        if gate.admit() {
-                            router.do_send(Inbound(e, peer.id));
-                        }
+                    // The frame goes to the router as one message. When the
+                    // router is far behind, the envelopes past the gate's
+                    // room are dropped (counted by the gate).
+                    let admitted = gate.admit_many(envs.len());
+                    envs.truncate(admitted);
+                    if !envs.is_empty() {
+                        router.do_send(InboundBatch(envs, peer.id));
                     }
                 }
             }
