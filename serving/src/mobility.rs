@@ -19,7 +19,12 @@ pub struct Position {
 
 impl Position {
     pub fn distance(&self, o: &Position) -> f64 {
-        ((self.x - o.x).powi(2) + (self.y - o.y).powi(2)).sqrt()
+        self.distance_squared(o).sqrt()
+    }
+
+    /// The squared distance, m² (what the path-loss power law needs).
+    pub fn distance_squared(&self, o: &Position) -> f64 {
+        (self.x - o.x).powi(2) + (self.y - o.y).powi(2)
     }
 }
 

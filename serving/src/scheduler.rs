@@ -45,6 +45,11 @@ use edgemu_policies::lyreo::{
 use crate::availability::{Availability, AvailabilityChange};
 use crate::mobility::Position;
 use crate::radio;
+use rayon::prelude::*;
+
+/// Request × server pairs from which a slot's solo rates are computed in
+/// parallel (below, spreading the work costs more than it saves).
+const PARALLEL_RATES: usize = 1 << 15;
 
 /// A server as its scheduler knows it: where it is and what it can do
 /// (its class figures and bandwidth `B_s`; the load part is overwritten by
@@ -271,26 +276,36 @@ impl SchedulerCore {
                 site.obs.load = *load;
             }
         }
+        let sites = &self.sites;
+        let request_obs = |q: &SlotRequest| RequestObs {
+            id: q.id,
+            user: q.user,
+            input_len: q.input_len,
+            output_len: q.output_len,
+            solo_rate_bps: sites
+                .iter()
+                .map(|s| {
+                    let d2 = q.position.distance_squared(&s.position);
+                    radio::solo_rate_bps(s.obs.bandwidth_hz, q.power_w, d2)
+                })
+                .collect(),
+        };
+        // R×S rates are most of a large slot's decision; they are independent,
+        // so a large slot computes them on every core (in request order: the
+        // observation is the same as computed on one).
+        let requests_obs: Vec<RequestObs> = if requests.len() * sites.len() >= PARALLEL_RATES {
+            requests
+                .par_iter()
+                .with_min_len(64)
+                .map(request_obs)
+                .collect()
+        } else {
+            requests.iter().map(request_obs).collect()
+        };
         let obs = SlotObservation {
             slot,
             slot_s: self.slot_s,
-            requests: requests
-                .iter()
-                .map(|q| RequestObs {
-                    id: q.id,
-                    user: q.user,
-                    input_len: q.input_len,
-                    output_len: q.output_len,
-                    solo_rate_bps: self
-                        .sites
-                        .iter()
-                        .map(|s| {
-                            let h = radio::channel_gain(q.position.distance(&s.position));
-                            radio::shannon_rate_bps(s.obs.bandwidth_hz, 1, q.power_w, h)
-                        })
-                        .collect(),
-                })
-                .collect(),
+            requests: requests_obs,
             servers: self.sites.iter().map(|s| s.obs.clone()).collect(),
             z: self.queues.z().to_vec(),
             epsilon: self.epsilon,

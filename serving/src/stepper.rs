@@ -30,8 +30,9 @@ use crate::harness::{summarize, Scenario, ServerSlotRow};
 use crate::mobility::UserMotion;
 use crate::radio;
 use crate::scheduler::{SchedulerCore, SchedulerSettings, ServerSite, SlotRequest};
-use crate::server::{Assigned, RequestRecord, ServerSlotCore};
+use crate::server::{Assigned, RequestRecord, ServerReport, ServerSlotCore};
 use crate::{EpisodeOutcome, ServingError, NS_PER_S};
+use rayon::prelude::*;
 
 /// Weight `ϱ` of the high-KV and rejection count in the reward (the
 /// trainer's default).
@@ -258,12 +259,23 @@ impl SlotStepper {
             });
         }
         let end = start + sc.slot_ns;
+        let slot_ns = sc.slot_ns;
+        // The servers' slots are independent: they run on every core, and
+        // their records join in server order, as if run one after another.
+        let served: Vec<Result<(Vec<RequestRecord>, ServerReport), ServingError>> = self
+            .servers
+            .par_iter_mut()
+            .zip(self.per_server.par_iter_mut())
+            .map(|(server, assigned)| {
+                let mut records = server.assign(std::mem::take(assigned));
+                server.advance(end, &mut records)?;
+                Ok((records, server.end_slot(t, slot_ns)))
+            })
+            .collect();
         let mut reports = Vec::with_capacity(sc.servers);
-        for (s, server) in self.servers.iter_mut().enumerate() {
-            self.records
-                .extend(server.assign(std::mem::take(&mut self.per_server[s])));
-            server.advance(end, &mut self.records)?;
-            let r = server.end_slot(t, sc.slot_ns);
+        for (s, served) in served.into_iter().enumerate() {
+            let (records, r) = served?;
+            self.records.extend(records);
             self.sched
                 .report(s, t, r.load, None, end)
                 .map_err(|e| ServingError::Report {
@@ -297,8 +309,17 @@ impl SlotStepper {
         self.t += 1;
         if self.t == sc.slots {
             // Drain: unfinished requests run to completion, credited now.
-            for server in self.servers.iter_mut() {
-                server.advance(u64::MAX, &mut self.records)?;
+            let drained: Vec<Result<Vec<RequestRecord>, ServingError>> = self
+                .servers
+                .par_iter_mut()
+                .map(|server| {
+                    let mut records = Vec::new();
+                    server.advance(u64::MAX, &mut records)?;
+                    Ok(records)
+                })
+                .collect();
+            for records in drained {
+                self.records.extend(records?);
             }
             self.done = true;
         }

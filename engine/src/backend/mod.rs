@@ -55,6 +55,12 @@ pub trait Backend {
     /// End-of-sequence token, if the backend produces real tokens.
     fn eos_token(&self) -> Option<u32>;
 
+    /// Whether the tokens are real (kept for the caller) rather than
+    /// placeholders the engine only needs to count.
+    fn produces_tokens(&self) -> bool {
+        true
+    }
+
     /// Prefills new sequences together; returns each one's first output token.
     /// A sequence that was given a cache ([`Backend::adopt`]) only runs the prompt
     /// tokens after the cached ones.

@@ -49,6 +49,10 @@ impl Backend for ModeledBackend {
         None
     }
 
+    fn produces_tokens(&self) -> bool {
+        false
+    }
+
     fn prefill(&mut self, items: &[PrefillItem<'_>]) -> Result<BackendStep> {
         let mut new_tokens = 0;
         for it in items {

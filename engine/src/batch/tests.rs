@@ -320,3 +320,34 @@ fn submit_records_its_own_time_after_an_idle_spell() {
     assert_eq!(f.admitted_at, t + 7);
     assert_eq!(f.first_token_at, t + 7 + 100_000_000);
 }
+
+#[test]
+fn an_id_is_refused_while_held_and_free_again_once_it_left() {
+    let mut e = modeled(1_000_000, BatchMode::Continuous);
+    e.submit(Request::with_lengths(1, 10, 2), 0).unwrap();
+    let err = e.submit(Request::with_lengths(1, 5, 1), 0).unwrap_err();
+    assert!(err.to_string().contains("already in use"), "waiting: {err}");
+    e.step(0).unwrap();
+    assert_eq!(e.running_len(), 1);
+    assert!(
+        e.submit(Request::with_lengths(1, 5, 1), 0).is_err(),
+        "running"
+    );
+    let outs = e.run_to_idle(1).unwrap();
+    assert_eq!(
+        outs.last().unwrap().finished[0].tokens,
+        vec![0, 0],
+        "placeholders"
+    );
+    e.submit(Request::with_lengths(1, 5, 1), 9).unwrap();
+    assert!(e.abort(1));
+    e.submit(Request::with_lengths(1, 5, 1), 9).unwrap();
+    // A failed prefill drops its requests: their ids are free too.
+    let mut f = faulty();
+    f.backend_mut().short_prefill = true;
+    f.submit(Request::with_lengths(1, 10, 5), 0).unwrap();
+    f.submit(Request::with_lengths(2, 10, 5), 0).unwrap();
+    assert!(f.step(0).is_err());
+    f.backend_mut().short_prefill = false;
+    f.submit(Request::with_lengths(1, 10, 5), 0).unwrap();
+}
