@@ -16,6 +16,8 @@
 
 mod peer;
 mod session;
+mod socket;
+mod upgrade;
 
 pub use peer::{BaseRtt, MeshTargets};
 

@@ -1,7 +1,9 @@
 //! One peer: its shared state, the task that keeps a session to it alive,
 //! and the accept loop that hands dialed-in sessions to their peer task.
 
-use super::session::{run_session, Ws};
+use super::session::run_session;
+use super::socket::MeshSocket;
+use super::upgrade;
 use super::MeshContext;
 use crate::host::supervisor::Control;
 use actix::prelude::*;
@@ -11,18 +13,14 @@ use edgemu_codec::ids::HostId;
 use edgemu_codec::wire::{Handshake, HandshakeOutcome};
 use edgemu_config::command::Command;
 use edgemu_config::{ControlError, PeerAddr};
-use edgemu_protocol::{
-    decode_frame, encode_frame, Envelope, ForwardedCommand, ForwardedReply, Frame,
-};
-use futures_util::{SinkExt, StreamExt};
+use edgemu_protocol::{decode_frame, Envelope, ForwardedCommand, ForwardedReply, Frame};
+use fastwebsockets::Role;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
 
 /// The base round trip to a peer, measured by heartbeats.
 #[derive(actix::Message, Debug, Clone, Copy)]
@@ -227,35 +225,24 @@ impl PeerSender for QueueSender {
     }
 }
 
-pub(crate) fn ws_config() -> WebSocketConfig {
-    WebSocketConfig::default()
-        .max_message_size(Some(edgemu_codec::wire::MAX_FRAME_BYTES + 1024))
-        .max_frame_size(Some(edgemu_codec::wire::MAX_FRAME_BYTES + 1024))
-}
-
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs the handshake on a fresh websocket; returns the outcome and the
 /// time it took (about one round trip: a first base-RTT estimate).
 pub(crate) async fn handshake(
-    ws: &mut Ws,
+    ws: &mut MeshSocket,
     ctx: &MeshContext,
     expected: Option<String>,
 ) -> anyhow::Result<(HandshakeOutcome, Duration)> {
     let mut hs = Handshake::new(ctx.hello(), ctx.token.clone(), expected);
     let t0 = Instant::now();
-    ws.send(Message::binary(encode_frame(&hs.hello_frame())?))
-        .await?;
     let fut = async {
-        while let Some(msg) = ws.next().await {
-            let msg = msg?;
-            if !msg.is_binary() {
-                continue;
-            }
-            let frame = decode_frame(&msg.into_data())?;
+        ws.send(&hs.hello_frame()).await?;
+        while let Some(bytes) = ws.recv().await? {
+            let frame = decode_frame(&bytes)?;
             let (reply, done) = hs.on_frame(frame)?;
             if let Some(r) = reply {
-                ws.send(Message::binary(encode_frame(&r)?)).await?;
+                ws.send(&r).await?;
             }
             if let Some(outcome) = done {
                 return Ok(outcome);
@@ -273,7 +260,7 @@ pub(crate) async fn handshake(
 pub(crate) async fn accept_loop(
     ctx: Arc<MeshContext>,
     listener: TcpListener,
-    incoming: BTreeMap<String, mpsc::Sender<(Ws, HandshakeOutcome, Duration)>>,
+    incoming: BTreeMap<String, mpsc::Sender<(MeshSocket, HandshakeOutcome, Duration)>>,
 ) {
     let incoming = Arc::new(incoming);
     loop {
@@ -289,14 +276,19 @@ pub(crate) async fn accept_loop(
         let incoming = incoming.clone();
         actix_rt::spawn(async move {
             let _ = tcp.set_nodelay(true);
-            let mut ws =
-                match tokio_tungstenite::accept_async_with_config(tcp, Some(ws_config())).await {
-                    Ok(ws) => ws,
-                    Err(e) => {
-                        tracing::warn!(%addr, "mesh: websocket accept failed: {e}");
-                        return;
-                    }
-                };
+            let mut tcp = tcp;
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, upgrade::server(&mut tcp)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(%addr, "mesh: websocket upgrade failed: {e:#}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(%addr, "mesh: websocket upgrade timed out after {HANDSHAKE_TIMEOUT:?}");
+                    return;
+                }
+            }
+            let mut ws = MeshSocket::new(tcp, Role::Server);
             match handshake(&mut ws, &ctx, None).await {
                 Ok((outcome, rtt)) => {
                     let me = &ctx.cluster.host(ctx.host).name;
@@ -328,7 +320,7 @@ async fn dial(
     ctx: &MeshContext,
     peer: &PeerShared,
     addr: &PeerAddr,
-) -> (Ws, HandshakeOutcome, Duration) {
+) -> (MeshSocket, HandshakeOutcome, Duration) {
     let mut backoff = BACKOFF_MIN;
     loop {
         let attempt = async {
@@ -339,9 +331,16 @@ async fn dial(
                 .await
                 .map_err(|_| anyhow::anyhow!("connect timed out after {CONNECT_TIMEOUT:?}"))??;
             let _ = tcp.set_nodelay(true);
-            let url = format!("ws://{addr}/mesh");
-            let (mut ws, _) =
-                tokio_tungstenite::client_async_with_config(url, tcp, Some(ws_config())).await?;
+            let mut tcp = tcp;
+            tokio::time::timeout(
+                HANDSHAKE_TIMEOUT,
+                upgrade::client(&mut tcp, &target, "/mesh"),
+            )
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!("websocket upgrade timed out after {HANDSHAKE_TIMEOUT:?}")
+            })??;
+            let mut ws = MeshSocket::new(tcp, Role::Client);
             let (outcome, rtt) = handshake(&mut ws, ctx, Some(peer.name.clone())).await?;
             anyhow::Ok((ws, outcome, rtt))
         };
@@ -362,7 +361,7 @@ pub(crate) async fn peer_task(
     peer: Arc<PeerShared>,
     mut env_rx: mpsc::Receiver<Envelope>,
     mut ctrl_rx: mpsc::Receiver<Frame>,
-    mut incoming: mpsc::Receiver<(Ws, HandshakeOutcome, Duration)>,
+    mut incoming: mpsc::Receiver<(MeshSocket, HandshakeOutcome, Duration)>,
     dial_addr: Option<PeerAddr>,
 ) {
     let mut last_incarnation: Option<u64> = None;

@@ -1,24 +1,19 @@
 //! One established session with a peer: the frame loop.
 
 use super::peer::PeerShared;
+use super::socket::{Incoming, MeshReader, MeshSocket, MeshWriter};
 use super::{MeshContext, HEARTBEAT, PEER_TIMEOUT};
 use crate::host::supervisor::Control;
 use edgemu_actors::router::InboundBatch;
 use edgemu_codec::wire::{BulkBytes, Heartbeat, MAX_FRAME_BYTES};
 use edgemu_config::command::Command;
 use edgemu_config::ControlError;
-use edgemu_protocol::{decode_frame, encode_frame, Envelope, ForwardedReply, Frame};
-use futures_util::{SinkExt, StreamExt};
+use edgemu_protocol::{decode_frame, Envelope, ForwardedReply, Frame};
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
-
-pub(crate) type Ws = WebSocketStream<TcpStream>;
 
 /// Monotonic ns since the first call in this process (heartbeat stamps).
 fn mono_ns() -> u64 {
@@ -54,40 +49,60 @@ pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) async fn run_session(
     ctx: &MeshContext,
     peer: &PeerShared,
-    ws: Ws,
+    ws: MeshSocket,
     env_rx: &mut mpsc::Receiver<Envelope>,
     ctrl_rx: &mut mpsc::Receiver<Frame>,
 ) -> String {
-    let (tx, rx) = ws.split();
+    let (rx, tx) = ws.split();
     let last_seen = Cell::new(Instant::now());
     // Peer's last heartbeat stamp, and when we got it.
     let echo: Cell<Option<(u64, u64)>> = Cell::new(None);
+    // Pings the reader got, for the writer to answer.
+    let (pong_tx, mut pong_rx) = mpsc::channel::<Vec<u8>>(4);
     tokio::select! {
-        why = read_loop(ctx, peer, rx, &last_seen, &echo) => why,
-        why = write_loop(ctx, peer, tx, env_rx, ctrl_rx, &last_seen, &echo) => why,
+        why = read_loop(ctx, peer, rx, &last_seen, &echo, &pong_tx) => why,
+        why = write_loop(ctx, peer, tx, env_rx, ctrl_rx, &mut pong_rx, &last_seen, &echo) => why,
     }
+}
+
+/// What a websocket message was, once read.
+enum Read {
+    Frame(Frame),
+    Malformed(String),
+    Ping(Vec<u8>),
+    Nothing,
+    Closed,
 }
 
 async fn read_loop(
     ctx: &MeshContext,
     peer: &PeerShared,
-    mut rx: futures_util::stream::SplitStream<Ws>,
+    mut rx: MeshReader,
     last_seen: &Cell<Instant>,
     echo: &Cell<Option<(u64, u64)>>,
+    pong_tx: &mpsc::Sender<Vec<u8>>,
 ) -> String {
     loop {
-        let msg = match rx.next().await {
-            Some(Ok(m)) => m,
-            Some(Err(e)) => return format!("receive failed: {e}"),
-            None => return "closed by peer".into(),
+        // The frame is decoded where it was read (no copy of its bytes).
+        let read = rx
+            .next(|m| match m {
+                Incoming::Data(bytes) => match decode_frame(bytes) {
+                    Ok(f) => Read::Frame(f),
+                    Err(e) => Read::Malformed(e.to_string()),
+                },
+                Incoming::Ping(p) => Read::Ping(p),
+                Incoming::Ignored => Read::Nothing,
+                Incoming::Closed => Read::Closed,
+            })
+            .await;
+        let read = match read {
+            Ok(r) => r,
+            Err(e) => return format!("receive failed: {e:#}"),
         };
         last_seen.set(Instant::now());
-        if !msg.is_binary() {
-            continue;
-        }
-        let frame = match decode_frame(&msg.into_data()) {
-            Ok(f) => f,
-            Err(e) => {
+        let frame = match read {
+            Read::Frame(f) => f,
+            Read::Malformed(e) => {
                 let n = peer
                     .counters
                     .malformed_frames
@@ -96,6 +111,14 @@ async fn read_loop(
                 tracing::warn!(peer = %peer.name, malformed_frames = n, "malformed frame dropped: {e}");
                 continue;
             }
+            Read::Ping(p) => {
+                // A full pong queue means pings come faster than the writer
+                // answers them; dropping one is harmless.
+                let _ = pong_tx.try_send(p);
+                continue;
+            }
+            Read::Nothing => continue,
+            Read::Closed => return "closed by peer".into(),
         };
         match frame {
             Frame::Envelopes(mut envs) => {
@@ -148,12 +171,14 @@ async fn read_loop(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn write_loop(
     ctx: &MeshContext,
     peer: &PeerShared,
-    mut tx: futures_util::stream::SplitSink<Ws, Message>,
+    mut tx: MeshWriter,
     env_rx: &mut mpsc::Receiver<Envelope>,
     ctrl_rx: &mut mpsc::Receiver<Frame>,
+    pong_rx: &mut mpsc::Receiver<Vec<u8>>,
     last_seen: &Cell<Instant>,
     echo: &Cell<Option<(u64, u64)>>,
 ) -> String {
@@ -167,19 +192,27 @@ async fn write_loop(
     let mut start_rx = ctx.start.subscribe();
     let mut start_sent = false;
 
+    macro_rules! write {
+        ($fut:expr) => {
+            match tokio::time::timeout(WRITE_TIMEOUT, $fut).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    if e.downcast_ref::<edgemu_codec::wire::WireError>().is_some() {
+                        tracing::warn!(peer = %peer.name, "frame not sent: {e:#}");
+                    } else {
+                        return format!("send failed: {e:#}");
+                    }
+                }
+                Err(_) => {
+                    peer.counters.write_timeouts.fetch_add(1, Ordering::Relaxed);
+                    return format!("a write blocked for {WRITE_TIMEOUT:?}: the peer is not reading");
+                }
+            }
+        };
+    }
     macro_rules! send {
         ($frame:expr) => {
-            match encode_frame(&$frame) {
-                Ok(bytes) => match tokio::time::timeout(WRITE_TIMEOUT, tx.send(Message::binary(bytes))).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return format!("send failed: {e}"),
-                    Err(_) => {
-                        peer.counters.write_timeouts.fetch_add(1, Ordering::Relaxed);
-                        return format!("a write blocked for {WRITE_TIMEOUT:?}: the peer is not reading");
-                    }
-                },
-                Err(e) => tracing::warn!(peer = %peer.name, "frame not sent: {e}"),
-            }
+            write!(tx.send(&$frame))
         };
     }
 
@@ -197,10 +230,11 @@ async fn write_loop(
                 let bye = matches!(frame, Frame::Bye { .. });
                 send!(frame);
                 if bye {
-                    let _ = tx.close().await;
+                    let _ = tokio::time::timeout(WRITE_TIMEOUT, tx.close()).await;
                     return "bye sent".into();
                 }
             }
+            Some(p) = pong_rx.recv() => write!(tx.pong(p)),
             _ = silence.tick() => {
                 let quiet = last_seen.get().elapsed();
                 if quiet > PEER_TIMEOUT {
@@ -265,10 +299,10 @@ mod tests {
     use super::*;
     use crate::mesh::MeshTargets;
     use edgemu_codec::ids::{ActorId, HostId};
+    use edgemu_protocol::encode_frame;
     use edgemu_protocol::Msg;
     use std::sync::Arc;
     use tokio::sync::watch;
-    use tokio_tungstenite::tungstenite::protocol::Role;
 
     fn context(host: u16) -> MeshContext {
         let text = "[run]\nduration = \"10s\"\n[[hosts]]\nname = \"a\"\nlisten = \"127.0.0.1:1\"\n[[hosts]]\nname = \"b\"\nlisten = \"127.0.0.1:2\"\n";
@@ -286,16 +320,30 @@ mod tests {
         }
     }
 
-    async fn socket_pair() -> (Ws, Ws) {
+    /// (listening side, dialing side), upgraded as the mesh does.
+    async fn socket_pair() -> (MeshSocket, MeshSocket) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let client = TcpStream::connect(addr).await.expect("connect");
-        let (server, _) = listener.accept().await.expect("accept");
+        let dial = async {
+            let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            crate::mesh::upgrade::client(&mut c, &addr.to_string(), "/mesh")
+                .await
+                .expect("client upgrade");
+            c
+        };
+        let accept = async {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            crate::mesh::upgrade::server(&mut s)
+                .await
+                .expect("server upgrade");
+            s
+        };
+        let (client, server) = tokio::join!(dial, accept);
         (
-            WebSocketStream::from_raw_socket(server, Role::Server, None).await,
-            WebSocketStream::from_raw_socket(client, Role::Client, None).await,
+            MeshSocket::new(server, fastwebsockets::Role::Server),
+            MeshSocket::new(client, fastwebsockets::Role::Client),
         )
     }
 
@@ -331,7 +379,7 @@ mod tests {
     fn a_peer_that_stops_reading_is_declared_down() {
         actix::System::new().block_on(async {
             let (a, b) = socket_pair().await;
-            let (mut b_tx, _b_rx) = b.split();
+            let (_b_rx, mut b_tx) = b.split();
             actix_rt::spawn(async move {
                 let mut seq = 0;
                 loop {
@@ -342,8 +390,8 @@ mod tests {
                         echo_ns: None,
                         echo_hold_ns: 0,
                     });
-                    let bytes = encode_frame(&hb).expect("encode");
-                    if b_tx.send(Message::binary(bytes)).await.is_err() {
+                    encode_frame(&hb).expect("encode");
+                    if b_tx.send(&hb).await.is_err() {
                         return;
                     }
                     tokio::time::sleep(Duration::from_millis(200)).await;
