@@ -34,7 +34,7 @@ pub trait PeerSender: Send {
     fn try_send(&self, envelope: Envelope) -> Result<(), PeerSendError>;
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize)]
 pub struct RouterCounters {
     pub delivered_local: u64,
     pub sent_remote: u64,

@@ -95,7 +95,9 @@ fn bench_control_quick_swaps_without_losing_a_decision() {
 }
 
 /// `edgemu bench scale` at a tiny load through the library: every request
-/// of the real-time step is answered, the host reported its load, and the
+/// of the real-time step is answered, the host reported its load, the same
+/// load over two network-namespace hosts (as root; otherwise the skip says
+/// why) was answered with each host reporting its own load, and the
 /// virtual-time episode ran (times are printed, never judged).
 #[test]
 fn bench_scale_at_a_small_load_reports_its_steps() {
@@ -106,6 +108,8 @@ fn bench_scale_at_a_small_load_reports_its_steps() {
             seconds: 5,
             start_users: 20,
             max_users: 20,
+            hosts: 2,
+            node_exe: Some(env!("CARGO_BIN_EXE_edgemu").into()),
             virtual_users: 40,
             virtual_servers: 8,
             virtual_slots: 5,
@@ -123,6 +127,25 @@ fn bench_scale_at_a_small_load_reports_its_steps() {
         "the host reported its load: {s:?}"
     );
     assert!(s.decision_late_p99_ms.is_some(), "{s:?}");
+    let sp = &r.spread;
+    match &sp.skipped {
+        Some(why) => {
+            // SAFETY: geteuid has no preconditions.
+            assert_ne!(unsafe { libc::geteuid() }, 0, "skipped as root: {why}");
+            assert!(why.contains("root") || why.contains("iproute2"), "{why}");
+        }
+        None => {
+            let first = sp.steps.first().expect("a step across hosts");
+            assert_eq!((first.hosts, first.users), (2, 20));
+            assert!(first.requests >= 20, "{first:?}");
+            assert_eq!(first.not_served, 0, "{first:?}");
+            assert_eq!(first.per_host.len(), 2);
+            for h in &first.per_host {
+                assert!(h.timer_late_p99_ms.is_some(), "{h:?}");
+                assert!(h.decision_late_p99_ms.is_some(), "{h:?}");
+            }
+        }
+    }
     assert_eq!(r.virtual_episode.decisions, 40 * 5);
 }
 

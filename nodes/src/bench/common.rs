@@ -197,15 +197,27 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = Result
 /// `None` when it could not be sent or read. The benches' client for
 /// `/metrics` and `/api/snapshot`.
 pub fn http_get(port: u16, path: &str, accept: &str) -> Option<(String, String)> {
+    http_get_at(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        path,
+        accept,
+    )
+}
+
+/// [`http_get`] to any address.
+pub fn http_get_at(
+    addr: std::net::SocketAddr,
+    path: &str,
+    accept: &str,
+) -> Option<(String, String)> {
     use std::io::{Read as _, Write as _};
     let wait = Duration::from_secs(5);
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut s = std::net::TcpStream::connect_timeout(&addr, wait).ok()?;
     s.set_read_timeout(Some(wait)).ok()?;
     s.set_write_timeout(Some(wait)).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\n\r\n"
     )
     .ok()?;
     let mut raw = Vec::new();

@@ -12,6 +12,7 @@ pub mod hostile;
 pub mod link;
 pub mod mesh;
 pub mod scale;
+pub mod scale_hosts;
 pub mod virtual_time;
 
 use clap::Args;

@@ -15,6 +15,10 @@
 //! dropped and every request that finished in time was served; U doubles
 //! until a step is not held or `--max-users` is reached.
 //!
+//! **Across hosts** (root only; see [`super::scale_hosts`]). The same load
+//! spread over `--hosts` `edgemu node` processes in network namespaces,
+//! from one host's largest held load up to `--hosts` times it.
+//!
 //! **Virtual time.** One LYREO episode of the slotted harness with
 //! `--virtual-users` users, `--virtual-servers` servers (Moderate mix,
 //! Least-Loaded) and `--virtual-slots` slots: its wall time and slots/s.
@@ -23,6 +27,7 @@
 //! printed, never judged by a test.
 
 use super::common::{free_ports, http_get, print_json, ScratchDir};
+use super::scale_hosts::{run_spread_step, NetnsHosts, SpreadStep};
 use crate::results::render;
 use anyhow::{Context as _, Result};
 use edgemu_config::Cluster;
@@ -48,6 +53,13 @@ pub struct ScaleArgs {
     /// Stop raising the load at this many users.
     #[arg(long, default_value_t = 4000)]
     pub max_users: usize,
+    /// Hosts (network namespaces, root only) of the spread steps; 0 skips them.
+    #[arg(long, default_value_t = 5)]
+    pub hosts: usize,
+    /// The `edgemu` binary the namespace hosts run (this one when unset;
+    /// a test, whose own binary is not `edgemu`, names it).
+    #[arg(skip)]
+    pub node_exe: Option<std::path::PathBuf>,
     /// The virtual-time episode's users, servers and slots.
     #[arg(long, default_value_t = 10_000)]
     pub virtual_users: usize,
@@ -110,6 +122,47 @@ fn step_toml(users: usize, servers: usize, seconds: u64, ports: [u16; 2], result
     t
 }
 
+/// Envelopes a host's router dropped, for any reason.
+pub(super) fn router_dropped(r: &edgemu_actors::router::RouterCounters) -> u64 {
+    r.dropped_queue_full
+        + r.dropped_peer_down
+        + r.dropped_partition
+        + r.dropped_unknown
+        + r.dropped_bad_route
+        + r.dropped_inbound_full
+}
+
+/// Request outcomes of a `requests.csv`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Outcomes {
+    pub requests: usize,
+    pub served: usize,
+    /// Answered otherwise (rejected, failed); still decoding at the end
+    /// (`unanswered`) is not counted.
+    pub not_served: usize,
+}
+
+impl Outcomes {
+    pub(super) fn of_csv(text: &str) -> Self {
+        let mut o = Outcomes::default();
+        for outcome in text.lines().skip(1).filter_map(|l| l.split(',').nth(8)) {
+            o.requests += 1;
+            match outcome {
+                "served" => o.served += 1,
+                "unanswered" => {}
+                _ => o.not_served += 1,
+            }
+        }
+        o
+    }
+
+    pub(super) fn add(&mut self, other: Outcomes) {
+        self.requests += other.requests;
+        self.served += other.served;
+        self.not_served += other.not_served;
+    }
+}
+
 /// Runs one real-time step.
 fn run_step(users: usize, seconds: u64) -> Result<Step> {
     let servers = (users / 10).max(8);
@@ -143,46 +196,25 @@ fn run_step(users: usize, seconds: u64) -> Result<Step> {
         .as_ref()
         .and_then(|s| s.get("scheduler"))
         .and_then(|s| s.get("sched"));
-    let router_dropped = out
-        .hosts
-        .iter()
-        .map(|h| {
-            let r = &h.router;
-            r.dropped_queue_full
-                + r.dropped_peer_down
-                + r.dropped_partition
-                + r.dropped_unknown
-                + r.dropped_bad_route
-                + r.dropped_inbound_full
-        })
-        .sum();
+    let router_dropped = out.hosts.iter().map(|h| router_dropped(&h.router)).sum();
     let reqs = std::fs::read_to_string(out.dir.join("host").join("requests.csv"))
         .context("reading the step's requests.csv")?;
-    let outcomes: Vec<&str> = reqs
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split(',').nth(8))
-        .collect();
-    let served = outcomes.iter().filter(|o| **o == "served").count();
-    let not_served = outcomes
-        .iter()
-        .filter(|o| **o != "served" && **o != "unanswered")
-        .count();
+    let outcomes = Outcomes::of_csv(&reqs);
     let timer = f(load.and_then(|l| l.get("timer_late_p99_ms")));
     let decision = f(sched.and_then(|s| s.get("decision_late_p99_ms")));
     let held = timer.is_some_and(|t| t <= LATE_MS)
         && decision.is_some_and(|d| d <= LATE_MS)
         && router_dropped == 0
-        && not_served == 0;
+        && outcomes.not_served == 0;
     Ok(Step {
         users,
         servers,
         timer_late_p99_ms: timer,
         decision_late_p99_ms: decision,
         cpu_cores: f(load.and_then(|l| l.get("cpu_cores"))),
-        requests: outcomes.len(),
-        served,
-        not_served,
+        requests: outcomes.requests,
+        served: outcomes.served,
+        not_served: outcomes.not_served,
         router_dropped,
         held,
     })
@@ -206,8 +238,69 @@ pub struct ScaleReport {
     pub steps: Vec<Step>,
     /// The largest step held.
     pub largest_held: Option<Step>,
+    /// The steps across namespace hosts.
+    pub spread: Spread,
     #[serde(rename = "virtual")]
     pub virtual_episode: VirtualEpisode,
+}
+
+/// The steps across namespace hosts, or why there are none.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Spread {
+    pub hosts: usize,
+    /// Cores this machine has (all hosts share them).
+    pub cores: usize,
+    /// One host's largest held load, the first step's users.
+    pub base_users: usize,
+    pub steps: Vec<SpreadStep>,
+    pub largest_held: Option<SpreadStep>,
+    /// `largest_held` users over `base_users`.
+    pub ratio_to_one_host: Option<f64>,
+    pub skipped: Option<String>,
+}
+
+/// Steps of `base` users × 1, 2, … `a.hosts` across namespace hosts until
+/// one is not held.
+fn measure_spread(a: &ScaleArgs, base: usize, quiet: bool) -> Result<Spread> {
+    let mut spread = Spread {
+        hosts: a.hosts,
+        cores: std::thread::available_parallelism().map_or(1, usize::from),
+        base_users: base,
+        steps: Vec::new(),
+        largest_held: None,
+        ratio_to_one_host: None,
+        skipped: None,
+    };
+    if a.hosts == 0 {
+        spread.skipped = Some("--hosts 0".into());
+        return Ok(spread);
+    }
+    if let Some(why) = NetnsHosts::unavailable() {
+        spread.skipped = Some(why);
+        return Ok(spread);
+    }
+    let net = NetnsHosts::create(a.hosts).context("creating the namespace hosts")?;
+    for m in 1..=a.hosts {
+        let users = base * m;
+        if !quiet {
+            eprintln!(
+                "bench scale: {users} users over {} namespace hosts, {} s ...",
+                a.hosts, a.seconds
+            );
+        }
+        let s = run_spread_step(&net, users, a.seconds.max(5), a.node_exe.as_deref())?;
+        let held = s.held;
+        spread.steps.push(s);
+        if !held {
+            break;
+        }
+    }
+    spread.largest_held = spread.steps.iter().rfind(|s| s.held).cloned();
+    spread.ratio_to_one_host = spread
+        .largest_held
+        .as_ref()
+        .map(|s| s.users as f64 / base.max(1) as f64);
+    Ok(spread)
 }
 
 /// Runs the steps and the virtual-time episode (progress on stderr unless
@@ -232,6 +325,10 @@ pub fn measure(a: &ScaleArgs, quiet: bool) -> Result<ScaleReport> {
         users *= 2;
     }
     let largest_held = steps.iter().rfind(|s| s.held).cloned();
+    let base = largest_held
+        .as_ref()
+        .map_or(a.start_users.max(1), |s| s.users);
+    let spread = measure_spread(a, base, quiet)?;
     let mut sc = Scenario::paper_default(1);
     sc.users = a.virtual_users;
     sc.servers = a.virtual_servers;
@@ -250,6 +347,7 @@ pub fn measure(a: &ScaleArgs, quiet: bool) -> Result<ScaleReport> {
         late_ms_limit: LATE_MS,
         steps,
         largest_held,
+        spread,
         virtual_episode: VirtualEpisode {
             users: sc.users,
             servers: sc.servers,
@@ -315,11 +413,76 @@ pub fn run(a: &ScaleArgs) -> Result<()> {
         ),
         None => println!("largest load held: none of the steps"),
     }
+    print_spread(&r.spread, a.seconds);
     println!(
         "virtual time: U={} S={} T={} LYREO episode (least-loaded): {:.1} s wall, {:.1} slots/s",
         ve.users, ve.servers, ve.slots, ve.wall_s, ve.slots_per_s
     );
     Ok(())
+}
+
+fn print_spread(sp: &Spread, seconds: u64) {
+    if let Some(why) = &sp.skipped {
+        println!("across hosts: skipped ({why})");
+        return;
+    }
+    let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
+    let worst = |xs: Vec<Option<f64>>| -> Option<f64> {
+        xs.into_iter().try_fold(0.0f64, |m, x| x.map(|v| m.max(v)))
+    };
+    let rows: Vec<Vec<String>> = sp
+        .steps
+        .iter()
+        .map(|s| {
+            let cpu: Option<f64> = s.per_host.iter().map(|h| h.cpu_cores).sum();
+            vec![
+                s.users.to_string(),
+                s.servers.to_string(),
+                opt(worst(
+                    s.per_host.iter().map(|h| h.timer_late_p99_ms).collect(),
+                )),
+                opt(worst(
+                    s.per_host.iter().map(|h| h.decision_late_p99_ms).collect(),
+                )),
+                opt(cpu),
+                s.requests.to_string(),
+                s.served.to_string(),
+                s.not_served.to_string(),
+                s.router_dropped.to_string(),
+                if s.held { "yes" } else { "no" }.into(),
+            ]
+        })
+        .collect();
+    println!(
+        "across {} hosts (network namespaces sharing this machine's {} cores), {seconds} s per step; \
+         lateness: the worst host's p99, CPU: all hosts together",
+        sp.hosts, sp.cores
+    );
+    print!(
+        "{}",
+        render(
+            &[
+                "users",
+                "servers",
+                "timer p99 ms",
+                "decision p99 ms",
+                "CPU cores",
+                "requests",
+                "served",
+                "not served",
+                "dropped",
+                "held",
+            ],
+            &rows
+        )
+    );
+    match (&sp.largest_held, sp.ratio_to_one_host) {
+        (Some(s), Some(r)) => println!(
+            "largest load held across {} hosts: {} users + {} servers = {r:.1}x one host's {} users",
+            sp.hosts, s.users, s.servers, sp.base_users
+        ),
+        _ => println!("largest load held across {} hosts: none of the steps", sp.hosts),
+    }
 }
 
 #[cfg(test)]
