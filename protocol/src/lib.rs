@@ -52,10 +52,10 @@ pub enum Msg {
     Agent(AgentMsg),
     /// One KV handoff frame (`edgemu_handoff::KvFrame`'s encoding), sender
     /// to receiver over the emulated link.
-    KvFrame(#[serde(with = "serde_bytes")] Vec<u8>),
+    KvFrame(#[serde(with = "edgemu_codec::wire::byte_field")] Vec<u8>),
     /// The receiver's feedback (`edgemu_handoff::Feedback`'s encoding),
     /// back over the reverse direction.
-    KvFeedback(#[serde(with = "serde_bytes")] Vec<u8>),
+    KvFeedback(#[serde(with = "edgemu_codec::wire::byte_field")] Vec<u8>),
 }
 
 impl Msg {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub struct Probe {
     pub seq: u64,
     pub size: u32,
-    #[serde(with = "serde_bytes")]
+    #[serde(with = "edgemu_codec::wire::byte_field")]
     pub pad: Vec<u8>,
 }
 

@@ -126,7 +126,12 @@ impl bincode::enc::write::Writer for BoundedVec {
                 "frame over MAX_FRAME_BYTES",
             ));
         }
-        self.buf.extend_from_slice(bytes);
+        // Most writes are one byte (a small varint, a tag); pushing it
+        // spares a call to memcpy per field.
+        match *bytes {
+            [b] => self.buf.push(b),
+            _ => self.buf.extend_from_slice(bytes),
+        }
         Ok(())
     }
 }

@@ -12,6 +12,7 @@
 //! its reply. edgemu's one protocol (the actors' messages, typed commands
 //! and replies) is `edgemu_protocol`, which names the concrete frame.
 
+pub mod byte_field;
 mod envelope;
 mod error;
 mod frame;
