@@ -19,6 +19,7 @@ mod frame;
 mod handshake;
 #[cfg(test)]
 mod tests;
+pub mod upgrade;
 
 pub use envelope::{BulkBytes, Envelope};
 pub use error::WireError;
