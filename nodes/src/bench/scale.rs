@@ -359,6 +359,37 @@ pub fn measure(a: &ScaleArgs, quiet: bool) -> Result<ScaleReport> {
     })
 }
 
+/// The columns of a table of steps (one host, or across hosts).
+const STEP_COLUMNS: [&str; 10] = [
+    "users",
+    "servers",
+    "timer p99 ms",
+    "decision p99 ms",
+    "CPU cores",
+    "requests",
+    "served",
+    "not served",
+    "dropped",
+    "held",
+];
+
+/// A step's row under [`STEP_COLUMNS`].
+fn step_row(s: &Step) -> Vec<String> {
+    let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
+    vec![
+        s.users.to_string(),
+        s.servers.to_string(),
+        opt(s.timer_late_p99_ms),
+        opt(s.decision_late_p99_ms),
+        opt(s.cpu_cores),
+        s.requests.to_string(),
+        s.served.to_string(),
+        s.not_served.to_string(),
+        s.router_dropped.to_string(),
+        if s.held { "yes" } else { "no" }.into(),
+    ]
+}
+
 pub fn run(a: &ScaleArgs) -> Result<()> {
     let r = measure(a, a.json)?;
     if a.json {
@@ -366,46 +397,12 @@ pub fn run(a: &ScaleArgs) -> Result<()> {
     }
     let (steps, largest) = (&r.steps, &r.largest_held);
     let ve = &r.virtual_episode;
-    let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
-    let rows: Vec<Vec<String>> = steps
-        .iter()
-        .map(|s| {
-            vec![
-                s.users.to_string(),
-                s.servers.to_string(),
-                opt(s.timer_late_p99_ms),
-                opt(s.decision_late_p99_ms),
-                opt(s.cpu_cores),
-                s.requests.to_string(),
-                s.served.to_string(),
-                s.not_served.to_string(),
-                s.router_dropped.to_string(),
-                if s.held { "yes" } else { "no" }.into(),
-            ]
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = steps.iter().map(step_row).collect();
     println!(
         "bench scale: one host in real time, {} s per step (held: timer and decision lateness p99 <= {LATE_MS} ms, nothing dropped or refused)",
         a.seconds
     );
-    print!(
-        "{}",
-        render(
-            &[
-                "users",
-                "servers",
-                "timer p99 ms",
-                "decision p99 ms",
-                "CPU cores",
-                "requests",
-                "served",
-                "not served",
-                "dropped",
-                "held",
-            ],
-            &rows
-        )
-    );
+    print!("{}", render(&STEP_COLUMNS, &rows));
     match largest {
         Some(s) => println!(
             "largest load held: {} users + {} modeled servers",
@@ -426,31 +423,28 @@ fn print_spread(sp: &Spread, seconds: u64) {
         println!("across hosts: skipped ({why})");
         return;
     }
-    let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
     let worst = |xs: Vec<Option<f64>>| -> Option<f64> {
         xs.into_iter().try_fold(0.0f64, |m, x| x.map(|v| m.max(v)))
     };
+    // Each step as one host's row: the worst host's lateness, all hosts' CPU.
     let rows: Vec<Vec<String>> = sp
         .steps
         .iter()
         .map(|s| {
-            let cpu: Option<f64> = s.per_host.iter().map(|h| h.cpu_cores).sum();
-            vec![
-                s.users.to_string(),
-                s.servers.to_string(),
-                opt(worst(
-                    s.per_host.iter().map(|h| h.timer_late_p99_ms).collect(),
-                )),
-                opt(worst(
+            step_row(&Step {
+                users: s.users,
+                servers: s.servers,
+                timer_late_p99_ms: worst(s.per_host.iter().map(|h| h.timer_late_p99_ms).collect()),
+                decision_late_p99_ms: worst(
                     s.per_host.iter().map(|h| h.decision_late_p99_ms).collect(),
-                )),
-                opt(cpu),
-                s.requests.to_string(),
-                s.served.to_string(),
-                s.not_served.to_string(),
-                s.router_dropped.to_string(),
-                if s.held { "yes" } else { "no" }.into(),
-            ]
+                ),
+                cpu_cores: s.per_host.iter().map(|h| h.cpu_cores).sum(),
+                requests: s.requests,
+                served: s.served,
+                not_served: s.not_served,
+                router_dropped: s.router_dropped,
+                held: s.held,
+            })
         })
         .collect();
     println!(
@@ -458,24 +452,7 @@ fn print_spread(sp: &Spread, seconds: u64) {
          lateness: the worst host's p99, CPU: all hosts together",
         sp.hosts, sp.cores
     );
-    print!(
-        "{}",
-        render(
-            &[
-                "users",
-                "servers",
-                "timer p99 ms",
-                "decision p99 ms",
-                "CPU cores",
-                "requests",
-                "served",
-                "not served",
-                "dropped",
-                "held",
-            ],
-            &rows
-        )
-    );
+    print!("{}", render(&STEP_COLUMNS, &rows));
     match (&sp.largest_held, sp.ratio_to_one_host) {
         (Some(s), Some(r)) => println!(
             "largest load held across {} hosts: {} users + {} servers = {r:.1}x one host's {} users",

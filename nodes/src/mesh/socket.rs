@@ -38,6 +38,13 @@ pub(crate) enum Incoming<'a> {
     Closed,
 }
 
+/// One mesh frame as a binary websocket message.
+fn binary(frame: &Frame) -> Result<fastwebsockets::Frame<'static>> {
+    Ok(fastwebsockets::Frame::binary(Payload::Owned(encode_frame(
+        frame,
+    )?)))
+}
+
 /// A mesh websocket after its HTTP upgrade.
 pub(crate) struct MeshSocket {
     ws: WebSocket<TcpStream>,
@@ -57,9 +64,9 @@ impl MeshSocket {
 
     /// Sends one mesh frame.
     pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
-        let bytes = encode_frame(frame)?;
+        let message = binary(frame)?;
         self.ws
-            .write_frame(fastwebsockets::Frame::binary(Payload::Owned(bytes)))
+            .write_frame(message)
             .await
             .context("websocket write")
     }
@@ -135,9 +142,9 @@ impl MeshWriter {
     /// Sends one mesh frame: encoded once, masked in place when this side
     /// is the client, header and payload in one vectored write.
     pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
-        let bytes = encode_frame(frame)?;
+        let message = binary(frame)?;
         self.ws
-            .write_frame(fastwebsockets::Frame::binary(Payload::Owned(bytes)))
+            .write_frame(message)
             .await
             .context("websocket write")
     }
@@ -177,18 +184,28 @@ mod tests {
         })
     }
 
-    #[tokio::test]
-    async fn a_standard_client_opens_a_session_and_frames_go_both_ways() {
+    async fn listen() -> (tokio::net::TcpListener, std::net::SocketAddr) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        (listener, addr)
+    }
+
+    /// The next connection, upgraded and split as the mesh's listener does.
+    async fn accept(listener: &tokio::net::TcpListener) -> (MeshReader, MeshWriter) {
+        let (mut tcp, _) = listener.accept().await.expect("accept");
+        super::super::upgrade::server(&mut tcp)
+            .await
+            .expect("upgrade");
+        MeshSocket::new(tcp, Role::Server).split()
+    }
+
+    #[tokio::test]
+    async fn a_standard_client_opens_a_session_and_frames_go_both_ways() {
+        let (listener, addr) = listen().await;
         let ours = async {
-            let (mut tcp, _) = listener.accept().await.expect("accept");
-            super::super::upgrade::server(&mut tcp)
-                .await
-                .expect("upgrade");
-            let (mut rx, mut tx) = MeshSocket::new(tcp, Role::Server).split();
+            let (mut rx, mut tx) = accept(&listener).await;
             tx.send(&heartbeat(1)).await.expect("send");
             // A ping, then a binary message (masked by the client).
             let ping = rx
@@ -234,16 +251,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_message_over_the_limit_ends_the_read() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let (listener, addr) = listen().await;
         let ours = async {
-            let (mut tcp, _) = listener.accept().await.expect("accept");
-            super::super::upgrade::server(&mut tcp)
-                .await
-                .expect("upgrade");
-            let (mut rx, _tx) = MeshSocket::new(tcp, Role::Server).split();
+            let (mut rx, _tx) = accept(&listener).await;
             let r = rx.next(|_| ()).await;
             assert!(r.is_err(), "a {} B message was read", MAX_MESSAGE_BYTES + 1);
         };
