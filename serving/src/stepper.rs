@@ -230,6 +230,7 @@ impl SlotStepper {
 
     /// Decides the current slot with `assignment` (one server per request;
     /// `None`: the fallback policy assigns), runs it, and observes the next.
+    /// A server's error ends the episode (reset to go on).
     pub fn step(&mut self, assignment: Option<&[usize]>) -> Result<SlotStep, ServingError> {
         if self.done {
             return Err(ServingError::Invalid(
@@ -272,6 +273,11 @@ impl SlotStepper {
                 Ok((records, server.end_slot(t, slot_ns)))
             })
             .collect();
+        // A server's error ends the episode: the other servers have run
+        // their slot already, so stepping on would not be this slot again.
+        if served.iter().any(Result::is_err) {
+            self.done = true;
+        }
         let mut reports = Vec::with_capacity(sc.servers);
         for (s, served) in served.into_iter().enumerate() {
             let (records, r) = served?;

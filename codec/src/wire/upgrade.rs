@@ -21,11 +21,19 @@ const MAX_HEADERS: usize = 32;
 
 /// Why an upgrade request or response was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("websocket upgrade refused: {0}")]
-pub struct UpgradeRefused(pub String);
+#[error("websocket upgrade refused: {why}")]
+pub struct UpgradeRefused {
+    pub why: String,
+    /// The request asked for another websocket version (answered `426`
+    /// with the version spoken here, RFC 6455 §4.4).
+    pub wrong_version: bool,
+}
 
 fn refused(why: impl Into<String>) -> UpgradeRefused {
-    UpgradeRefused(why.into())
+    UpgradeRefused {
+        why: why.into(),
+        wrong_version: false,
+    }
 }
 
 /// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key`.
@@ -87,7 +95,10 @@ pub fn check_request(head: &[u8]) -> Result<String, UpgradeRefused> {
         return Err(refused("no `Connection: Upgrade`"));
     }
     if header(req.headers, "sec-websocket-version") != Some("13") {
-        return Err(refused("Sec-WebSocket-Version is not 13"));
+        return Err(UpgradeRefused {
+            wrong_version: true,
+            ..refused("Sec-WebSocket-Version is not 13")
+        });
     }
     let key =
         header(req.headers, "sec-websocket-key").ok_or_else(|| refused("no Sec-WebSocket-Key"))?;
@@ -106,11 +117,17 @@ pub fn accept_response(key: &str) -> String {
     )
 }
 
-/// The `400` answer to a refused request.
-pub fn refusal_response(why: &UpgradeRefused) -> String {
-    let body = format!("edgemu mesh: not a websocket upgrade: {}\n", why.0);
+/// The answer to a refused request: `426` naming version 13 when another
+/// version was asked for, `400` otherwise; the body says why.
+pub fn refusal_response(refusal: &UpgradeRefused) -> String {
+    let body = format!("edgemu mesh: not a websocket upgrade: {}\n", refusal.why);
+    let status = if refusal.wrong_version {
+        "426 Upgrade Required\r\nSec-WebSocket-Version: 13"
+    } else {
+        "400 Bad Request"
+    };
     format!(
-        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
     )
@@ -134,6 +151,9 @@ pub fn check_response(head: &[u8], key: &str) -> Result<(), UpgradeRefused> {
     }
     if !lists(header(resp.headers, "upgrade"), "websocket") {
         return Err(refused("response without `Upgrade: websocket`"));
+    }
+    if !lists(header(resp.headers, "connection"), "upgrade") {
+        return Err(refused("response without `Connection: Upgrade`"));
     }
     match header(resp.headers, "sec-websocket-accept") {
         Some(a) if a == accept_key(key) => Ok(()),
@@ -167,19 +187,26 @@ mod tests {
         );
         let other = new_key([8; 16]);
         let e = check_response(accept_response(&other).as_bytes(), &key).unwrap_err();
-        assert!(e.0.contains("does not match"), "{e}");
+        assert!(e.why.contains("does not match"), "{e}");
         let e = check_response(refusal_response(&refused("x")).as_bytes(), &key).unwrap_err();
-        assert!(e.0.contains("400"), "{e}");
+        assert!(e.why.contains("400"), "{e}");
+        let no_connection = accept_response(&key).replace("Connection: Upgrade\r\n", "");
+        let e = check_response(no_connection.as_bytes(), &key).unwrap_err();
+        assert!(e.why.contains("Connection"), "{e}");
     }
 
     #[test]
     fn bad_requests_say_why() {
         let ok = client_request("h", "/mesh", KEY);
-        let why = |r: String| check_request(r.as_bytes()).unwrap_err().0;
+        let why = |r: String| check_request(r.as_bytes()).unwrap_err().why;
         assert!(why(ok.replace("GET", "POST")).contains("not GET"));
         assert!(why(ok.replace("Upgrade: websocket\r\n", "")).contains("Upgrade: websocket"));
         assert!(why(ok.replace("Connection: Upgrade\r\n", "")).contains("Connection"));
-        assert!(why(ok.replace("Version: 13", "Version: 8")).contains("not 13"));
+        let v8 = check_request(ok.replace("Version: 13", "Version: 8").as_bytes()).unwrap_err();
+        assert!(v8.wrong_version && v8.why.contains("not 13"));
+        let answer = refusal_response(&v8);
+        assert!(answer.starts_with("HTTP/1.1 426") && answer.contains("Sec-WebSocket-Version: 13"));
+        assert!(refusal_response(&refused("x")).starts_with("HTTP/1.1 400"));
         assert!(why(ok.replace(KEY, "short")).contains("16 bytes"));
         assert!(why(ok.replace("HTTP/1.1", "HTTP/1.0")).contains("HTTP/1.1"));
         assert!(why("\x00\x01garbage\r\n\r\n".into()).contains("malformed"));

@@ -19,6 +19,9 @@
 //! finished in time was served. The load starts at one host's largest held
 //! load and grows by that much each step, up to `--hosts` times it.
 //!
+//! An interrupted bench (Ctrl-C) leaves its `emu-scale-<pid>-*` namespaces
+//! behind (`ip netns del` removes them); a finished or failed one does not.
+//!
 //! Every process shares this machine's cores: the step shows what the
 //! spread costs and that each host reports its own lateness; whether n
 //! hosts hold n times one host's load needs n machines (the table prints
@@ -230,10 +233,16 @@ fn snapshot_in(ns: &str, k: usize) -> Option<serde_json::Value> {
     .flatten()
 }
 
-/// The run's start (unix ns) from its `run.json`, once written.
-fn run_start(dir: &Path, deadline: Instant) -> Result<u64> {
+/// The run's start (unix ns) from its `run.json`, once written; fails
+/// early when a node has already exited.
+fn run_start(dir: &Path, deadline: Instant, nodes: &mut Nodes) -> Result<u64> {
     let path = dir.join("run.json");
     loop {
+        for (name, child) in &mut nodes.0 {
+            if let Some(status) = child.try_wait()? {
+                bail!("host {name}'s node exited with {status} before the run started");
+            }
+        }
         if let Ok(text) = std::fs::read_to_string(&path) {
             if let Some(s) = serde_json::from_str::<serde_json::Value>(&text)
                 .ok()
@@ -308,8 +317,12 @@ pub fn run_spread_step(
         nodes.0.push((format!("h{k}"), child));
     }
     let run_dir = results.join(run_id);
-    let start = run_start(&run_dir, Instant::now() + Duration::from_secs(40))
-        .with_context(|| node_logs(dir.path(), n))?;
+    let start = run_start(
+        &run_dir,
+        Instant::now() + Duration::from_secs(40),
+        &mut nodes,
+    )
+    .with_context(|| node_logs(dir.path(), n))?;
     // Each host's own report near the end (its windows cover the last
     // seconds of load).
     let probe_at = start + (seconds * 1000 - 1500) * 1_000_000;

@@ -57,12 +57,19 @@ pub(crate) async fn run_session(
     let last_seen = Cell::new(Instant::now());
     // Peer's last heartbeat stamp, and when we got it.
     let echo: Cell<Option<(u64, u64)>> = Cell::new(None);
-    // Pings the reader got, for the writer to answer.
-    let (pong_tx, mut pong_rx) = mpsc::channel::<Vec<u8>>(4);
+    // What the reader got that the writer answers: pings, and the peer's close.
+    let (pong_tx, mut pong_rx) = mpsc::channel::<Answer>(4);
     tokio::select! {
         why = read_loop(ctx, peer, rx, &last_seen, &echo, &pong_tx) => why,
         why = write_loop(ctx, peer, tx, env_rx, ctrl_rx, &mut pong_rx, &last_seen, &echo) => why,
     }
+}
+
+/// What the writer sends for the reader.
+enum Answer {
+    Pong(Vec<u8>),
+    /// The peer closed: echo its close, then the session ends.
+    Close,
 }
 
 /// What a websocket message was, once read (one lives at a time, on the
@@ -82,7 +89,7 @@ async fn read_loop(
     mut rx: MeshReader,
     last_seen: &Cell<Instant>,
     echo: &Cell<Option<(u64, u64)>>,
-    pong_tx: &mpsc::Sender<Vec<u8>>,
+    pong_tx: &mpsc::Sender<Answer>,
 ) -> String {
     loop {
         // The frame is decoded where it was read (no copy of its bytes).
@@ -116,11 +123,18 @@ async fn read_loop(
             Read::Ping(p) => {
                 // A full pong queue means pings come faster than the writer
                 // answers them; dropping one is harmless.
-                let _ = pong_tx.try_send(p);
+                let _ = pong_tx.try_send(Answer::Pong(p));
                 continue;
             }
             Read::Nothing => continue,
-            Read::Closed => return "closed by peer".into(),
+            Read::Closed => {
+                // The writer echoes the close and ends the session; reading
+                // goes on (the peer sends nothing more) unless it cannot.
+                if pong_tx.try_send(Answer::Close).is_err() {
+                    return "closed by peer".into();
+                }
+                continue;
+            }
         };
         match frame {
             Frame::Envelopes(mut envs) => {
@@ -180,7 +194,7 @@ async fn write_loop(
     mut tx: MeshWriter,
     env_rx: &mut mpsc::Receiver<Envelope>,
     ctrl_rx: &mut mpsc::Receiver<Frame>,
-    pong_rx: &mut mpsc::Receiver<Vec<u8>>,
+    pong_rx: &mut mpsc::Receiver<Answer>,
     last_seen: &Cell<Instant>,
     echo: &Cell<Option<(u64, u64)>>,
 ) -> String {
@@ -236,7 +250,13 @@ async fn write_loop(
                     return "bye sent".into();
                 }
             }
-            Some(p) = pong_rx.recv() => write!(tx.pong(p)),
+            Some(answer) = pong_rx.recv() => match answer {
+                Answer::Pong(p) => write!(tx.pong(p)),
+                Answer::Close => {
+                    let _ = tokio::time::timeout(WRITE_TIMEOUT, tx.close()).await;
+                    return "closed by peer".into();
+                }
+            },
             _ = silence.tick() => {
                 let quiet = last_seen.get().elapsed();
                 if quiet > PEER_TIMEOUT {
@@ -410,6 +430,41 @@ mod tests {
             .expect("the session must end, not block");
             assert!(why.contains("not reading"), "{why}");
             assert_eq!(p.counters.write_timeouts.load(Ordering::Relaxed), 1);
+        });
+    }
+
+    /// A peer's websocket close is echoed and ends the session.
+    #[test]
+    fn a_peer_close_is_echoed_and_ends_the_session() {
+        actix::System::new().block_on(async {
+            let (a, b) = socket_pair().await;
+            let (mut b_rx, mut b_tx) = b.split();
+            let ctx = context(0);
+            let (p, mut env_rx, mut ctrl_rx) = peer(1);
+            let peer_side = async move {
+                b_tx.close().await.expect("close");
+                loop {
+                    let closed = b_rx
+                        .next(|m| matches!(m, crate::mesh::socket::Incoming::Closed))
+                        .await
+                        .expect("the echo, before the connection ends");
+                    if closed {
+                        return;
+                    }
+                }
+            };
+            let (why, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+                tokio::join!(
+                    run_session(&ctx, &p, a, &mut env_rx, &mut ctrl_rx),
+                    peer_side
+                )
+            })
+            .await
+            .expect("the session must end");
+            assert!(
+                why.contains("closed by peer") || why.contains("receive"),
+                "{why}"
+            );
         });
     }
 

@@ -9,7 +9,15 @@
 //! buffer and decodes the payload where it lies (unmasking in place). The
 //! framing checks what a peer sends: reserved bits, opcodes, control frame
 //! sizes and a message size limit; fragmented messages are refused (no
-//! mesh peer sends them).
+//! mesh peer sends them). It does not check that a client's frames are
+//! masked and a server's are not (fastwebsockets keeps that bit to
+//! itself): a frame masked the wrong way decodes as garbage, which the
+//! frame decoder refuses and counts; peers are authenticated anyway.
+//!
+//! Before the mesh handshake is done a message may be at most
+//! [`HANDSHAKE_MESSAGE_BYTES`] (the framing reserves room for a frame's
+//! declared length once it has its header: an unauthenticated peer must
+//! not make it reserve megabytes); a session allows [`MAX_MESSAGE_BYTES`].
 //!
 //! During the mesh handshake the socket is used whole; a session splits it
 //! into a [`MeshReader`] and a [`MeshWriter`] on the TCP stream's owned
@@ -23,8 +31,10 @@ use fastwebsockets::{OpCode, Payload, Role, WebSocket, WebSocketRead, WebSocketW
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-/// Largest websocket message accepted: a mesh frame and some slack.
+/// Largest websocket message accepted in a session: a mesh frame and some slack.
 const MAX_MESSAGE_BYTES: usize = MAX_FRAME_BYTES + 1024;
+/// Largest message before the handshake is done (`Hello`, `Auth`).
+const HANDSHAKE_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// What the reading side got.
 pub(crate) enum Incoming<'a> {
@@ -55,7 +65,7 @@ impl MeshSocket {
     /// what it sends) or [`super::upgrade::server`] (`Role::Server`).
     pub(crate) fn new(tcp: TcpStream, role: Role) -> Self {
         let mut ws = WebSocket::after_handshake(tcp, role);
-        ws.set_max_message_size(MAX_MESSAGE_BYTES);
+        ws.set_max_message_size(HANDSHAKE_MESSAGE_BYTES);
         ws.set_auto_pong(true);
         ws.set_auto_close(true);
         ws.set_writev(true);
@@ -90,11 +100,12 @@ impl MeshSocket {
     /// Splits the socket for a session.
     pub(crate) fn split(self) -> (MeshReader, MeshWriter) {
         let (mut r, mut w) = self.ws.split(TcpStream::into_split);
-        // Pongs are the session's to send: the reader has no writer after
-        // a split (a whole socket answers pings itself). A close ends the
-        // session, which drops the connection.
+        // Pongs and the echo of a peer's close are the session's to send:
+        // the reader has no writer after a split (a whole socket answers
+        // them itself).
         r.set_auto_pong(false);
         r.set_auto_close(false);
+        // The handshake is done: a session carries whole mesh frames.
         r.set_max_message_size(MAX_MESSAGE_BYTES);
         w.set_writev(true);
         (MeshReader { ws: r }, MeshWriter { ws: w })
