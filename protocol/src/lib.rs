@@ -108,6 +108,12 @@ pub fn encode_frame(frame: &Frame) -> Result<Vec<u8>, WireError> {
     wire::encode_frame(frame)
 }
 
+/// [`encode_frame`] into a buffer the caller keeps (see
+/// `edgemu_codec::wire::encode_frame_into`).
+pub fn encode_frame_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), WireError> {
+    wire::encode_frame_into(frame, out)
+}
+
 /// Decodes one frame from a peer; never panics (see
 /// `edgemu_codec::wire::decode_frame`).
 pub fn decode_frame(bytes: &[u8]) -> Result<Frame, WireError> {

@@ -159,15 +159,37 @@ where
     C: Serialize,
     R: Serialize,
 {
-    let mut out = BoundedVec {
-        buf: Vec::with_capacity(size_hint(frame)),
+    let mut out = Vec::new();
+    encode_frame_into(frame, &mut out)?;
+    Ok(out)
+}
+
+/// [`encode_frame`] into `out` (cleared first): a sender that keeps one
+/// buffer allocates once rather than once per frame. On an error `out`
+/// holds a partial frame.
+pub fn encode_frame_into<M, C, R>(
+    frame: &Frame<M, C, R>,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError>
+where
+    M: Serialize + BulkBytes,
+    C: Serialize,
+    R: Serialize,
+{
+    out.clear();
+    out.reserve(size_hint(frame));
+    let mut w = BoundedVec {
+        buf: std::mem::take(out),
         overflowed: false,
     };
-    out.buf.extend_from_slice(&MAGIC);
-    out.buf.push(WIRE_VERSION);
-    match bincode::serde::encode_into_writer(frame, &mut out, body_config()) {
-        Ok(()) => Ok(out.buf),
-        Err(_) if out.overflowed => Err(WireError::TooLarge {
+    w.buf.extend_from_slice(&MAGIC);
+    w.buf.push(WIRE_VERSION);
+    let r = bincode::serde::encode_into_writer(frame, &mut w, body_config());
+    let overflowed = w.overflowed;
+    *out = w.buf;
+    match r {
+        Ok(()) => Ok(()),
+        Err(_) if overflowed => Err(WireError::TooLarge {
             len: MAX_FRAME_BYTES + 1,
             max: MAX_FRAME_BYTES,
         }),

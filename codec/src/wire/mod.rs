@@ -24,7 +24,8 @@ pub mod upgrade;
 pub use envelope::{BulkBytes, Envelope};
 pub use error::WireError;
 pub use frame::{
-    decode_frame, encode_frame, encoded_len, Frame, Heartbeat, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION,
+    decode_frame, encode_frame, encode_frame_into, encoded_len, Frame, Heartbeat, MAGIC,
+    MAX_FRAME_BYTES, WIRE_VERSION,
 };
 pub use handshake::{
     auth_mac, config_digest, Auth, Handshake, HandshakeError, HandshakeOutcome, Hello,

@@ -207,6 +207,7 @@ async fn write_loop(
     let mut hb_seq = 0u64;
     let mut start_rx = ctx.start.subscribe();
     let mut start_sent = false;
+    let mut spare_batch: Vec<Envelope> = Vec::new();
 
     macro_rules! write {
         ($fut:expr) => {
@@ -278,7 +279,8 @@ async fn write_loop(
             }
             Some(first) = env_rx.recv() => {
                 let mut bytes = encoded_estimate(&first);
-                let mut batch = vec![first];
+                let mut batch = std::mem::take(&mut spare_batch);
+                batch.push(first);
                 while batch.len() < BATCH_ENVELOPES && bytes < BATCH_BYTES {
                     match env_rx.try_recv() {
                         Ok(e) => {
@@ -288,7 +290,13 @@ async fn write_loop(
                         Err(_) => break,
                     }
                 }
-                send!(Frame::Envelopes(batch));
+                let frame = Frame::Envelopes(batch);
+                write!(tx.send(&frame));
+                // The list's room serves the next frame.
+                if let Frame::Envelopes(mut sent) = frame {
+                    sent.clear();
+                    spare_batch = sent;
+                }
             }
         }
     }

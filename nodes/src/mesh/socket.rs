@@ -26,7 +26,7 @@
 
 use anyhow::{bail, Context as _, Result};
 use edgemu_codec::wire::MAX_FRAME_BYTES;
-use edgemu_protocol::{encode_frame, Frame};
+use edgemu_protocol::{encode_frame, encode_frame_into, Frame};
 use fastwebsockets::{OpCode, Payload, Role, WebSocket, WebSocketRead, WebSocketWrite};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -108,7 +108,13 @@ impl MeshSocket {
         // The handshake is done: a session carries whole mesh frames.
         r.set_max_message_size(MAX_MESSAGE_BYTES);
         w.set_writev(true);
-        (MeshReader { ws: r }, MeshWriter { ws: w })
+        (
+            MeshReader { ws: r },
+            MeshWriter {
+                ws: w,
+                buf: Vec::new(),
+            },
+        )
     }
 }
 
@@ -147,13 +153,17 @@ impl MeshReader {
 /// The writing half of a session's socket.
 pub(crate) struct MeshWriter {
     ws: WebSocketWrite<OwnedWriteHalf>,
+    /// Every frame is encoded into this one buffer (and masked there).
+    buf: Vec<u8>,
 }
 
 impl MeshWriter {
-    /// Sends one mesh frame: encoded once, masked in place when this side
-    /// is the client, header and payload in one vectored write.
+    /// Sends one mesh frame: encoded into the writer's buffer, masked there
+    /// when this side is the client, header and payload in one vectored
+    /// write.
     pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
-        let message = binary(frame)?;
+        encode_frame_into(frame, &mut self.buf)?;
+        let message = fastwebsockets::Frame::binary(Payload::BorrowedMut(&mut self.buf));
         self.ws
             .write_frame(message)
             .await
