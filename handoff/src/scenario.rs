@@ -62,6 +62,8 @@ pub struct HandoffScenario {
     pub budget_fraction: f64,
     /// Receiver feedback every this many frames (and on deficit change).
     pub feedback_every: u32,
+    /// The handoff's id on the wire (every frame and feedback carries it,
+    /// so a receiver tells one handoff's packets from another's).
     pub session: u32,
 }
 
@@ -80,7 +82,7 @@ pub const DEFAULT_FEEDBACK_EVERY: u32 = 4;
 
 impl HandoffScenario {
     /// The blocks over `forward` and `reverse` at nominal rate `rate_bps`,
-    /// ρ = 1, session 0, and the defaults for K, the repair budget and
+    /// ρ = 1, handoff id (`session`) 0, and the defaults for K, the repair budget and
     /// feedback.
     fn assemble(
         (layout, utilities, payload): (BlockLayout, Arc<[f64]>, Arc<[u8]>),
