@@ -36,11 +36,17 @@ pub fn path_loss_db(d_m: f64) -> f64 {
     128.1 + 37.6 * (d_m.max(MIN_DISTANCE_M) / 1000.0).log10()
 }
 
-/// Channel power gain `h` (linear) at `d_m` metres: `10^(−PL/10)`, written
-/// as `10^−12.81 · (d/1 km)^−3.76` so that the scheduler's R×S rates per
-/// slot cost one `powf` each rather than a `log10` and a `powf`.
+/// Channel power gain `h` (linear) at `d_m` metres: `10^(−PL/10)`.
 pub fn channel_gain(d_m: f64) -> f64 {
-    GAIN_AT_1KM * (d_m.max(MIN_DISTANCE_M) / 1000.0).powf(-PATH_LOSS_EXPONENT)
+    gain_at_squared_distance(d_m * d_m)
+}
+
+/// [`channel_gain`] at squared distance `d2_m2` (m²): `10^−12.81 ·
+/// (d²/1 km²)^−1.88`, through `exp2`/`log2`, which spares the square root
+/// and the general `powf` (a 10 000 × 200 slot computes two million).
+fn gain_at_squared_distance(d2_m2: f64) -> f64 {
+    let d2_km2 = d2_m2.max(MIN_DISTANCE_M * MIN_DISTANCE_M) / 1e6;
+    GAIN_AT_1KM * (-0.5 * PATH_LOSS_EXPONENT * d2_km2.log2()).exp2()
 }
 
 /// Shannon rate (bit/s) of one of `sharers` requests equally sharing
@@ -50,15 +56,15 @@ pub fn shannon_rate_bps(bandwidth_hz: f64, sharers: usize, power_w: f64, h: f64)
     b * (1.0 + power_w * h / (N0_W_PER_HZ * b)).log2()
 }
 
-/// [`shannon_rate_bps`] of a request alone (`sharers = 1`) at squared
-/// distance `d2_m2` (m²) from the server: the scheduler's per-slot rate of
-/// every request to every server. The path loss is `(d²)^−1.88` through
-/// `exp2`/`log2`, which spares the square root and the general `powf`: a
-/// 10 000 × 200 slot computes two million of these.
-pub fn solo_rate_bps(bandwidth_hz: f64, power_w: f64, d2_m2: f64) -> f64 {
-    let d2_km2 = d2_m2.max(MIN_DISTANCE_M * MIN_DISTANCE_M) / 1e6;
-    let h = GAIN_AT_1KM * (-0.5 * PATH_LOSS_EXPONENT * d2_km2.log2()).exp2();
-    bandwidth_hz * (1.0 + power_w * h / (N0_W_PER_HZ * bandwidth_hz)).log2()
+/// [`shannon_rate_bps`] of a request at squared distance `d2_m2` (m²) from
+/// the server: what the scheduler computes for every request and server.
+pub fn uplink_rate_bps(bandwidth_hz: f64, sharers: usize, power_w: f64, d2_m2: f64) -> f64 {
+    shannon_rate_bps(
+        bandwidth_hz,
+        sharers,
+        power_w,
+        gain_at_squared_distance(d2_m2),
+    )
 }
 
 /// Upload time of `input_len` tokens at `rate_bps`, whole nanoseconds
@@ -100,14 +106,14 @@ mod tests {
     }
 
     #[test]
-    fn solo_rate_is_the_shared_rate_of_one() {
+    fn uplink_rate_is_the_shannon_rate_at_the_distance() {
         for d in [0.0, 3.0, 10.0, 37.5, 100.0, 512.0, 1000.0, 2500.0] {
-            for (b, p) in [(6e6, 0.03), (14e6, 0.3)] {
-                let by_gain = shannon_rate_bps(b, 1, p, channel_gain(d));
-                let solo = solo_rate_bps(b, p, d * d);
+            for (b, n, p) in [(6e6, 1, 0.03), (14e6, 4, 0.3)] {
+                let by_gain = shannon_rate_bps(b, n, p, channel_gain(d));
+                let by_d2 = uplink_rate_bps(b, n, p, d * d);
                 assert!(
-                    (solo / by_gain - 1.0).abs() < 1e-12,
-                    "{d} m: {solo} vs {by_gain}"
+                    (by_d2 / by_gain - 1.0).abs() < 1e-12,
+                    "{d} m: {by_d2} vs {by_gain}"
                 );
             }
         }

@@ -286,7 +286,7 @@ impl SchedulerCore {
                 .iter()
                 .map(|s| {
                     let d2 = q.position.distance_squared(&s.position);
-                    radio::solo_rate_bps(s.obs.bandwidth_hz, q.power_w, d2)
+                    radio::uplink_rate_bps(s.obs.bandwidth_hz, 1, q.power_w, d2)
                 })
                 .collect(),
         };
@@ -369,9 +369,9 @@ impl SchedulerCore {
             .zip(&self.assignment)
             .map(|(q, &s)| {
                 let site = &self.sites[s];
-                let h = radio::channel_gain(q.position.distance(&site.position));
+                let d2 = q.position.distance_squared(&site.position);
                 let rate =
-                    radio::shannon_rate_bps(site.obs.bandwidth_hz, per_server[s], q.power_w, h);
+                    radio::uplink_rate_bps(site.obs.bandwidth_hz, per_server[s], q.power_w, d2);
                 Placement {
                     server: s,
                     rate_bps: rate,
@@ -615,13 +615,13 @@ mod tests {
         let mut c = core(2, Box::new(AllToFirst));
         let reqs = requests(3);
         let d = c.decide(0, &reqs);
-        let h = radio::channel_gain(reqs[0].position.distance(&c.sites()[0].position));
-        let rate = radio::shannon_rate_bps(1e6, 3, 0.1, h);
+        let d2 = reqs[0].position.distance_squared(&c.sites()[0].position);
+        let rate = radio::uplink_rate_bps(1e6, 3, 0.1, d2);
         for p in &d.placements {
             assert_eq!(p.rate_bps, rate);
             assert_eq!(p.upload_ns, radio::upload_ns(10, rate));
         }
-        let alone = radio::shannon_rate_bps(1e6, 1, 0.1, h);
+        let alone = radio::uplink_rate_bps(1e6, 1, 0.1, d2);
         assert!(rate < alone, "three requests share the band");
     }
 

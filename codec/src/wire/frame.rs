@@ -113,12 +113,12 @@ pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> Result<usize, WireError>
 
 /// A `Vec` writer that refuses to grow past [`MAX_FRAME_BYTES`], so encoding
 /// an oversized frame fails early instead of building the whole buffer.
-struct BoundedVec {
-    buf: Vec<u8>,
+struct BoundedVec<'a> {
+    buf: &'a mut Vec<u8>,
     overflowed: bool,
 }
 
-impl bincode::enc::write::Writer for BoundedVec {
+impl bincode::enc::write::Writer for BoundedVec<'_> {
     fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
         if bytes.len() > MAX_FRAME_BYTES - self.buf.len() {
             self.overflowed = true;
@@ -178,18 +178,15 @@ where
 {
     out.clear();
     out.reserve(size_hint(frame));
+    out.extend_from_slice(&MAGIC);
+    out.push(WIRE_VERSION);
     let mut w = BoundedVec {
-        buf: std::mem::take(out),
+        buf: out,
         overflowed: false,
     };
-    w.buf.extend_from_slice(&MAGIC);
-    w.buf.push(WIRE_VERSION);
-    let r = bincode::serde::encode_into_writer(frame, &mut w, body_config());
-    let overflowed = w.overflowed;
-    *out = w.buf;
-    match r {
+    match bincode::serde::encode_into_writer(frame, &mut w, body_config()) {
         Ok(()) => Ok(()),
-        Err(_) if overflowed => Err(WireError::TooLarge {
+        Err(_) if w.overflowed => Err(WireError::TooLarge {
             len: MAX_FRAME_BYTES + 1,
             max: MAX_FRAME_BYTES,
         }),

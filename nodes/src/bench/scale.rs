@@ -86,14 +86,20 @@ pub struct Step {
     pub held: bool,
 }
 
+/// `servers` modeled servers split over the three GPU classes (a third
+/// each, the rest to the last).
+pub(super) fn gpu_classes(servers: usize) -> [(&'static str, usize); 3] {
+    let per_class = servers.div_ceil(3);
+    [
+        ("rtx3080", per_class.min(servers)),
+        ("rtx3090", per_class.min(servers.saturating_sub(per_class))),
+        ("rtx4090", servers.saturating_sub(2 * per_class)),
+    ]
+}
+
 /// The cluster file of one step.
 fn step_toml(users: usize, servers: usize, seconds: u64, ports: [u16; 2], results: &str) -> String {
-    let per_class = servers.div_ceil(3);
-    let classes = [
-        ("rtx3080", per_class),
-        ("rtx3090", per_class),
-        ("rtx4090", servers - 2 * per_class),
-    ];
+    let classes = gpu_classes(servers);
     let mut t = format!(
         "[run]\nname = \"bench-scale\"\nduration = \"{seconds}s\"\nseed = 1\ntime = \"real\"\n\
          results = \"{results}\"\n\n[[hosts]]\nname = \"host\"\nlisten = \"127.0.0.1:{}\"\n\
@@ -184,7 +190,7 @@ fn run_step(users: usize, seconds: u64) -> Result<Step> {
     // last seconds of load).
     let control = ports[1];
     let probe = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(seconds * 1000 - 1500));
+        std::thread::sleep(Duration::from_millis((seconds * 1000).saturating_sub(1500)));
         http_get(control, "/api/snapshot", "application/json")
             .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
     });

@@ -28,7 +28,7 @@
 //! the cores there were).
 
 use super::common::{http_get_at, ScratchDir};
-use super::scale::{router_dropped, Outcomes, LATE_MS};
+use super::scale::{gpu_classes, router_dropped, Outcomes, LATE_MS};
 use anyhow::{bail, Context as _, Result};
 use edgemu_actors::router::RouterCounters;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -161,6 +161,16 @@ pub struct SpreadStep {
     pub held: bool,
 }
 
+/// Users of cell `k` of `n` (the remainder to the first cells).
+fn cell_users(users: usize, n: usize, k: usize) -> usize {
+    users / n + usize::from(k < users % n)
+}
+
+/// Modeled servers of a cell of `users` (a tenth, at least three).
+fn cell_servers(users: usize) -> usize {
+    (users / 10).max(3)
+}
+
 /// The cluster file of a step: `users` in `n` cells (see the module doc).
 pub(super) fn spread_toml(n: usize, users: usize, seconds: u64, results: &str) -> String {
     let mut t = format!(
@@ -174,14 +184,8 @@ pub(super) fn spread_toml(n: usize, users: usize, seconds: u64, results: &str) -
         );
     }
     for k in 0..n {
-        let cell_users = users / n + usize::from(k < users % n);
-        let servers = (cell_users / 10).max(3);
-        let per_class = servers.div_ceil(3);
-        let classes = [
-            ("rtx3080", per_class),
-            ("rtx3090", per_class),
-            ("rtx4090", servers - 2 * per_class),
-        ];
+        let cell_users = cell_users(users, n, k);
+        let classes = gpu_classes(cell_servers(cell_users));
         let server_host = (k + 1) % n;
         let names: Vec<String> = classes
             .iter()
@@ -325,7 +329,7 @@ pub fn run_spread_step(
     .with_context(|| node_logs(dir.path(), n))?;
     // Each host's own report near the end (its windows cover the last
     // seconds of load).
-    let probe_at = start + (seconds * 1000 - 1500) * 1_000_000;
+    let probe_at = start + (seconds * 1000).saturating_sub(1500) * 1_000_000;
     let now = edgemu_actors::clock::unix_now_ns();
     std::thread::sleep(Duration::from_nanos(probe_at.saturating_sub(now)));
     let snaps: Vec<Option<serde_json::Value>> =
@@ -386,9 +390,7 @@ pub fn run_spread_step(
         .all(|h| late(h.timer_late_p99_ms) && late(h.decision_late_p99_ms))
         && dropped == 0
         && outcomes.not_served == 0;
-    let servers = (0..n)
-        .map(|k| ((users / n + usize::from(k < users % n)) / 10).max(3))
-        .sum();
+    let servers = (0..n).map(|k| cell_servers(cell_users(users, n, k))).sum();
     Ok(SpreadStep {
         hosts: n,
         users,
