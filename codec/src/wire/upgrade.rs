@@ -70,15 +70,20 @@ fn lists(value: Option<&str>, token: &str) -> bool {
     value.is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
+/// A parse of a whole head (`what`: request or response), or why not.
+fn whole(parsed: httparse::Result<usize>, what: &str) -> Result<(), UpgradeRefused> {
+    match parsed {
+        Ok(httparse::Status::Complete(_)) => Ok(()),
+        Ok(httparse::Status::Partial) => Err(refused(format!("incomplete {what}"))),
+        Err(e) => Err(refused(format!("malformed {what}: {e}"))),
+    }
+}
+
 /// Checks a request head (through its blank line); returns its key.
 pub fn check_request(head: &[u8]) -> Result<String, UpgradeRefused> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    match req.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(refused("incomplete request")),
-        Err(e) => return Err(refused(format!("malformed request: {e}"))),
-    }
+    whole(req.parse(head), "request")?;
     if req.method != Some("GET") {
         return Err(refused(format!(
             "method {:?}, not GET",
@@ -137,11 +142,7 @@ pub fn refusal_response(refusal: &UpgradeRefused) -> String {
 pub fn check_response(head: &[u8], key: &str) -> Result<(), UpgradeRefused> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
-    match resp.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(refused("incomplete response")),
-        Err(e) => return Err(refused(format!("malformed response: {e}"))),
-    }
+    whole(resp.parse(head), "response")?;
     if resp.code != Some(101) {
         return Err(refused(format!(
             "answered {} {}",
