@@ -269,6 +269,24 @@ impl Cluster {
                 u.power_dbm[1],
                 window(u.start_ns, u.stop_ns)
             ),
+            ActorKind::Gateway(g) => format!(
+                "OpenAI-compatible gateway on http://{} -> {}: model {:?} ({} tokens), max_tokens {} (at most {} in / {} out), timeout {}, at ({} m, {} m), {} dBm{}",
+                g.listen,
+                self.actor(g.scheduler).name,
+                g.served_model_name,
+                g.model.name(),
+                g.max_tokens,
+                g.max_input,
+                g.max_output,
+                fmt_duration(g.timeout_ns),
+                g.position_m[0],
+                g.position_m[1],
+                g.power_dbm,
+                match &g.api_key_env {
+                    Some(e) => format!(", API key from ${e}"),
+                    None => String::new(),
+                }
+            ),
             ActorKind::Server(s) => format!(
                 "LYREO server: {} {}, uplink {} MHz, position {}",
                 s.gpu.name(),

@@ -36,6 +36,7 @@ const ACTOR_KINDS: &[&str] = &[
     "server",
     "scheduler",
     "agent",
+    "gateway",
 ];
 const CHAOS_KEYS: &[&str] = &["at", "command", "for", "every"];
 
@@ -363,6 +364,15 @@ impl<'a> Loader<'a> {
         self.agent_references(&actor_entries, &actors, &links);
         if run.time == TimeMode::Virtual {
             for (a, e) in actors.iter().zip(&actor_entries) {
+                if matches!(a.kind, ActorKind::Gateway(_)) {
+                    self.report(
+                        e.node,
+                        ActionError::invalid(
+                            "kind",
+                            "a gateway serves HTTP clients in real time; it cannot run under `time = \"virtual\"` (use real time, or users for a virtual run)",
+                        ),
+                    );
+                }
                 let external = match &a.kind {
                     ActorKind::Scheduler(s) => Some(s.policy.as_str()),
                     ActorKind::Agent(g) => g.policy.as_deref(),
@@ -865,6 +875,20 @@ impl<'a> Loader<'a> {
                     });
                 }
                 ActorKind::User(spec)
+            }
+            "gateway" => {
+                let resolve = |key: &str, n: &str| actors.resolve(key, n);
+                let listen = errs.ok(req_addr(obj, "listen"));
+                let (spec, to) = crate::lyreo::gateway(obj, listen, &resolve, &mut errs);
+                if let Some(to) = to {
+                    kinds.push(PendingKind {
+                        actor: i,
+                        key: "scheduler",
+                        to,
+                        kind: "scheduler",
+                    });
+                }
+                ActorKind::Gateway(spec)
             }
             "server" => ActorKind::Server(crate::lyreo::server(obj, &mut errs)),
             "agent" => {

@@ -37,6 +37,22 @@ pub(crate) fn keys(kind: &str) -> Option<&'static [&'static str]> {
             "bandwidth_mhz",
             "position",
         ],
+        "gateway" => &[
+            "name",
+            "host",
+            "kind",
+            "scheduler",
+            "listen",
+            "model",
+            "served_model_name",
+            "api_key_env",
+            "max_tokens",
+            "max_input",
+            "max_output",
+            "timeout",
+            "position",
+            "power_dbm",
+        ],
         "scheduler" => &[
             "name", "host", "kind", "servers", "policy", "external", "epsilon", "nu", "slot",
             "collect",
@@ -93,6 +109,65 @@ pub struct UserSpec {
     pub max_output: u32,
     pub start_ns: u64,
     pub stop_ns: Option<u64>,
+}
+
+/// How a gateway turns text into tokens and back (`model = …`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatewayModel {
+    /// No tokenizer: a prompt's length is estimated (one token per four
+    /// bytes of UTF-8), and generated tokens are shown as placeholder words.
+    /// For clusters of modeled servers, which only need lengths.
+    Modeled,
+    /// SmolLM2-135M-Instruct's tokenizer and chat template, from the model
+    /// file (fetched on first use): prompts reach a `backend = "real"`
+    /// server as their real tokens, and its tokens come back as text.
+    SmolLm2,
+}
+
+impl GatewayModel {
+    pub fn name(self) -> &'static str {
+        match self {
+            GatewayModel::Modeled => "modeled",
+            GatewayModel::SmolLm2 => "smollm2",
+        }
+    }
+
+    /// The model id `/v1/models` lists when `served_model_name` is not given.
+    pub fn default_served_name(self) -> &'static str {
+        match self {
+            GatewayModel::Modeled => "edgemu-modeled",
+            GatewayModel::SmolLm2 => "SmolLM2-135M-Instruct",
+        }
+    }
+}
+
+/// A `kind = "gateway"` actor: an OpenAI-compatible HTTP endpoint whose
+/// requests enter the emulated system as a mobile user's requests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatewaySpec {
+    /// The scheduler its requests go to.
+    pub scheduler: ActorId,
+    /// Where it serves HTTP.
+    pub listen: std::net::SocketAddr,
+    pub model: GatewayModel,
+    /// The model id clients name (`model` in a request body).
+    pub served_model_name: String,
+    /// Environment variable holding the API key clients must send as
+    /// `Authorization: Bearer …`; required for a non-loopback `listen`.
+    pub api_key_env: Option<String>,
+    /// Output tokens when a request does not say (`max_tokens`).
+    pub max_tokens: u32,
+    /// Longest prompt accepted, tokens.
+    pub max_input: u32,
+    /// Most output tokens a request may ask for.
+    pub max_output: u32,
+    /// A request with no final answer this long after it arrived is
+    /// answered with an error (timeout), ns.
+    pub timeout_ns: u64,
+    /// Where its radio sits in the area, metres.
+    pub position_m: [f64; 2],
+    /// Its transmit power, dBm.
+    pub power_dbm: f64,
 }
 
 /// A server's GPU class (`gpu = "rtx3080" | "rtx3090" | "rtx4090"`).
@@ -278,6 +353,92 @@ pub(crate) fn user(
             max_output,
             start_ns,
             stop_ns,
+        },
+        scheduler,
+    )
+}
+
+/// Parses the fields of a `gateway` (`resolve` maps an actor name to its
+/// index; `listen` is parsed by the caller, which owns address checks).
+pub(crate) fn gateway(
+    obj: &Obj,
+    listen: Option<std::net::SocketAddr>,
+    resolve: &dyn Fn(&str, &str) -> Result<usize, ActionError>,
+    errs: &mut Errs,
+) -> (GatewaySpec, Option<usize>) {
+    let scheduler = errs.ok(req_str(obj, "scheduler", "the name of a scheduler actor")
+        .and_then(|s| resolve("scheduler", s)));
+    let model = match errs
+        .ok(opt_enum(obj, "model", &["modeled", "smollm2"]))
+        .flatten()
+    {
+        Some("smollm2") => GatewayModel::SmolLm2,
+        _ => GatewayModel::Modeled,
+    };
+    let served_model_name = match errs.ok(opt_str(obj, "served_model_name")).flatten() {
+        Some(n) if !n.trim().is_empty() && n.len() <= 256 => n.to_string(),
+        Some(n) => {
+            errs.push(ActionError::invalid(
+                "served_model_name",
+                format!("expected a model id of 1 to 256 characters, found {n:?}"),
+            ));
+            model.default_served_name().to_string()
+        }
+        None => model.default_served_name().to_string(),
+    };
+    let api_key_env = errs
+        .ok(opt_str(obj, "api_key_env"))
+        .flatten()
+        .map(str::to_string);
+    if let Some(addr) = listen {
+        if !addr.ip().is_loopback() && api_key_env.is_none() {
+            errs.push(ActionError::invalid(
+                "api_key_env",
+                format!("gateway listens on {addr}, which is not a loopback address; expected `api_key_env`, the environment variable holding the key clients send as `Authorization: Bearer …`"),
+            ));
+        }
+    }
+    let max_input = token_limit(obj, "max_input", 2048, errs);
+    let max_output = token_limit(obj, "max_output", 2048, errs);
+    let max_tokens = token_limit(obj, "max_tokens", 256, errs);
+    if max_tokens > max_output {
+        errs.push(ActionError::invalid(
+            "max_tokens",
+            format!("expected at most `max_output` ({max_output}), found {max_tokens}"),
+        ));
+    }
+    let timeout_ns = errs
+        .ok(opt_duration(obj, "timeout", true))
+        .flatten()
+        .unwrap_or(60_000_000_000);
+    let position_m = errs
+        .ok(opt_pair(
+            obj,
+            "position",
+            "[x, y] in metres, e.g. [100, 100]",
+        ))
+        .flatten()
+        .unwrap_or([100.0, 100.0]);
+    let power_dbm = errs.ok(opt_f64(obj, "power_dbm")).flatten().unwrap_or(20.0);
+    if !(power_dbm.is_finite() && power_dbm <= 60.0) {
+        errs.push(ActionError::invalid(
+            "power_dbm",
+            format!("expected a power of at most 60 dBm, found {power_dbm}"),
+        ));
+    }
+    (
+        GatewaySpec {
+            scheduler: ActorId(scheduler.unwrap_or(0) as u32),
+            listen: listen.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            model,
+            served_model_name,
+            api_key_env,
+            max_tokens: max_tokens.min(max_output),
+            max_input,
+            max_output,
+            timeout_ns,
+            position_m,
+            power_dbm,
         },
         scheduler,
     )

@@ -5,8 +5,8 @@ pub use crate::agent::{AgentSpec, ContextSource, HandoffDeadline, HandoffTask, R
 use crate::command::{Command, Resolved};
 use crate::error::ConfigError;
 pub use crate::lyreo::{
-    GpuClass, MobilityKind, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec,
-    WorkloadKind,
+    GatewayModel, GatewaySpec, GpuClass, MobilityKind, RealModel, SchedulerSpec, ServerBackend,
+    ServerSpec, UserSpec, WorkloadKind,
 };
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_links::LinkParams;
@@ -168,6 +168,8 @@ pub enum ActorKind {
     User(UserSpec),
     /// LYREO edge server.
     Server(ServerSpec),
+    /// OpenAI-compatible HTTP endpoint whose requests are a LYREO user's.
+    Gateway(GatewaySpec),
     /// LYREO request scheduler.
     Scheduler(SchedulerSpec),
     /// An LLM agent bound to a server, handing off KV (see [`crate::agent`]).
@@ -303,6 +305,7 @@ impl ActorKind {
             ActorKind::Server(_) => "server",
             ActorKind::Scheduler(_) => "scheduler",
             ActorKind::Agent(_) => "agent",
+            ActorKind::Gateway(_) => "gateway",
         }
     }
 
@@ -328,6 +331,7 @@ impl ActorKind {
             | ActorKind::User(_)
             | ActorKind::Server(_)
             | ActorKind::Scheduler(_)
+            | ActorKind::Gateway(_)
             | ActorKind::Agent(_) => None,
         }
     }
@@ -353,6 +357,7 @@ impl ActorKind {
             | ActorKind::User(_)
             | ActorKind::Server(_)
             | ActorKind::Scheduler(_)
+            | ActorKind::Gateway(_)
             | ActorKind::Agent(_) => None,
         }
     }

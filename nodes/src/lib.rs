@@ -7,6 +7,7 @@ pub mod control;
 pub mod dashboard;
 pub mod deploy;
 pub mod experiment;
+pub mod gateway;
 pub mod generate;
 pub mod heap;
 pub mod host;

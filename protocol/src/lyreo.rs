@@ -61,6 +61,22 @@ pub struct Answer {
     pub reason: String,
 }
 
+/// Tokens a server produced for a streamed request (a gateway's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenChunk {
+    pub id: u64,
+    /// Index of the first token in the request's output.
+    pub first: u32,
+    pub tokens: Vec<u32>,
+    /// The backend's tokens are placeholders (a modeled server): only
+    /// their count and timing are real.
+    pub placeholder: bool,
+    /// Set on the final chunk, which repeats every token from index 0 and
+    /// carries the request's answer (a chunk lost on the way leaves a gap
+    /// that this one fills).
+    pub answer: Option<Answer>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum LyreoMsg {
     /// User → scheduler at the start of a slot.
@@ -94,6 +110,15 @@ pub enum LyreoMsg {
     Report(SlotReport),
     /// Server → user when a request finished (or was rejected).
     Answer(Answer),
+    /// Gateway → server when the request is assigned: stream its tokens
+    /// back as they are produced ([`LyreoMsg::Tokens`]), and, when the
+    /// gateway tokenized the prompt, the prompt's token ids (a real
+    /// backend prefills them; empty: only the length is known).
+    Stream { id: u64, prompt: Vec<u32> },
+    /// Server → gateway: the tokens of one iteration of a streamed request,
+    /// over the link joining them when there is one; the last chunk
+    /// carries the answer.
+    Tokens(TokenChunk),
 }
 
 impl From<LyreoMsg> for crate::Msg {

@@ -25,7 +25,7 @@ pub use availability::Availability;
 pub use error::ServingError;
 pub use harness::{run_episode, run_episode_with, EpisodeOutcome, GpuMix, Scenario, Summary};
 pub use scheduler::{LyapunovQueues, SchedulerCore};
-pub use server::{Dropped, RequestRecord, ServerReport, ServerSlotCore};
+pub use server::{Dropped, RequestRecord, ServerReport, ServerSlotCore, TokenEvent};
 pub use stepper::{SlotStep, SlotStepper};
 pub use uploads::{ExpectedUpload, ReleasedBatch, UploadGathering};
 

@@ -95,6 +95,15 @@ impl Dropped {
     }
 }
 
+/// One token of a streamed request ([`ServerSlotCore::stream`]): produced
+/// by the iteration that ends at `at_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenEvent {
+    pub id: u64,
+    pub at_ns: u64,
+    pub token: u32,
+}
+
 struct PendingBatch {
     ready_ns: u64,
     reqs: Vec<Assigned>,
@@ -131,6 +140,12 @@ pub struct ServerSlotCore<B: Backend = ModeledBackend> {
     /// Measured over predicted iteration time, smoothed (see
     /// [`ServerSlotCore::track_speed`]); `None`: the profile is taken as is.
     slowdown: Option<f64>,
+    /// Requests whose tokens are reported one by one, by id.
+    streamed: std::collections::HashSet<u64>,
+    /// Prompt token ids of requests that came with them, by id.
+    prompts: std::collections::HashMap<u64, Vec<u32>>,
+    /// Tokens of streamed requests not yet taken.
+    token_events: Vec<TokenEvent>,
 }
 
 /// Weight of the newest iteration in the smoothed slowdown.
@@ -169,7 +184,41 @@ impl<B: Backend> ServerSlotCore<B> {
             slot_busy_ns: 0,
             bandwidth_hz,
             slowdown: None,
+            streamed: Default::default(),
+            prompts: Default::default(),
+            token_events: Vec::new(),
         }
+    }
+
+    /// Reports request `id`'s tokens as they are produced
+    /// ([`ServerSlotCore::take_token_events`]); `prompt`, when not empty,
+    /// is its prompt's token ids, prefilled instead of synthetic tokens
+    /// when their number is the request's input length (a real backend
+    /// then answers the prompt; a modeled one only counts it). Call before
+    /// the request's batch is due.
+    pub fn stream(&mut self, id: u64, prompt: Vec<u32>) {
+        self.streamed.insert(id);
+        if !prompt.is_empty() {
+            self.prompts.insert(id, prompt);
+        }
+    }
+
+    /// Whether the backend's tokens are real (not placeholders).
+    pub fn produces_tokens(&self) -> bool {
+        self.engine.backend().produces_tokens()
+    }
+
+    /// Forgets what [`ServerSlotCore::stream`] was told about `id` (its
+    /// request will not run here: rejected, lost, or failed).
+    pub fn unstream(&mut self, id: u64) {
+        self.streamed.remove(&id);
+        self.prompts.remove(&id);
+    }
+
+    /// The tokens streamed requests produced since the last call, in
+    /// iteration order.
+    pub fn take_token_events(&mut self) -> Vec<TokenEvent> {
+        std::mem::take(&mut self.token_events)
     }
 
     pub fn profile(&self) -> &Profile {
@@ -327,7 +376,15 @@ impl<B: Backend> ServerSlotCore<B> {
                 break;
             };
             for r in b.reqs {
-                let req = Request::with_lengths(r.id, r.input_len as usize, r.output_len as usize);
+                let req = match self.prompts.remove(&r.id) {
+                    Some(p) if p.len() == r.input_len as usize => {
+                        // A real prompt ends where the model says it does.
+                        let mut req = Request::with_tokens(r.id, p, r.output_len as usize);
+                        req.stop_at_eos = true;
+                        req
+                    }
+                    _ => Request::with_lengths(r.id, r.input_len as usize, r.output_len as usize),
+                };
                 self.engine
                     .submit(req, r.arrival_ns)
                     .map_err(|source| ServingError::Engine {
@@ -388,7 +445,16 @@ impl<B: Backend> ServerSlotCore<B> {
                 let (batch, occupancy) = (out.decode_batch, out.ledger.occupancy_bytes);
                 self.observe_speed(admitted, batch, occupancy, out.duration_ns);
             }
+            if !self.streamed.is_empty() {
+                let at_ns = t + out.duration_ns;
+                for &(id, token) in &out.tokens {
+                    if self.streamed.contains(&id) {
+                        self.token_events.push(TokenEvent { id, at_ns, token });
+                    }
+                }
+            }
             for f in out.finished {
+                self.streamed.remove(&f.id);
                 let Some(a) = self.meta.remove(&f.id) else {
                     continue;
                 };
@@ -464,6 +530,9 @@ impl<B: Backend> ServerSlotCore<B> {
             }
         }
         self.meta.clear();
+        self.streamed.clear();
+        self.prompts.clear();
+        self.token_events.clear();
         d.pending = self
             .pending
             .drain(..)
@@ -544,6 +613,37 @@ mod tests {
             }],
         };
         ServerSlotCore::new(0, p, 10e6, mode)
+    }
+
+    #[test]
+    fn a_streamed_request_reports_each_token_at_the_end_of_its_iteration() {
+        let mut core = tiny(BatchMode::Continuous);
+        core.stream(1, Vec::new());
+        assert!(core
+            .assign(vec![a(1, 0, 100, 5), a(2, 0, 100, 5)])
+            .is_empty());
+        let mut done = Vec::new();
+        core.advance(2_000_000_000, &mut done).expect("advance");
+        assert_eq!(done.len(), 2);
+        let ev = core.take_token_events();
+        // Only request 1's five tokens: the first at the end of the joint
+        // prefill (200 tokens at 1000 tok/s), then one per 10 ms step.
+        assert_eq!(ev.len(), 5, "{ev:?}");
+        assert!(ev.iter().all(|e| e.id == 1));
+        let r1 = done.iter().find(|r| r.id == 1).expect("request 1");
+        let first = r1.upload_ns + r1.wait_ns + r1.prefill_ns;
+        assert_eq!(ev[0].at_ns, first);
+        for w in ev.windows(2) {
+            assert_eq!(w[1].at_ns - w[0].at_ns, 10_000_000);
+        }
+        assert_eq!(ev[4].at_ns, r1.e2e_ns);
+        assert!(core.take_token_events().is_empty());
+        // A crash forgets what was to be streamed.
+        core.stream(3, vec![1, 2, 3]);
+        core.crash(2_000_000_000);
+        assert!(core.assign(vec![a(3, 2, 3, 2)]).is_empty());
+        core.advance(4_000_000_000, &mut done).expect("advance");
+        assert!(core.take_token_events().is_empty());
     }
 
     #[test]

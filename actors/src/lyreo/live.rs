@@ -23,6 +23,112 @@ pub struct LiveState {
     pub servers: BTreeMap<String, ServerLive>,
     /// By scheduler name.
     pub schedulers: BTreeMap<String, SchedulerLive>,
+    /// By gateway name.
+    pub gateways: BTreeMap<String, GatewayLive>,
+}
+
+/// A gateway's requests so far, with the latency distributions vLLM's
+/// server exports (same names and buckets on `/metrics`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct GatewayLive {
+    /// The model id clients name.
+    pub model: String,
+    /// Requests open now (waiting for assignment, upload, service or
+    /// their last token).
+    pub running: u64,
+    /// Finished requests by finish reason (`stop`, `length`).
+    pub success: BTreeMap<String, u64>,
+    /// Failed requests by reason (`timeout`, `server killed`, …).
+    pub errors: BTreeMap<String, u64>,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    /// Arrival → first token delivered.
+    pub ttft: Histogram,
+    /// Between consecutive tokens delivered, per request
+    /// `(last − first) / (n − 1)`.
+    pub tpot: Histogram,
+    /// Arrival → last token delivered.
+    pub e2e: Histogram,
+    /// Arrival → prefill start (assignment, upload, waiting at the server).
+    pub queue: Histogram,
+}
+
+impl GatewayLive {
+    pub fn new(model: &str) -> Self {
+        GatewayLive {
+            model: model.to_string(),
+            running: 0,
+            success: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            prompt_tokens: 0,
+            generation_tokens: 0,
+            ttft: Histogram::new(&TTFT_BUCKETS_S),
+            tpot: Histogram::new(&TPOT_BUCKETS_S),
+            e2e: Histogram::new(&E2E_BUCKETS_S),
+            queue: Histogram::new(&E2E_BUCKETS_S),
+        }
+    }
+}
+
+/// vLLM's `time_to_first_token_seconds` buckets.
+pub const TTFT_BUCKETS_S: [f64; 22] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// vLLM's `time_per_output_token_seconds` buckets.
+pub const TPOT_BUCKETS_S: [f64; 19] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// vLLM's request latency buckets (`e2e_request_latency_seconds`,
+/// `request_queue_time_seconds`).
+pub const E2E_BUCKETS_S: [f64; 21] = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// A fixed-bucket histogram of seconds: `counts[i]` values fell at most
+/// `bounds_s[i]` and above the bound before; the last count is above every
+/// bound (+Inf).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Histogram {
+    pub bounds_s: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub sum_s: f64,
+    pub count: u64,
+}
+
+impl Histogram {
+    pub fn new(bounds_s: &[f64]) -> Self {
+        Histogram {
+            bounds_s: bounds_s.to_vec(),
+            counts: vec![0; bounds_s.len() + 1],
+            sum_s: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn observe(&mut self, v_s: f64) {
+        let i = self
+            .bounds_s
+            .iter()
+            .position(|&b| v_s <= b)
+            .unwrap_or(self.bounds_s.len());
+        self.counts[i] += 1;
+        self.sum_s += v_s;
+        self.count += 1;
+    }
+
+    /// Counts at or below each bound, then the total (+Inf).
+    pub fn cumulative(&self) -> Vec<u64> {
+        self.counts
+            .iter()
+            .scan(0u64, |sum, n| {
+                *sum += n;
+                Some(*sum)
+            })
+            .collect()
+    }
 }
 
 /// A server at the end of its latest slot.
@@ -102,6 +208,15 @@ impl LyreoLive {
         self.with(|s| f(s.schedulers.entry(name.to_string()).or_default()))
     }
 
+    /// Updates gateway `name`'s entry (created for model `model`).
+    pub fn gateway(&self, name: &str, model: &str, f: impl FnOnce(&mut GatewayLive)) {
+        self.with(|s| {
+            f(s.gateways
+                .entry(name.to_string())
+                .or_insert_with(|| GatewayLive::new(model)))
+        })
+    }
+
     /// A copy of the whole state.
     pub fn snapshot(&self) -> LiveState {
         self.with(|s| s.clone())
@@ -129,6 +244,20 @@ mod tests {
         assert_eq!(snap.servers["s0"].slots, 2);
         assert_eq!(snap.servers["s0"].served, 3);
         assert_eq!(snap.schedulers["sched"].servers["s0"].assigned, 2);
+        live.gateway("gw", "m", |g| {
+            g.ttft.observe(0.03);
+            g.ttft.observe(0.03);
+            g.ttft.observe(1e9);
+        });
+        let g = &live.snapshot().gateways["gw"];
+        assert_eq!(
+            g.ttft.cumulative()[3],
+            0,
+            "0.03 s is above the 0.02 s bound"
+        );
+        assert_eq!(g.ttft.cumulative()[4], 2);
+        assert_eq!(*g.ttft.cumulative().last().unwrap(), 3);
+        assert_eq!(g.ttft.count, 3);
         live.server("s1", |_| {});
         assert_eq!(snap.servers.len(), 1, "a snapshot is a copy");
         assert_eq!(live.snapshot().servers.len(), 2);

@@ -4,7 +4,7 @@
 //! is `⌈l_in·β/8⌉` bytes, so a link charges it like the real upload and
 //! chaos can delay, drop or kill it.
 
-pub use edgemu_protocol::lyreo::{Answer, Expected, LyreoMsg, Outcome, SlotReport};
+pub use edgemu_protocol::lyreo::{Answer, Expected, LyreoMsg, Outcome, SlotReport, TokenChunk};
 use edgemu_protocol::{Msg, Probe};
 
 /// Bits uploaded per prompt token (`β`), from the radio model.

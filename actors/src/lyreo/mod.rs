@@ -32,6 +32,7 @@
 //! its module doc and in docs/control.md); the scheduler marks a server
 //! that stopped reporting unavailable and routes around it.
 
+pub mod gateway;
 pub mod live;
 pub mod messages;
 pub mod records;

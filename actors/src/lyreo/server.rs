@@ -15,8 +15,16 @@
 //! as `Failed` with reason `"server down"` (what a client sees as a refused
 //! connection). A restart (by command, or by itself at the kill's
 //! `until_ns`) brings it back empty; it reports again at the next slot end.
+//!
+//! **Streamed requests** (a gateway's, announced by `LyreoMsg::Stream`):
+//! each iteration's token goes back to the gateway as a `TokenChunk` at
+//! the iteration's end, over the link joining server and gateway when the
+//! file has one (its rate, delay, loss and kill apply; otherwise over the
+//! mesh directly). The final chunk repeats every token and carries the
+//! answer, so a chunk the link lost only delays its tokens to the end.
+//! Failures are answered directly, as for users.
 
-use super::messages::{Answer, Expected, LyreoMsg, Outcome, SlotReport};
+use super::messages::{Answer, Expected, LyreoMsg, Outcome, SlotReport, TokenChunk};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
@@ -24,7 +32,7 @@ use crate::messages::{
     restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
 use actix::prelude::*;
-use edgemu_codec::ids::ActorId;
+use edgemu_codec::ids::{ActorId, LinkId};
 use edgemu_engine::backend::Backend;
 use edgemu_policies::lyreo::SlotLoad;
 use edgemu_protocol::{Envelope, Msg};
@@ -48,6 +56,15 @@ pub struct ServerSetup {
     pub live: super::live::LyreoLive,
     /// Where its faults land (`events.jsonl`).
     pub log: ActorLog,
+    /// The link to each gateway of its scheduler, where the file has one:
+    /// streamed tokens travel over it.
+    pub downlinks: HashMap<ActorId, LinkId>,
+}
+
+/// A streamed request's output so far.
+struct StreamOut {
+    gateway: ActorId,
+    tokens: Vec<u32>,
 }
 
 pub struct ServerActor<B: Backend + 'static> {
@@ -77,6 +94,8 @@ pub struct ServerActor<B: Backend + 'static> {
     liveness: Liveness,
     /// Uploads and assignments that reached it while it was dead.
     pub dropped_while_dead: u64,
+    /// Streamed requests, by id.
+    streams: HashMap<u64, StreamOut>,
 }
 
 impl<B: Backend + 'static> ServerActor<B> {
@@ -115,6 +134,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             ignored: 0,
             liveness: Liveness::default(),
             dropped_while_dead: 0,
+            streams: HashMap::new(),
         }
     }
 
@@ -143,7 +163,83 @@ impl<B: Backend + 'static> ServerActor<B> {
         }));
     }
 
-    fn fail(&self, user: ActorId, id: u64, reason: &str) {
+    /// Sends a streamed request's chunk to its gateway, over their link
+    /// when there is one.
+    fn send_chunk(&self, gateway: ActorId, chunk: TokenChunk) {
+        self.router.do_send(Route(Envelope {
+            src: self.s.id,
+            dst: gateway,
+            via: self.s.downlinks.get(&gateway).copied(),
+            sent_at_ns: self.clock.now_ns(),
+            due_ns: None,
+            payload: LyreoMsg::Tokens(chunk).into(),
+        }));
+    }
+
+    /// A gateway's request `id` is to be streamed (with its prompt's tokens,
+    /// when the gateway knows them).
+    fn stream(&mut self, gateway: ActorId, id: u64, prompt: Vec<u32>) {
+        if !self.liveness.is_alive() {
+            self.dropped_while_dead += 1;
+            return;
+        }
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        core.stream(id, prompt);
+        self.streams.insert(
+            id,
+            StreamOut {
+                gateway,
+                tokens: Vec::new(),
+            },
+        );
+    }
+
+    /// Sends the tokens the core produced for streamed requests, each
+    /// iteration's at the iteration's end.
+    fn send_tokens(&mut self, now: u64, ctx: &mut Context<Self>) {
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        let placeholder = !core.produces_tokens();
+        let events = core.take_token_events();
+        let mut i = 0;
+        while i < events.len() {
+            let (id, at) = (events[i].id, events[i].at_ns);
+            let mut j = i;
+            while j < events.len() && events[j].id == id && events[j].at_ns == at {
+                j += 1;
+            }
+            let tokens: Vec<u32> = events[i..j].iter().map(|e| e.token).collect();
+            i = j;
+            let Some(out) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            let chunk = TokenChunk {
+                id,
+                first: out.tokens.len() as u32,
+                tokens,
+                placeholder,
+                answer: None,
+            };
+            out.tokens.extend_from_slice(&chunk.tokens);
+            let gateway = out.gateway;
+            if at <= now {
+                self.send_chunk(gateway, chunk);
+            } else {
+                ctx.run_later(self.clock.until(at), move |act, _| {
+                    // Not if the request failed meanwhile (a kill).
+                    if act.streams.contains_key(&id) {
+                        act.send_chunk(gateway, chunk);
+                    }
+                });
+            }
+        }
+    }
+
+    fn fail(&mut self, user: ActorId, id: u64, reason: &str) {
+        self.streams.remove(&id);
         let a = Answer {
             id,
             outcome: Outcome::Failed,
@@ -173,6 +269,7 @@ impl<B: Backend + 'static> ServerActor<B> {
         for &(id, user) in &users {
             self.fail(user, id, "server killed");
         }
+        self.streams.clear();
         let finishing = users.len().saturating_sub(dropped.len() + forming);
         self.upload_start.clear();
         self.armed = None;
@@ -294,6 +391,10 @@ impl<B: Backend + 'static> ServerActor<B> {
         for id in &b.lost {
             self.lost_in_slot += 1;
             self.users.remove(id);
+            self.streams.remove(id);
+            if let Some(core) = self.core.as_mut() {
+                core.unstream(*id);
+            }
         }
         for a in &b.assigned {
             self.upload_start.insert(a.id, a.created_ns);
@@ -335,7 +436,23 @@ impl<B: Backend + 'static> ServerActor<B> {
             finished_ns: start.saturating_add(r.e2e_ns),
             reason: String::new(),
         };
-        self.send(user, LyreoMsg::Answer(a));
+        match self.streams.remove(&r.id) {
+            Some(out) => {
+                let placeholder = self.core.as_ref().is_none_or(|c| !c.produces_tokens());
+                if let Some(core) = self.core.as_mut() {
+                    core.unstream(r.id);
+                }
+                let chunk = TokenChunk {
+                    id: r.id,
+                    first: 0,
+                    tokens: out.tokens,
+                    placeholder,
+                    answer: Some(a),
+                };
+                self.send_chunk(out.gateway, chunk);
+            }
+            None => self.send(user, LyreoMsg::Answer(a)),
+        }
     }
 
     /// Runs the core up to now and arms a wake-up for its next event.
@@ -356,6 +473,9 @@ impl<B: Backend + 'static> ServerActor<B> {
         if let Err(e) = res {
             tracing::error!(server = %self.s.name, error = %e, "server core failed; it stops serving");
             self.failed = true;
+        }
+        if !self.streams.is_empty() {
+            self.send_tokens(now, ctx);
         }
         for r in &done {
             // Answer when the last token is out (the modeled core may have
@@ -516,6 +636,7 @@ impl<B: Backend + 'static> Handler<Deliver> for ServerActor<B> {
         }
         match LyreoMsg::from_msg(msg.envelope.payload) {
             Some(LyreoMsg::Expect { slot, requests }) => self.expect(slot, requests, ctx),
+            Some(LyreoMsg::Stream { id, prompt }) => self.stream(msg.envelope.src, id, prompt),
             _ => self.ignored += 1,
         }
     }

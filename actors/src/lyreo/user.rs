@@ -341,7 +341,7 @@ impl UserActor {
 
 /// A reason as one CSV field (reasons are ours, but an answer comes from
 /// the mesh: no comma, quote or line break gets through).
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     s.chars()
         .take(80)
         .map(|c| {

@@ -234,6 +234,22 @@ pub async fn run_host_real(
         ),
         None => None,
     };
+    // Served until this function returns (each handle stops its thread).
+    let mut _gateways = Vec::new();
+    for (id, addr) in &actors.gateways {
+        let a = cluster.actor(*id);
+        if let edgemu_config::ActorKind::Gateway(spec) = &a.kind {
+            _gateways.push(
+                crate::gateway::serve_on_own_thread(
+                    &a.name,
+                    spec,
+                    addr.clone(),
+                    actors.lyreo.clone(),
+                )
+                .await?,
+            );
+        }
+    }
     let stop = sup.clone();
     actix_rt::spawn(async move {
         wait_for_signal().await;

@@ -34,6 +34,11 @@ pub struct HostActors {
     pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
     /// The external-policy counters of this host's deciders.
     pub external: edgemu_actors::external::ExternalLive,
+    /// This host's gateways (their HTTP servers start with the run).
+    pub gateways: Vec<(
+        edgemu_codec::ids::ActorId,
+        Addr<edgemu_actors::lyreo::gateway::GatewayActor>,
+    )>,
 }
 
 /// Mixes the run seed with an object's index so every link direction has its
@@ -118,6 +123,7 @@ pub fn spawn_host_actors(
     let names: Vec<String> = cluster.actors.iter().map(|a| a.name.clone()).collect();
     let mut senders = Vec::new();
     let mut flushers = Vec::new();
+    let mut gateways = Vec::new();
     let mut tables = super::spawn_lyreo::Tables::new(results);
     for a in cluster.actors.iter().filter(|a| a.host == host) {
         let deliver: Option<Recipient<Deliver>> = match &a.kind {
@@ -231,22 +237,24 @@ pub fn spawn_host_actors(
                 }
                 Some(deliver)
             }
-            ActorKind::User(_) | ActorKind::Server(_) | ActorKind::Scheduler(_) => {
-                super::spawn_lyreo::spawn(
-                    cluster,
-                    a,
-                    virtual_time,
-                    clock,
-                    &route,
-                    &mut tables,
-                    &shared,
-                )?
-                .map(|s| {
-                    senders.extend(s.stop);
-                    flushers.extend(s.flush);
-                    s.deliver
-                })
-            }
+            ActorKind::User(_)
+            | ActorKind::Server(_)
+            | ActorKind::Scheduler(_)
+            | ActorKind::Gateway(_) => super::spawn_lyreo::spawn(
+                cluster,
+                a,
+                virtual_time,
+                clock,
+                &route,
+                &mut tables,
+                &shared,
+            )?
+            .map(|s| {
+                senders.extend(s.stop);
+                flushers.extend(s.flush);
+                gateways.extend(s.gateway.map(|g| (a.id, g)));
+                s.deliver
+            }),
         };
         if let Some(recipient) = deliver {
             router.do_send(RegisterActor {
@@ -267,6 +275,7 @@ pub fn spawn_host_actors(
         tables: tables.all(),
         kv_caches: shared.kv_caches.clone(),
         external: shared.external.clone(),
+        gateways,
     })
 }
 

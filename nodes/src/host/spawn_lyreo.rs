@@ -9,6 +9,7 @@ use super::spawn::derive_seed;
 use actix::prelude::*;
 use anyhow::{anyhow, Context as _, Result};
 use edgemu_actors::clock::Clock;
+use edgemu_actors::lyreo::gateway::{GatewayActor, GatewaySetup};
 use edgemu_actors::lyreo::live::LyreoLive;
 use edgemu_actors::lyreo::records::CsvTable;
 use edgemu_actors::lyreo::scheduler::{SchedulerActor, SchedulerPolicy, SchedulerSetup};
@@ -41,6 +42,8 @@ pub struct Spawned {
     pub deliver: Recipient<Deliver>,
     pub stop: Option<Recipient<StopSending>>,
     pub flush: Option<Recipient<Flush>>,
+    /// A gateway's actor, for its HTTP server.
+    pub gateway: Option<Addr<GatewayActor>>,
 }
 
 /// The host's result tables (LYREO's and the agents' `handoffs.csv`), each
@@ -187,6 +190,37 @@ pub fn spawn(
                 deliver: addr.clone().recipient(),
                 stop: Some(addr.clone().recipient()),
                 flush: Some(addr.recipient()),
+                gateway: None,
+            }
+        }
+        ActorKind::Gateway(g) => {
+            let table = tables.get(CsvTable::REQUESTS, CsvTable::REQUESTS_HEADER)?;
+            let sched = scheduler_spec(cluster, g.scheduler)?;
+            let setup = GatewaySetup {
+                id: a.id,
+                name: a.name.clone(),
+                model: g.served_model_name.clone(),
+                scheduler: g.scheduler,
+                slot_ns: sched.slot_ns,
+                position_m: (g.position_m[0], g.position_m[1]),
+                power_w: edgemu_serving::radio::dbm_to_w(g.power_dbm),
+                uplinks: sched
+                    .servers
+                    .iter()
+                    .map(|&s| (s, link_between(cluster, a.id, s)))
+                    .collect(),
+                timeout_ns: g.timeout_ns,
+                names,
+                live: live.clone(),
+                log,
+            };
+            let addr = GatewayActor::new(setup, clock, route.clone(), table).start();
+            host.faults.register(a.id, addr.clone().recipient());
+            Spawned {
+                deliver: addr.clone().recipient(),
+                stop: None,
+                flush: Some(addr.clone().recipient()),
+                gateway: Some(addr),
             }
         }
         ActorKind::Server(s) => {
@@ -218,6 +252,14 @@ pub fn spawn(
                 wall_clock_compute: !virtual_time && s.backend != ServerBackend::Modeled,
                 live: live.clone(),
                 log,
+                downlinks: cluster
+                    .actors
+                    .iter()
+                    .filter(
+                        |g| matches!(&g.kind, ActorKind::Gateway(gs) if gs.scheduler == scheduler),
+                    )
+                    .filter_map(|g| link_between(cluster, a.id, g.id).map(|l| (g.id, l)))
+                    .collect(),
             };
             let (addr, fault): (Recipient<Deliver>, Recipient<ActorFault>) = match s.backend {
                 ServerBackend::Modeled => {
@@ -273,6 +315,7 @@ pub fn spawn(
                 deliver: addr,
                 stop: None,
                 flush: None,
+                gateway: None,
             }
         }
         ActorKind::Scheduler(s) => {
@@ -348,6 +391,7 @@ pub fn spawn(
                 stop: None,
                 // At the end it closes its external policy's connection.
                 flush: (!virtual_time).then(|| addr.recipient()),
+                gateway: None,
             }
         }
         _ => return Ok(None),

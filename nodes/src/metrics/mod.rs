@@ -33,6 +33,7 @@
 //! command names or `other`, so a client cannot grow the label set.
 
 pub mod exposition;
+pub mod gateway;
 pub mod snapshot;
 pub mod text_format;
 
@@ -174,6 +175,9 @@ impl HostMetrics {
         prometheus_client::encoding::text::encode_registry(&mut out, &snap)?;
         if let Ok(r) = self.registered.lock() {
             prometheus_client::encoding::text::encode_registry(&mut out, &r)?;
+        }
+        if let Some(g) = gateway::registry(&snapshot.lyreo) {
+            prometheus_client::encoding::text::encode_registry(&mut out, &g)?;
         }
         prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)

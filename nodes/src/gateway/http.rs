@@ -1,0 +1,524 @@
+//! The gateway's HTTP/1.1 server: keep-alive connections, JSON bodies by
+//! `Content-Length`, responses by `Content-Length` or, for streams,
+//! `Transfer-Encoding: chunked` server-sent events (`data: {…}` lines, then
+//! `data: [DONE]`), as OpenAI's API and vLLM's server speak them.
+//!
+//! Routes: `GET /v1/models`, `POST /v1/completions`,
+//! `POST /v1/chat/completions`, `GET /health` and `GET /metrics` (the
+//! gateway's request counters and latency histograms under vLLM's names).
+//! Every wait is bounded: a request head must come within
+//! [`IDLE_TIMEOUT`] of the previous response, its body within
+//! [`BODY_TIMEOUT`], and a request's answer within the gateway's `timeout`
+//! (the actor fails it then) plus [`ANSWER_SLACK`].
+
+use super::openai::{self, ApiError, Endpoint, Reply, Usage};
+use super::text::{Codec, Detokenizer};
+use actix::Addr;
+use edgemu_actors::lyreo::gateway::{GatewayActor, StreamEvent, Submit};
+use edgemu_actors::lyreo::live::LyreoLive;
+use edgemu_config::GatewaySpec;
+use serde_json::Value;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Largest request head.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// Largest request body.
+pub const MAX_BODY: usize = 8 << 20;
+/// How long a kept-alive connection may sit without a new request.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a request's body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long past the gateway's own timeout the HTTP side waits for the
+/// actor's verdict (it only matters if the actor is gone).
+pub const ANSWER_SLACK: Duration = Duration::from_secs(5);
+
+/// What one gateway's connections share.
+pub struct Gateway {
+    pub name: String,
+    pub spec: GatewaySpec,
+    pub actor: Addr<GatewayActor>,
+    pub codec: Codec,
+    pub api_key: Option<String>,
+    pub live: LyreoLive,
+}
+
+/// Accepts connections for the life of the listener's task.
+pub async fn serve(listener: TcpListener, gw: Rc<Gateway>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let gw = gw.clone();
+                actix_rt::spawn(async move {
+                    if let Err(e) = connection(stream, &gw).await {
+                        tracing::debug!(gateway = %gw.name, %peer, error = %e, "gateway connection ended");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(gateway = %gw.name, error = %e, "accepting a gateway connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// One parsed request head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Head {
+    pub method: String,
+    pub path: String,
+    pub content_length: usize,
+    pub chunked: bool,
+    pub keep_alive: bool,
+    pub authorization: Option<String>,
+    pub len: usize,
+}
+
+/// Parses a request head; `Ok(None)` while incomplete.
+pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("malformed HTTP request: {e}")),
+    };
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).trim().to_string())
+    };
+    let content_length = match header("content-length") {
+        None => 0,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| format!("Content-Length {v:?} is not a number"))?,
+    };
+    let chunked =
+        header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let connection = header("connection")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let http11 = req.version == Some(1);
+    let keep_alive = if http11 {
+        !connection.contains("close")
+    } else {
+        connection.contains("keep-alive")
+    };
+    let path = req.path.unwrap_or("/");
+    let path = path.split_once('?').map_or(path, |(p, _)| p).to_string();
+    Ok(Some(Head {
+        method: req.method.unwrap_or("").to_string(),
+        path,
+        content_length,
+        chunked,
+        keep_alive,
+        authorization: header("authorization"),
+        len,
+    }))
+}
+
+async fn connection(mut stream: TcpStream, gw: &Gateway) -> std::io::Result<()> {
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        // The head, within the idle timeout.
+        let head = loop {
+            match parse_head(&buf) {
+                Ok(Some(h)) => break h,
+                Ok(None) if buf.len() >= MAX_HEAD => {
+                    let e = ApiError::new(431, "invalid_request_error", "request head too large");
+                    return write_json(&mut stream, e.status, &e.body(), false).await;
+                }
+                Ok(None) => {}
+                Err(msg) => {
+                    let e = ApiError::bad_request(msg, None);
+                    return write_json(&mut stream, 400, &e.body(), false).await;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = match tokio::time::timeout(IDLE_TIMEOUT, stream.read(&mut chunk)).await {
+                Ok(r) => r?,
+                Err(_) => return Ok(()),
+            };
+            if n == 0 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        buf.drain(..head.len);
+        if head.chunked {
+            let e = ApiError::new(
+                411,
+                "invalid_request_error",
+                "send the body with Content-Length (chunked request bodies are not accepted)",
+            );
+            return write_json(&mut stream, e.status, &e.body(), false).await;
+        }
+        if head.content_length > MAX_BODY {
+            let e = ApiError::new(
+                413,
+                "invalid_request_error",
+                format!("request body over {MAX_BODY} bytes"),
+            );
+            return write_json(&mut stream, e.status, &e.body(), false).await;
+        }
+        let read_body = async {
+            while buf.len() < head.content_length {
+                let mut chunk = [0u8; 16 * 1024];
+                let n = stream.read(&mut chunk).await?;
+                if n == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "connection closed inside a request body",
+                    ));
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        match tokio::time::timeout(BODY_TIMEOUT, read_body).await {
+            Ok(r) => r?,
+            Err(_) => return Ok(()),
+        }
+        let body: Vec<u8> = buf.drain(..head.content_length).collect();
+        let keep = head.keep_alive;
+        respond(&mut stream, &head, &body, gw).await?;
+        if !keep {
+            return stream.shutdown().await;
+        }
+    }
+}
+
+/// Whether `given` is `Bearer <key>`, compared in constant time.
+fn authorized(given: Option<&str>, key: &str) -> bool {
+    let Some(token) = given.and_then(|g| g.strip_prefix("Bearer ")) else {
+        return false;
+    };
+    let (a, b) = (token.trim().as_bytes(), key.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    head: &Head,
+    body: &[u8],
+    gw: &Gateway,
+) -> std::io::Result<()> {
+    let keep = head.keep_alive;
+    let route = (head.method.as_str(), head.path.as_str());
+    if route == ("GET", "/health") {
+        return write_response(stream, 200, "text/plain", b"", keep).await;
+    }
+    if let Some(key) = &gw.api_key {
+        if !authorized(head.authorization.as_deref(), key) {
+            let e = ApiError::new(401, "invalid_request_error", "Incorrect API key provided: send `Authorization: Bearer <key>` with the key of the gateway's `api_key_env`");
+            return write_json(stream, 401, &e.body(), keep).await;
+        }
+    }
+    match route {
+        ("GET", "/v1/models") => {
+            let v = openai::models(
+                &gw.spec.served_model_name,
+                unix_now(),
+                gw.spec.max_input.saturating_add(gw.spec.max_output),
+            );
+            write_json(stream, 200, &v, keep).await
+        }
+        ("GET", "/metrics") => {
+            let text = crate::metrics::gateway::text(&gw.live.snapshot());
+            write_response(
+                stream,
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                text.as_bytes(),
+                keep,
+            )
+            .await
+        }
+        ("POST", "/v1/completions") => {
+            completion(stream, Endpoint::Completions, body, gw, keep).await
+        }
+        ("POST", "/v1/chat/completions") => {
+            completion(stream, Endpoint::Chat, body, gw, keep).await
+        }
+        (_, "/v1/models" | "/metrics" | "/v1/completions" | "/v1/chat/completions") => {
+            let e = ApiError::new(
+                405,
+                "invalid_request_error",
+                format!("method {} not allowed on {}", head.method, head.path),
+            );
+            write_json(stream, 405, &e.body(), keep).await
+        }
+        _ => {
+            let e = ApiError::new(
+                404,
+                "NotFoundError",
+                format!("no route {} {}", head.method, head.path),
+            );
+            write_json(stream, 404, &e.body(), keep).await
+        }
+    }
+}
+
+/// Checks the request and hands it to the gateway actor; what it gets
+/// back goes to the client as one response or as a stream.
+async fn completion(
+    stream: &mut TcpStream,
+    endpoint: Endpoint,
+    body: &[u8],
+    gw: &Gateway,
+    keep: bool,
+) -> std::io::Result<()> {
+    let checked = openai::parse(endpoint, body, &gw.spec.served_model_name).and_then(|job| {
+        let enc = gw.codec.encode(&job.prompt)?;
+        let max_tokens = job.max_tokens.unwrap_or(gw.spec.max_tokens);
+        if enc.len > gw.spec.max_input {
+            return Err(ApiError::bad_request(
+                format!(
+                    "This model's maximum prompt length is {} tokens; the prompt has {}.",
+                    gw.spec.max_input, enc.len
+                ),
+                Some("messages"),
+            ));
+        }
+        if max_tokens > gw.spec.max_output {
+            return Err(ApiError::bad_request(
+                format!(
+                    "max_tokens is {max_tokens}; this gateway allows at most {}",
+                    gw.spec.max_output
+                ),
+                Some("max_tokens"),
+            ));
+        }
+        Ok((job, enc, max_tokens))
+    });
+    let (job, enc, max_tokens) = match checked {
+        Ok(x) => x,
+        Err(e) => return write_json(stream, e.status, &e.body(), keep).await,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let submitted = gw
+        .actor
+        .send(Submit {
+            prompt: enc.tokens,
+            input_len: enc.len,
+            max_tokens,
+            events: tx,
+        })
+        .await;
+    let id = match submitted {
+        Ok(Ok(id)) => id,
+        Ok(Err(refused)) => {
+            let e = ApiError::new(503, "service_unavailable", refused.to_string());
+            return write_json(stream, 503, &e.body(), keep).await;
+        }
+        Err(_) => {
+            let e = ApiError::new(503, "service_unavailable", "the gateway actor is gone");
+            return write_json(stream, 503, &e.body(), keep).await;
+        }
+    };
+    let reply = Reply::new(endpoint, id, unix_now(), &gw.spec.served_model_name);
+    let limit = Duration::from_nanos(gw.spec.timeout_ns) + ANSWER_SLACK;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut detok = Detokenizer::new(&gw.codec);
+    let usage = |completion: u32| Usage {
+        prompt: enc.len,
+        completion,
+    };
+    if !job.stream {
+        let mut text = String::new();
+        loop {
+            match next_event(&mut rx, deadline).await {
+                StreamEvent::Tokens {
+                    tokens,
+                    placeholder,
+                } => text.push_str(&detok.push(&tokens, placeholder)),
+                StreamEvent::Done {
+                    stopped,
+                    output_tokens,
+                } => {
+                    let finish = if stopped { "stop" } else { "length" };
+                    let v = reply.complete(&text, finish, usage(output_tokens));
+                    return write_json(stream, 200, &v, keep).await;
+                }
+                StreamEvent::Failed { reason } => {
+                    let e = ApiError::from_failure(&reason);
+                    return write_json(stream, e.status, &e.body(), keep).await;
+                }
+            }
+        }
+    }
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: {}\r\n\r\n",
+        if keep { "keep-alive" } else { "close" }
+    );
+    stream.write_all(head.as_bytes()).await?;
+    let mut first = true;
+    loop {
+        match next_event(&mut rx, deadline).await {
+            StreamEvent::Tokens {
+                tokens,
+                placeholder,
+            } => {
+                let text = detok.push(&tokens, placeholder);
+                if text.is_empty() && !first {
+                    continue;
+                }
+                sse(stream, &reply.chunk(&text, first, None)).await?;
+                first = false;
+            }
+            StreamEvent::Done {
+                stopped,
+                output_tokens,
+            } => {
+                let finish = if stopped { "stop" } else { "length" };
+                sse(stream, &reply.chunk("", first, Some(finish))).await?;
+                if job.include_usage {
+                    sse(stream, &reply.usage_chunk(usage(output_tokens))).await?;
+                }
+                break;
+            }
+            StreamEvent::Failed { reason } => {
+                // Headers are out: the error goes in the stream, where
+                // OpenAI's clients raise it.
+                sse(stream, &ApiError::from_failure(&reason).body()).await?;
+                break;
+            }
+        }
+    }
+    write_chunk(stream, b"data: [DONE]\n\n").await?;
+    stream.write_all(b"0\r\n\r\n").await?;
+    stream.flush().await
+}
+
+/// The request's next event, or a failure at `deadline`.
+async fn next_event(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
+    deadline: tokio::time::Instant,
+) -> StreamEvent {
+    match tokio::time::timeout_at(deadline, rx.recv()).await {
+        Ok(Some(ev)) => ev,
+        Ok(None) => StreamEvent::Failed {
+            reason: "gateway stopped".into(),
+        },
+        Err(_) => StreamEvent::Failed {
+            reason: "timeout".into(),
+        },
+    }
+}
+
+async fn sse(stream: &mut TcpStream, v: &Value) -> std::io::Result<()> {
+    let mut data = Vec::with_capacity(256);
+    data.extend_from_slice(b"data: ");
+    data.extend_from_slice(v.to_string().as_bytes());
+    data.extend_from_slice(b"\n\n");
+    write_chunk(stream, &data).await
+}
+
+/// One HTTP chunk, written (and sent: the socket has no delay) at once.
+async fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(data.len() + 16);
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    stream.write_all(&out).await
+}
+
+async fn write_json(
+    stream: &mut TcpStream,
+    status: u16,
+    v: &Value,
+    keep: bool,
+) -> std::io::Result<()> {
+    write_response(
+        stream,
+        status,
+        "application/json",
+        v.to_string().as_bytes(),
+        keep,
+    )
+    .await
+}
+
+async fn write_response(
+    stream: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    keep: bool,
+) -> std::io::Result<()> {
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
+        reason(status),
+        body.len(),
+        if keep { "keep-alive" } else { "close" }
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    stream.write_all(&out).await?;
+    stream.flush().await
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        411 => "Length Required",
+        413 => "Payload Too Large",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_say_length_keep_alive_and_key() {
+        let h = parse_head(b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\nAuthorization: Bearer k\r\n\r\n{}")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.path, "/v1/chat/completions");
+        assert_eq!(
+            (h.content_length, h.keep_alive, h.chunked),
+            (12, true, false)
+        );
+        assert_eq!(h.authorization.as_deref(), Some("Bearer k"));
+        assert_eq!(h.len, 94);
+        let h = parse_head(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(!h.keep_alive);
+        let h = parse_head(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.keep_alive);
+        assert!(parse_head(b"GET / HTTP/1.1\r\nHost").unwrap().is_none());
+        assert!(parse_head(b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(parse_head(b"\x00\x01 nonsense\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn only_the_exact_bearer_key_is_authorized() {
+        assert!(authorized(Some("Bearer secret"), "secret"));
+        assert!(!authorized(Some("Bearer secreT"), "secret"));
+        assert!(!authorized(Some("Bearer secret2"), "secret"));
+        assert!(!authorized(Some("secret"), "secret"));
+        assert!(!authorized(None, "secret"));
+    }
+}

@@ -1,0 +1,107 @@
+//! OpenAI-compatible gateways (`kind = "gateway"` in `cluster.toml`): each
+//! serves `/v1/models`, `/v1/completions` and `/v1/chat/completions`
+//! (streamed or not) on its `listen` address, and hands every request to
+//! its actor (`edgemu_actors::lyreo::gateway`), which runs it through the
+//! emulated edge as a mobile user's request. See docs/gateway.md.
+//!
+//! Each gateway's HTTP side runs on a thread of its own, so parsing and
+//! writing HTTP never delays the host's actors; only the request and its
+//! tokens cross between the two, as actix messages and a channel.
+
+pub mod http;
+pub mod openai;
+pub mod text;
+
+use actix::Addr;
+use anyhow::{Context as _, Result};
+use edgemu_actors::lyreo::gateway::GatewayActor;
+use edgemu_actors::lyreo::live::LyreoLive;
+use edgemu_config::{GatewayModel, GatewaySpec};
+use std::rc::Rc;
+
+/// A gateway's HTTP thread; dropping it stops the server.
+pub struct GatewayThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The address it listens on (the port the OS chose, for port 0).
+    pub addr: std::net::SocketAddr,
+}
+
+impl Drop for GatewayThread {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Loads the gateway's tokenizer, reads its API key, binds its address and
+/// serves it on a thread of its own until the handle is dropped.
+pub async fn serve_on_own_thread(
+    name: &str,
+    spec: &GatewaySpec,
+    actor: Addr<GatewayActor>,
+    live: LyreoLive,
+) -> Result<GatewayThread> {
+    let api_key = match &spec.api_key_env {
+        None => None,
+        Some(var) => match std::env::var(var) {
+            Ok(k) if !k.trim().is_empty() => Some(k.trim().to_string()),
+            _ => anyhow::bail!(
+                "gateway {name:?}: `api_key_env` names {var}, which is not set (or empty) in this node's environment"
+            ),
+        },
+    };
+    let (name, spec) = (name.to_string(), spec.clone());
+    let listen = spec.listen;
+    let label = name.clone();
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<Result<std::net::SocketAddr>>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(format!("gateway-{label}"))
+        .spawn(move || {
+            actix::System::new().block_on(async move {
+                // Built here: the tokenizer's cache is this thread's.
+                let codec = match spec.model {
+                    GatewayModel::Modeled => text::Codec::Estimate,
+                    GatewayModel::SmolLm2 => match text::Codec::smollm2() {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = bound_tx.send(Err(e));
+                            return;
+                        }
+                    },
+                };
+                let gw = Rc::new(http::Gateway {
+                    name,
+                    spec,
+                    actor,
+                    codec,
+                    api_key,
+                    live,
+                });
+                let listener = match tokio::net::TcpListener::bind(listen).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = bound_tx.send(Err(e.into()));
+                        return;
+                    }
+                };
+                let addr = listener.local_addr().unwrap_or(listen);
+                let _ = bound_tx.send(Ok(addr));
+                tokio::select! {
+                    _ = http::serve(listener, gw) => {}
+                    _ = stop_rx => {}
+                }
+            });
+        })
+        .context("starting the gateway thread")?;
+    let addr = bound_rx
+        .await
+        .map_err(|_| anyhow::anyhow!("the gateway thread ended before binding"))?
+        .with_context(|| format!("gateway {label:?} on {listen}"))?;
+    tracing::info!(gateway = %label, %addr, "OpenAI-compatible gateway listening");
+    Ok(GatewayThread {
+        stop: Some(stop_tx),
+        addr,
+    })
+}

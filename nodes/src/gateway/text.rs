@@ -1,0 +1,219 @@
+//! Text ↔ tokens at the gateway. With the model's tokenizer (`model =
+//! "smollm2"`), chat messages are rendered with its chat template, prompts
+//! become their real token ids (a `backend = "real"` server prefills them)
+//! and real generated tokens come back as text. Without one (`model =
+//! "modeled"`), a prompt's length is estimated at one token per four bytes
+//! of UTF-8 and each generated token is shown as a placeholder word: only
+//! counts and timing are real then.
+
+use super::openai::{ApiError, Prompt};
+use edgemu_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+
+/// How the gateway tokenizes.
+pub enum Codec {
+    Model {
+        tokenizer: Box<Tokenizer>,
+        template: ChatTemplate,
+    },
+    Estimate,
+}
+
+/// A prompt ready to send: its token ids (empty when only estimated) and
+/// its length.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoded {
+    pub tokens: Vec<u32>,
+    pub len: u32,
+}
+
+/// Words a placeholder token is shown as (cycled by output index).
+const PLACEHOLDER_WORDS: [&str; 8] = [
+    " edge", " token", " model", " link", " server", " cell", " batch", " slot",
+];
+
+impl Codec {
+    /// The tokenizer and chat template of the model file (`EDGEMU_GGUF`,
+    /// `EDGEMU_MODEL_DIR` or the cache; `scripts/fetch-model.sh` puts it
+    /// there).
+    pub fn smollm2() -> anyhow::Result<Codec> {
+        use anyhow::Context;
+        let path = edgemu_tokenizer::resolve_model_path(None)
+            .context("the gateway's tokenizer (model = \"smollm2\")")?;
+        let meta = edgemu_tokenizer::GgufMetadata::open(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let tokenizer = Tokenizer::from_gguf(&meta)
+            .with_context(|| format!("the tokenizer in {}", path.display()))?;
+        let template = ChatTemplate::from_jinja(
+            meta.string("tokenizer.chat_template")
+                .with_context(|| format!("the chat template in {}", path.display()))?,
+        )
+        .with_context(|| format!("the chat template in {}", path.display()))?;
+        Ok(Codec::Model {
+            tokenizer: Box::new(tokenizer),
+            template,
+        })
+    }
+
+    /// The prompt's tokens; an error for ids outside the vocabulary.
+    pub fn encode(&self, prompt: &Prompt) -> Result<Encoded, ApiError> {
+        let tokens = match (self, prompt) {
+            (Codec::Model { tokenizer, .. }, Prompt::Tokens(ids)) => {
+                let vocab = tokenizer.vocab_size();
+                if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                    return Err(ApiError::bad_request(
+                        format!("token id {bad} is outside the vocabulary (0..{vocab})"),
+                        Some("prompt"),
+                    ));
+                }
+                ids.clone()
+            }
+            (Codec::Model { tokenizer, .. }, Prompt::Text(t)) => tokenizer.encode(t),
+            (
+                Codec::Model {
+                    tokenizer,
+                    template,
+                },
+                Prompt::Messages(m),
+            ) => {
+                let msgs: Vec<ChatMessage> =
+                    m.iter().map(|(r, c)| ChatMessage::new(r, c)).collect();
+                tokenizer.encode(&template.render(&msgs, true))
+            }
+            (Codec::Estimate, Prompt::Tokens(ids)) => {
+                return Ok(Encoded {
+                    tokens: Vec::new(),
+                    len: ids.len() as u32,
+                })
+            }
+            (Codec::Estimate, Prompt::Text(t)) => return Ok(estimate(t.len())),
+            (Codec::Estimate, Prompt::Messages(m)) => {
+                // The role and the template's markers: about 4 tokens each.
+                let bytes: usize = m.iter().map(|(_, c)| c.len() + 16).sum();
+                return Ok(estimate(bytes));
+            }
+        };
+        Ok(Encoded {
+            len: tokens.len() as u32,
+            tokens,
+        })
+    }
+
+    /// Whether real token ids can be shown as text.
+    fn decodes(&self) -> bool {
+        matches!(self, Codec::Model { .. })
+    }
+}
+
+fn estimate(bytes: usize) -> Encoded {
+    Encoded {
+        tokens: Vec::new(),
+        len: bytes.div_ceil(4).clamp(1, u32::MAX as usize) as u32,
+    }
+}
+
+/// Turns one request's tokens into text as they arrive. Text is emitted
+/// only up to the last complete character: a token that ends inside a
+/// multi-byte character waits for the next one.
+pub struct Detokenizer<'a> {
+    codec: &'a Codec,
+    tokens: Vec<u32>,
+    /// Bytes of decoded text already emitted.
+    emitted: usize,
+    count: usize,
+}
+
+impl<'a> Detokenizer<'a> {
+    pub fn new(codec: &'a Codec) -> Self {
+        Detokenizer {
+            codec,
+            tokens: Vec::new(),
+            emitted: 0,
+            count: 0,
+        }
+    }
+
+    /// The text the new `tokens` add.
+    pub fn push(&mut self, tokens: &[u32], placeholder: bool) -> String {
+        let start = self.count;
+        self.count += tokens.len();
+        match self.codec {
+            Codec::Model { tokenizer, .. } if !placeholder && self.codec.decodes() => {
+                self.tokens.extend_from_slice(tokens);
+                let text = tokenizer.decode(&self.tokens, true);
+                let complete = text.trim_end_matches('\u{FFFD}');
+                if complete.len() <= self.emitted || !complete.is_char_boundary(self.emitted) {
+                    return String::new();
+                }
+                let fresh = complete[self.emitted..].to_string();
+                self.emitted = complete.len();
+                fresh
+            }
+            _ => (start..self.count)
+                .map(|i| PLACEHOLDER_WORDS[i % PLACEHOLDER_WORDS.len()])
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Codec {
+        Codec::Model {
+            tokenizer: Box::new(edgemu_tokenizer::tiny::tokenizer()),
+            template: edgemu_tokenizer::tiny::chat_template(),
+        }
+    }
+
+    #[test]
+    fn estimated_lengths_are_a_token_per_four_bytes() {
+        let c = Codec::Estimate;
+        assert_eq!(c.encode(&Prompt::Text("abcdefghi".into())).unwrap().len, 3);
+        assert_eq!(c.encode(&Prompt::Text("a".into())).unwrap().len, 1);
+        assert_eq!(c.encode(&Prompt::Tokens(vec![5; 7])).unwrap().len, 7);
+        let m = Prompt::Messages(vec![("user".into(), "x".repeat(16))]);
+        let e = c.encode(&m).unwrap();
+        assert_eq!((e.len, e.tokens.len()), (8, 0));
+    }
+
+    #[test]
+    fn a_model_codec_sends_real_ids_and_streams_their_text_back() {
+        let c = tiny();
+        let Codec::Model { tokenizer, .. } = &c else {
+            unreachable!()
+        };
+        let ids = tokenizer.encode("hello world");
+        let e = c.encode(&Prompt::Text("hello world".into())).unwrap();
+        assert_eq!(e.tokens, ids);
+        assert_eq!(e.len as usize, ids.len());
+        let chat = c
+            .encode(&Prompt::Messages(vec![("user".into(), "hello".into())]))
+            .unwrap();
+        assert!(
+            chat.len as usize > tokenizer.encode("hello").len(),
+            "template adds markers"
+        );
+        let bad = c.encode(&Prompt::Tokens(vec![u32::MAX])).unwrap_err();
+        assert!(
+            bad.message.contains("outside the vocabulary"),
+            "{}",
+            bad.message
+        );
+        // Streaming the ids back one at a time gives the whole text.
+        let mut d = Detokenizer::new(&c);
+        let text: String = ids.iter().map(|&t| d.push(&[t], false)).collect();
+        assert_eq!(text, tokenizer.decode(&ids, true));
+    }
+
+    #[test]
+    fn placeholder_tokens_become_one_word_each() {
+        let c = tiny();
+        let mut d = Detokenizer::new(&c);
+        assert_eq!(d.push(&[0, 0], true), " edge token");
+        assert_eq!(d.push(&[0], true), " model");
+        let e = Codec::Estimate;
+        let mut d = Detokenizer::new(&e);
+        assert_eq!(d.push(&[9], false), " edge");
+    }
+}
