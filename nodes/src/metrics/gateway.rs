@@ -201,10 +201,10 @@ mod tests {
         let t = text(&live.snapshot());
         for want in [
             "# TYPE vllm:time_to_first_token_seconds histogram",
-            r#"vllm:time_to_first_token_seconds_bucket{model_name="m",gateway="gw",le="0.04"} 1"#,
-            r#"vllm:time_to_first_token_seconds_bucket{model_name="m",gateway="gw",le="0.02"} 0"#,
+            r#"vllm:time_to_first_token_seconds_bucket{le="0.04",model_name="m",gateway="gw"} 1"#,
+            r#"vllm:time_to_first_token_seconds_bucket{le="0.02",model_name="m",gateway="gw"} 0"#,
             r#"vllm:time_to_first_token_seconds_count{model_name="m",gateway="gw"} 1"#,
-            r#"vllm:e2e_request_latency_seconds_bucket{model_name="m",gateway="gw",le="1.5"} 1"#,
+            r#"vllm:e2e_request_latency_seconds_bucket{le="1.5",model_name="m",gateway="gw"} 1"#,
             r#"vllm:request_success_total{model_name="m",gateway="gw",finished_reason="length"} 1"#,
             r#"edgemu_gateway_request_errors_total{model_name="m",gateway="gw",reason="server killed"} 3"#,
             r#"vllm:num_requests_running{model_name="m",gateway="gw"} 2"#,

@@ -1,0 +1,434 @@
+//! The OpenAI-compatible gateway in a real-time run on two hosts, driven
+//! as a client would: `/v1/models`, a chat completion, a streamed
+//! completion with usage, two requests on one kept-alive connection, bad
+//! requests answered with OpenAI errors, `/metrics` with vLLM's names, a
+//! stream cut by killed servers ending in an error event (never a hang),
+//! and one `requests.csv` row per request. The example file
+//! `examples/openai-edge.toml` is checked to load as documented.
+
+mod common;
+
+use common::*;
+use edgemu_nodes::control::client;
+use edgemu_nodes::host::HostOptions;
+use edgemu_nodes::run::load;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// One HTTP response: status, headers (lower-case names), body (chunked
+/// bodies decoded).
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    /// The `data:` payloads of a server-sent event stream.
+    fn events(&self) -> Vec<String> {
+        self.body
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+fn read_response(r: &mut BufReader<TcpStream>) -> Response {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("status line");
+    let status: u16 = line
+        .split(' ')
+        .nth(1)
+        .expect("status")
+        .parse()
+        .expect("code");
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).expect("header");
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (n, v) = l.split_once(':').expect("header line");
+        headers.push((n.to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let get = |n: &str| headers.iter().find(|(h, _)| h == n).map(|(_, v)| v.clone());
+    let mut body = Vec::new();
+    if get("transfer-encoding").is_some_and(|v| v == "chunked") {
+        loop {
+            line.clear();
+            r.read_line(&mut line).expect("chunk size");
+            let n = usize::from_str_radix(line.trim(), 16).expect("hex size");
+            let mut chunk = vec![0u8; n + 2];
+            r.read_exact(&mut chunk).expect("chunk");
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else {
+        let n: usize = get("content-length").map_or(0, |v| v.parse().expect("length"));
+        body.resize(n, 0);
+        r.read_exact(&mut body).expect("body");
+    }
+    Response {
+        status,
+        headers,
+        body: String::from_utf8(body).expect("utf-8 body"),
+    }
+}
+
+fn send(s: &mut TcpStream, method: &str, path: &str, body: Option<&Value>, close: bool) {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n{body}",
+        body.len(),
+        if close { "close" } else { "keep-alive" }
+    );
+    s.write_all(req.as_bytes()).expect("send");
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    s
+}
+
+fn call(port: u16, method: &str, path: &str, body: Option<Value>) -> Response {
+    let mut s = connect(port);
+    send(&mut s, method, path, body.as_ref(), true);
+    read_response(&mut BufReader::new(s))
+}
+
+fn chat(max_tokens: u32, stream: bool) -> Value {
+    json!({
+        "model": "edge-test",
+        "messages": [{"role": "user", "content": "How far is the edge?"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    })
+}
+
+#[test]
+fn an_openai_client_is_served_through_the_emulated_edge() {
+    let dir = temp_dir("gateway");
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let (http, control) = (ports[3], ports[1]);
+    let text = format!(
+        r#"
+[run]
+name = "gw"
+duration = "60s"
+results = "results"
+token_env = "EDGEMU_TEST_GATEWAY_TOKEN_UNSET"
+
+[[hosts]]
+name = "phones"
+listen = "127.0.0.1:{}"
+control = "127.0.0.1:{control}"
+
+[[hosts]]
+name = "edge"
+listen = "127.0.0.1:{}"
+
+[[actors]]
+name = "gw"
+host = "phones"
+kind = "gateway"
+scheduler = "sched"
+listen = "127.0.0.1:{http}"
+served_model_name = "edge-test"
+max_tokens = 8
+max_output = 4000
+timeout = "20s"
+
+[[actors]]
+name = "s0"
+host = "edge"
+kind = "server"
+gpu = "rtx3080"
+
+[[actors]]
+name = "s1"
+host = "edge"
+kind = "server"
+gpu = "rtx4090"
+
+[[links]]
+name = "gw-s0"
+a = "gw"
+b = "s0"
+delay = "5ms"
+
+[[links]]
+name = "gw-s1"
+a = "gw"
+b = "s1"
+delay = "5ms"
+"#,
+        ports[0], ports[2]
+    ) + &scheduler_toml("edge", "100ms");
+    let cfg = write(&dir, "cluster.toml", &text);
+    let cluster = load(&cfg).expect("load");
+    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
+        run_id: Some("gw".into()),
+        wait_peers: Some(Duration::from_secs(10)),
+        ..Default::default()
+    });
+    let ctl = format!("ws://127.0.0.1:{control}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(wait_for_control(&ctl, None));
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", http)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "gateway never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The model list names the served id.
+    let m = call(http, "GET", "/v1/models", None);
+    assert_eq!(m.status, 200);
+    assert_eq!(m.json()["data"][0]["id"], "edge-test");
+
+    // A chat completion: the gateway's default of 8 tokens, all of them.
+    let r = call(
+        http,
+        "POST",
+        "/v1/chat/completions",
+        Some(chat(8, false)).map(|mut v| {
+            v.as_object_mut().unwrap().remove("max_tokens");
+            v
+        }),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 8);
+    assert_eq!(
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .split_whitespace()
+            .count(),
+        8,
+        "one placeholder word per modeled token"
+    );
+
+    // A streamed completion with usage: one event per token (the link
+    // delivers each iteration's token on its own), the finish, the usage,
+    // then [DONE].
+    let body = json!({"model": "edge-test", "prompt": "The edge", "max_tokens": 5,
+        "stream": true, "stream_options": {"include_usage": true}});
+    let r = call(http, "POST", "/v1/completions", Some(body));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let ev = r.events();
+    assert_eq!(ev.last().map(String::as_str), Some("[DONE]"), "{}", r.body);
+    let chunks: Vec<Value> = ev[..ev.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("chunk json"))
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text.split_whitespace().count(), 5, "{}", r.body);
+    assert_eq!(chunks.len(), 5 + 2, "{}", r.body);
+    assert_eq!(chunks[5]["choices"][0]["finish_reason"], "length");
+    assert_eq!(chunks[6]["usage"]["completion_tokens"], 5);
+    assert_eq!(chunks[6]["usage"]["prompt_tokens"], 2, "8 bytes ≈ 2 tokens");
+
+    // Two requests on one kept-alive connection.
+    let mut s = connect(http);
+    let mut reader = BufReader::new(s.try_clone().expect("clone"));
+    for _ in 0..2 {
+        send(
+            &mut s,
+            "POST",
+            "/v1/chat/completions",
+            Some(&chat(3, false)),
+            false,
+        );
+        let r = read_response(&mut reader);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.header("connection"), Some("keep-alive"));
+        assert_eq!(r.json()["usage"]["completion_tokens"], 3);
+    }
+    drop((s, reader));
+
+    // Bad requests: OpenAI-style errors that say what is wrong.
+    let bad = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}),
+            404,
+            "does not exist",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(5000, false),
+            400,
+            "at most 4000",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "edge-test", "messages": "hi"}),
+            400,
+            "messages",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "edge-test", "prompt": "x", "n": 3}),
+            400,
+            "`n` must be 1",
+        ),
+        ("/v1/embeddings", json!({}), 404, "no route"),
+    ];
+    for (path, body, status, says) in bad {
+        let r = call(http, "POST", path, Some(body));
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+        let msg = r.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(msg.contains(says), "{path}: {msg}");
+    }
+    let mut s = connect(http);
+    s.write_all(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 7\r\n\r\n{oops}}")
+        .expect("send");
+    let r = read_response(&mut BufReader::new(s));
+    assert_eq!(r.status, 400);
+    assert!(r.body.contains("not valid JSON"), "{}", r.body);
+
+    // Metrics under vLLM's names, on the gateway and on the host.
+    let m = call(http, "GET", "/metrics", None);
+    assert!(
+        m.body.contains(r#"vllm:request_success_total{model_name="edge-test",gateway="gw",finished_reason="length"} 4"#),
+        "{}",
+        m.body
+    );
+    assert!(m.body.contains(
+        "vllm:time_to_first_token_seconds_count{model_name=\"edge-test\",gateway=\"gw\"} 4"
+    ));
+
+    // A long stream, then both servers are killed: the stream ends with
+    // an error event and [DONE], well before the gateway's timeout.
+    let mut s = connect(http);
+    send(
+        &mut s,
+        "POST",
+        "/v1/chat/completions",
+        Some(&chat(3000, true)),
+        true,
+    );
+    let mut reader = BufReader::new(s);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("stream");
+        if line.contains("\"delta\"") {
+            break;
+        }
+    }
+    for server in ["s0", "s1"] {
+        let r = rt
+            .block_on(client::request(
+                &ctl,
+                json!({"cmd": "actor.kill", "actor": server}),
+                None,
+            ))
+            .expect("kill");
+        assert_eq!(r["errors"], json!([]), "{r}");
+    }
+    let killed_at = Instant::now();
+    let mut rest = String::new();
+    reader
+        .read_to_string(&mut rest)
+        .expect("rest of the stream");
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(5),
+        "the stream ended promptly"
+    );
+    assert!(
+        rest.contains(r#""error""#) && rest.contains("server killed"),
+        "{rest}"
+    );
+    assert!(rest.contains("data: [DONE]"), "{rest}");
+
+    // With the servers dead, a request fails rather than hangs.
+    let r = call(http, "POST", "/v1/chat/completions", Some(chat(2, false)));
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(
+        r.body.contains("server down") || r.body.contains("no assignment"),
+        "{}",
+        r.body
+    );
+
+    let stop = rt.block_on(client::request(&ctl, json!({"cmd": "run.stop"}), None));
+    assert!(stop.is_ok(), "{stop:?}");
+    for t in threads {
+        t.join().expect("host thread").expect("host run");
+    }
+
+    // One row per request in the gateway's host's requests.csv.
+    let reqs = requests(&dir.join("results/gw/phones/requests.csv"));
+    assert_eq!(reqs.len(), 6, "every request the gateway took has a row");
+    assert!(reqs.iter().all(|r| r.user == "gw"));
+    assert_eq!(reqs.iter().filter(|r| r.outcome == "served").count(), 4);
+    let failed: Vec<&str> = reqs
+        .iter()
+        .filter(|r| r.outcome == "failed")
+        .map(|r| r.reason.as_str())
+        .collect();
+    assert!(failed.contains(&"server killed"), "{failed:?}");
+    for r in reqs.iter().filter(|r| r.outcome == "served") {
+        let e2e = r.e2e.expect("e2e");
+        let parts: f64 = r.parts.iter().sum();
+        assert!(
+            e2e > parts + 0.004,
+            "e2e {e2e} includes the 5 ms downlink beyond sched+upload+wait+prefill+decode {parts}"
+        );
+    }
+}
+
+#[test]
+fn the_example_edge_loads_with_its_gateway() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/openai-edge.toml");
+    let cluster = load(&path).expect("examples/openai-edge.toml loads");
+    let gw = cluster
+        .actors
+        .iter()
+        .find_map(|a| match &a.kind {
+            edgemu_config::ActorKind::Gateway(g) => Some(g),
+            _ => None,
+        })
+        .expect("a gateway");
+    assert_eq!(gw.listen.to_string(), "127.0.0.1:8000");
+    assert_eq!(gw.served_model_name, "edgemu-modeled");
+    assert!(cluster
+        .describe()
+        .contains("OpenAI-compatible gateway on http://127.0.0.1:8000"));
+}
