@@ -432,3 +432,120 @@ fn the_example_edge_loads_with_its_gateway() {
         .describe()
         .contains("OpenAI-compatible gateway on http://127.0.0.1:8000"));
 }
+
+/// With the model's tokenizer at the gateway and SmolLM2 on the server,
+/// the prompt reaches the model as its real tokens and the answer comes
+/// back as the model's text, ended by the model (`stop`).
+#[test]
+fn a_real_model_answers_through_the_gateway() {
+    if edgemu_tokenizer::resolve_model_path(None).is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI must have the model (scripts/fetch-model.sh)"
+        );
+        eprintln!("skipped: SmolLM2 absent");
+        return;
+    }
+    let dir = temp_dir("gateway-real");
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let (http, control) = (ports[3], ports[1]);
+    let text = format!(
+        r#"
+[run]
+name = "gwr"
+duration = "120s"
+results = "results"
+token_env = "EDGEMU_TEST_GATEWAY_TOKEN_UNSET"
+
+[[hosts]]
+name = "phones"
+listen = "127.0.0.1:{}"
+control = "127.0.0.1:{control}"
+
+[[hosts]]
+name = "edge"
+listen = "127.0.0.1:{}"
+
+[[actors]]
+name = "gw"
+host = "phones"
+kind = "gateway"
+scheduler = "sched"
+listen = "127.0.0.1:{http}"
+model = "smollm2"
+
+[[actors]]
+name = "sched"
+host = "edge"
+kind = "scheduler"
+servers = ["e0"]
+slot = "100ms"
+
+[[actors]]
+name = "e0"
+host = "edge"
+kind = "server"
+backend = "real"
+gpu = "rtx4090"
+"#,
+        ports[0], ports[2]
+    );
+    let cfg = write(&dir, "cluster.toml", &text);
+    let cluster = load(&cfg).expect("load");
+    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
+        run_id: Some("gwr".into()),
+        wait_peers: Some(Duration::from_secs(10)),
+        ..Default::default()
+    });
+    let ctl = format!("ws://127.0.0.1:{control}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(wait_for_control(&ctl, None));
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", http)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "gateway never listened"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let question = "What is the capital of France?";
+    let body = json!({
+        "model": "SmolLM2-135M-Instruct",
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 24,
+    });
+    let mut s = connect(http);
+    s.set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("timeout");
+    send(&mut s, "POST", "/v1/chat/completions", Some(&body), true);
+    let r = read_response(&mut BufReader::new(s));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    let answer = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(answer.contains("Paris"), "{answer}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    // The prompt went as the chat template's real tokens.
+    let path = edgemu_tokenizer::resolve_model_path(None).expect("model");
+    let meta = edgemu_tokenizer::GgufMetadata::open(&path).expect("gguf");
+    let tok = edgemu_tokenizer::Tokenizer::from_gguf(&meta).expect("tokenizer");
+    let tpl = edgemu_tokenizer::ChatTemplate::from_jinja(
+        meta.string("tokenizer.chat_template").expect("template"),
+    )
+    .expect("chatml");
+    let prompt = tpl.render(
+        &[edgemu_tokenizer::ChatMessage::new("user", question)],
+        true,
+    );
+    assert_eq!(v["usage"]["prompt_tokens"], tok.encode(&prompt).len());
+
+    let stop = rt.block_on(client::request(&ctl, json!({"cmd": "run.stop"}), None));
+    assert!(stop.is_ok(), "{stop:?}");
+    for t in threads {
+        t.join().expect("host thread").expect("host run");
+    }
+}
