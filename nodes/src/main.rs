@@ -234,6 +234,10 @@ enum BenchCmd {
     Hostile(bench::BenchArgs),
     /// Link goodput and jitter with and without a dashboard and a 1 s Prometheus scrape.
     Dashboard(bench::BenchArgs),
+    /// The OpenAI-compatible gateway under load from OpenAI's Python client
+    /// (64 streams for 60 s): errors, TTFT, and the gateway's overhead
+    /// against the same requests' time inside the emulator.
+    Gateway(bench::gateway::GatewayBenchArgs),
     /// Control ack and policy.swap ack / in-force times under load, and decisions lost.
     Control(bench::BenchArgs),
     /// Simulated seconds per wall second for a saturated 100 Mb/s link in virtual time.
@@ -328,6 +332,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Mesh(a) => bench::mesh::run(&a),
             BenchCmd::Hostile(a) => bench::hostile::run(&a),
             BenchCmd::Dashboard(a) => bench::dashboard::run(&a),
+            BenchCmd::Gateway(a) => bench::gateway::run(&a),
             BenchCmd::Control(a) => bench::control::run(&a),
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
             BenchCmd::Fec(a) => bench::fec(&a),

@@ -97,6 +97,8 @@ pub enum StreamEvent {
         /// reached `max_tokens` (`length`).
         stopped: bool,
         output_tokens: u32,
+        /// Arrival at the gateway actor to the last token delivered to it.
+        e2e_ns: u64,
     },
     /// The request failed; no more tokens come.
     Failed {
@@ -333,13 +335,14 @@ impl GatewayActor {
         }
         o.last_token_ns = recv_ns.max(o.last_token_ns);
         let stopped = o.delivered < o.max_tokens;
-        let _ = o.events.send(StreamEvent::Done {
-            stopped,
-            output_tokens: o.delivered,
-        });
         let first = o.first_token_ns.unwrap_or(recv_ns);
         let ttft = first.saturating_sub(o.arrived_ns);
         let e2e = o.last_token_ns.saturating_sub(o.arrived_ns);
+        let _ = o.events.send(StreamEvent::Done {
+            stopped,
+            output_tokens: o.delivered,
+            e2e_ns: e2e,
+        });
         // Queue time: arrival to the start of the prefill on the server.
         let queue = o
             .assigned

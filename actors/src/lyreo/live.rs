@@ -51,6 +51,10 @@ pub struct GatewayLive {
     pub e2e: Histogram,
     /// Arrival → prefill start (assignment, upload, waiting at the server).
     pub queue: Histogram,
+    /// What the HTTP side adds to a finished request: its time from the
+    /// request read to the response's last byte written, less the
+    /// request's time inside the emulator (`e2e`).
+    pub overhead: Histogram,
 }
 
 impl GatewayLive {
@@ -66,6 +70,7 @@ impl GatewayLive {
             tpot: Histogram::new(&TPOT_BUCKETS_S),
             e2e: Histogram::new(&E2E_BUCKETS_S),
             queue: Histogram::new(&E2E_BUCKETS_S),
+            overhead: Histogram::new(&OVERHEAD_BUCKETS_S),
         }
     }
 }
@@ -85,6 +90,12 @@ pub const TPOT_BUCKETS_S: [f64; 19] = [
 pub const E2E_BUCKETS_S: [f64; 21] = [
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// Gateway overhead buckets, 10 µs to 1 s.
+pub const OVERHEAD_BUCKETS_S: [f64; 22] = [
+    1e-5, 2e-5, 5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 8e-4, 1e-3, 1.5e-3, 2e-3, 3e-3,
+    5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2, 1.0,
 ];
 
 /// A fixed-bucket histogram of seconds: `counts[i]` values fell at most
@@ -117,6 +128,23 @@ impl Histogram {
         self.counts[i] += 1;
         self.sum_s += v_s;
         self.count += 1;
+    }
+
+    /// The smallest bound at or below which a fraction `q` of the values
+    /// fell (the bucket resolution's upper estimate of the q-quantile);
+    /// `None` when empty, infinity when it is above every bound.
+    pub fn quantile_upper(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let want = (q * self.count as f64).ceil().max(1.0) as u64;
+        let cum = self.cumulative();
+        Some(
+            cum.iter()
+                .position(|&c| c >= want)
+                .and_then(|i| self.bounds_s.get(i).copied())
+                .unwrap_or(f64::INFINITY),
+        )
     }
 
     /// Counts at or below each bound, then the total (+Inf).
@@ -258,6 +286,9 @@ mod tests {
         assert_eq!(g.ttft.cumulative()[4], 2);
         assert_eq!(*g.ttft.cumulative().last().unwrap(), 3);
         assert_eq!(g.ttft.count, 3);
+        assert_eq!(g.ttft.quantile_upper(0.5), Some(0.04));
+        assert_eq!(g.ttft.quantile_upper(0.99), Some(f64::INFINITY));
+        assert_eq!(Histogram::new(&[1.0]).quantile_upper(0.5), None);
         live.server("s1", |_| {});
         assert_eq!(snap.servers.len(), 1, "a snapshot is a copy");
         assert_eq!(live.snapshot().servers.len(), 2);

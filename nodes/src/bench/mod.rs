@@ -7,6 +7,7 @@ pub mod common;
 pub mod control;
 pub mod dashboard;
 pub mod decode;
+pub mod gateway;
 pub mod handoff;
 pub mod hostile;
 pub mod link;

@@ -187,7 +187,14 @@ async fn connection(mut stream: TcpStream, gw: &Gateway) -> std::io::Result<()> 
         }
         let body: Vec<u8> = buf.drain(..head.content_length).collect();
         let keep = head.keep_alive;
-        respond(&mut stream, &head, &body, gw).await?;
+        let read_at = std::time::Instant::now();
+        if let Some(e2e_ns) = respond(&mut stream, &head, &body, gw).await? {
+            let total = read_at.elapsed().as_nanos() as u64;
+            let overhead = total.saturating_sub(e2e_ns) as f64 * 1e-9;
+            gw.live.gateway(&gw.name, &gw.spec.served_model_name, |l| {
+                l.overhead.observe(overhead)
+            });
+        }
         if !keep {
             return stream.shutdown().await;
         }
@@ -203,24 +210,36 @@ fn authorized(given: Option<&str>, key: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Answers one request; for a completion that finished, its time inside
+/// the emulator (ns).
 async fn respond(
     stream: &mut TcpStream,
     head: &Head,
     body: &[u8],
     gw: &Gateway,
-) -> std::io::Result<()> {
+) -> std::io::Result<Option<u64>> {
     let keep = head.keep_alive;
     let route = (head.method.as_str(), head.path.as_str());
     if route == ("GET", "/health") {
-        return write_response(stream, 200, "text/plain", b"", keep).await;
+        return write_response(stream, 200, "text/plain", b"", keep)
+            .await
+            .map(|()| None);
     }
     if let Some(key) = &gw.api_key {
         if !authorized(head.authorization.as_deref(), key) {
             let e = ApiError::new(401, "invalid_request_error", "Incorrect API key provided: send `Authorization: Bearer <key>` with the key of the gateway's `api_key_env`");
-            return write_json(stream, 401, &e.body(), keep).await;
+            return write_json(stream, 401, &e.body(), keep)
+                .await
+                .map(|()| None);
         }
     }
-    match route {
+    let done = match route {
+        ("POST", "/v1/completions") => {
+            return completion(stream, Endpoint::Completions, body, gw, keep).await
+        }
+        ("POST", "/v1/chat/completions") => {
+            return completion(stream, Endpoint::Chat, body, gw, keep).await
+        }
         ("GET", "/v1/models") => {
             let v = openai::models(
                 &gw.spec.served_model_name,
@@ -240,12 +259,6 @@ async fn respond(
             )
             .await
         }
-        ("POST", "/v1/completions") => {
-            completion(stream, Endpoint::Completions, body, gw, keep).await
-        }
-        ("POST", "/v1/chat/completions") => {
-            completion(stream, Endpoint::Chat, body, gw, keep).await
-        }
         (_, "/v1/models" | "/metrics" | "/v1/completions" | "/v1/chat/completions") => {
             let e = ApiError::new(
                 405,
@@ -262,7 +275,8 @@ async fn respond(
             );
             write_json(stream, 404, &e.body(), keep).await
         }
-    }
+    };
+    done.map(|()| None)
 }
 
 /// Checks the request and hands it to the gateway actor; what it gets
@@ -273,7 +287,7 @@ async fn completion(
     body: &[u8],
     gw: &Gateway,
     keep: bool,
-) -> std::io::Result<()> {
+) -> std::io::Result<Option<u64>> {
     let checked = openai::parse(endpoint, body, &gw.spec.served_model_name).and_then(|job| {
         let enc = gw.codec.encode(&job.prompt)?;
         let max_tokens = job.max_tokens.unwrap_or(gw.spec.max_tokens);
@@ -299,7 +313,11 @@ async fn completion(
     });
     let (job, enc, max_tokens) = match checked {
         Ok(x) => x,
-        Err(e) => return write_json(stream, e.status, &e.body(), keep).await,
+        Err(e) => {
+            return write_json(stream, e.status, &e.body(), keep)
+                .await
+                .map(|()| None)
+        }
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let submitted = gw
@@ -315,11 +333,15 @@ async fn completion(
         Ok(Ok(id)) => id,
         Ok(Err(refused)) => {
             let e = ApiError::new(503, "service_unavailable", refused.to_string());
-            return write_json(stream, 503, &e.body(), keep).await;
+            return write_json(stream, 503, &e.body(), keep)
+                .await
+                .map(|()| None);
         }
         Err(_) => {
             let e = ApiError::new(503, "service_unavailable", "the gateway actor is gone");
-            return write_json(stream, 503, &e.body(), keep).await;
+            return write_json(stream, 503, &e.body(), keep)
+                .await
+                .map(|()| None);
         }
     };
     let reply = Reply::new(endpoint, id, unix_now(), &gw.spec.served_model_name);
@@ -341,14 +363,19 @@ async fn completion(
                 StreamEvent::Done {
                     stopped,
                     output_tokens,
+                    e2e_ns,
                 } => {
                     let finish = if stopped { "stop" } else { "length" };
                     let v = reply.complete(&text, finish, usage(output_tokens));
-                    return write_json(stream, 200, &v, keep).await;
+                    return write_json(stream, 200, &v, keep)
+                        .await
+                        .map(|()| Some(e2e_ns));
                 }
                 StreamEvent::Failed { reason } => {
                     let e = ApiError::from_failure(&reason);
-                    return write_json(stream, e.status, &e.body(), keep).await;
+                    return write_json(stream, e.status, &e.body(), keep)
+                        .await
+                        .map(|()| None);
                 }
             }
         }
@@ -359,6 +386,7 @@ async fn completion(
     );
     stream.write_all(head.as_bytes()).await?;
     let mut first = true;
+    let mut finished = None;
     loop {
         match next_event(&mut rx, deadline).await {
             StreamEvent::Tokens {
@@ -375,7 +403,9 @@ async fn completion(
             StreamEvent::Done {
                 stopped,
                 output_tokens,
+                e2e_ns,
             } => {
+                finished = Some(e2e_ns);
                 let finish = if stopped { "stop" } else { "length" };
                 sse(stream, &reply.chunk("", first, Some(finish))).await?;
                 if job.include_usage {
@@ -393,7 +423,8 @@ async fn completion(
     }
     write_chunk(stream, b"data: [DONE]\n\n").await?;
     stream.write_all(b"0\r\n\r\n").await?;
-    stream.flush().await
+    stream.flush().await?;
+    Ok(finished)
 }
 
 /// The request's next event, or a failure at `deadline`.

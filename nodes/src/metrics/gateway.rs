@@ -5,8 +5,9 @@
 //! (histograms with vLLM's buckets), `vllm:request_success_total` (by
 //! `finished_reason`), `vllm:num_requests_running`,
 //! `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, all labelled
-//! `model_name`, and `edgemu_gateway_request_errors_total` (by `reason`:
-//! what failed inside the emulator). Times are measured on the run clock
+//! `model_name`, `edgemu_gateway_request_errors_total` (by `reason`:
+//! what failed inside the emulator) and the histogram
+//! `edgemu_gateway_overhead_seconds` (what the HTTP side adds to a request). Times are measured on the run clock
 //! from a request's arrival at the gateway, so they include the emulated
 //! radio, links, scheduling and queueing.
 //!
@@ -81,7 +82,7 @@ pub fn registry(l: &LiveState) -> Option<Registry> {
         return None;
     }
     let mut reg = Registry::default();
-    let hists: [(&str, &str, fn(&GatewayLive) -> &Histogram); 4] = [
+    let hists: [(&str, &str, fn(&GatewayLive) -> &Histogram); 5] = [
         (
             "vllm:time_to_first_token_seconds",
             "Arrival at the gateway to the first token delivered to it",
@@ -101,6 +102,11 @@ pub fn registry(l: &LiveState) -> Option<Registry> {
             "vllm:request_queue_time_seconds",
             "Arrival at the gateway to the start of the prefill (scheduling, upload, wait)",
             |g| &g.queue,
+        ),
+        (
+            "edgemu_gateway_overhead_seconds",
+            "What the gateway's HTTP side adds to a finished request: request read to last byte written, less its time in the emulator",
+            |g| &g.overhead,
         ),
     ];
     for (name, help, field) in hists {
