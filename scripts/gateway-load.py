@@ -3,8 +3,8 @@
 
 N workers each send streamed chat completions back to back for S seconds
 and time them as a client sees them (time to first content token, end to
-end). Prints one JSON object: requests, completed, tokens, errors by
-kind and message, and client-side latency percentiles (ms).
+end). Prints one JSON object: requests, completed, content chunks (one
+per token from a modeled server), errors by kind and message, and client-side latency percentiles (ms).
 
     python3 scripts/gateway-load.py --url http://127.0.0.1:8000/v1 \\
         --model edgemu-modeled --concurrency 64 --seconds 60
@@ -37,7 +37,7 @@ async def worker(client, args, deadline, out):
     while time.monotonic() < deadline:
         t0 = time.monotonic()
         first = None
-        tokens = 0
+        chunks = 0
         out["requests"] += 1
         try:
             stream = await client.chat.completions.create(
@@ -50,14 +50,14 @@ async def worker(client, args, deadline, out):
                 if chunk.choices and chunk.choices[0].delta.content:
                     if first is None:
                         first = time.monotonic()
-                    tokens += 1
+                    chunks += 1
             end = time.monotonic()
         except Exception as e:  # every failure is counted, by kind and message
             key = f"{type(e).__name__}: {str(e)[:120]}"
             out["errors"][key] = out["errors"].get(key, 0) + 1
             continue
         out["completed"] += 1
-        out["tokens"] += tokens
+        out["chunks"] += chunks
         if first is not None:
             out["ttft"].append(first - t0)
         out["e2e"].append(end - t0)
@@ -76,7 +76,7 @@ async def main():
     client = openai.AsyncOpenAI(
         base_url=args.url, api_key=args.api_key, max_retries=0, timeout=120.0
     )
-    out = {"requests": 0, "completed": 0, "tokens": 0, "errors": {}, "ttft": [], "e2e": []}
+    out = {"requests": 0, "completed": 0, "chunks": 0, "errors": {}, "ttft": [], "e2e": []}
     t0 = time.monotonic()
     deadline = t0 + args.seconds
     await asyncio.gather(*(worker(client, args, deadline, out) for _ in range(args.concurrency)))
@@ -89,7 +89,7 @@ async def main():
         "seconds": round(wall, 3),
         "requests": out["requests"],
         "completed": out["completed"],
-        "tokens": out["tokens"],
+        "chunks": out["chunks"],
         "errors": out["errors"],
         "ttft_ms": {"p50": ms(pct(out["ttft"], 0.5)), "p99": ms(pct(out["ttft"], 0.99))},
         "e2e_ms": {"p50": ms(pct(out["e2e"], 0.5)), "p99": ms(pct(out["e2e"], 0.99))},

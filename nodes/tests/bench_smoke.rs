@@ -178,3 +178,46 @@ fn bench_mesh_quick_moves_envelopes_and_keeps_the_session_up() {
     let ratios = v["ratios_1400"].as_array().expect("ratios_1400");
     assert_eq!(ratios.len(), 2, "{v}");
 }
+
+/// `edgemu bench gateway --quick` through the library: OpenAI's Python
+/// client against the in-process cluster; every request the client sent
+/// finished at the gateway (no chaos in this run), and the overhead
+/// histogram has a value per finished request. No timing thresholds.
+#[test]
+fn bench_gateway_quick_serves_the_openai_client_without_errors() {
+    let has_openai = std::process::Command::new("python3")
+        .args(["-c", "import openai"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_openai {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI installs the openai package (.ci/run)"
+        );
+        eprintln!("skipped: python3 has no openai package");
+        return;
+    }
+    let f = edgemu_nodes::bench::gateway::measure(&edgemu_nodes::bench::gateway::GatewayBenchArgs {
+        common: BenchArgs {
+            json: true,
+            quick: true,
+            in_process_only: true,
+        },
+        concurrency: 16,
+        seconds: 5.0,
+        max_tokens: 16,
+        python: "python3".into(),
+    })
+    .expect("bench gateway runs");
+    let c = &f.client;
+    assert_eq!(c["errors"], serde_json::json!({}), "{c}");
+    let completed = c["completed"].as_u64().expect("completed");
+    assert!(completed > 0, "{c}");
+    assert_eq!(c["requests"].as_u64(), Some(completed), "{c}");
+    assert_eq!(f.finished, completed, "the gateway finished what the client completed");
+    assert!(f.failed.is_empty(), "{:?}", f.failed);
+    assert_eq!(f.overhead_count, completed);
+    assert!(f.overhead_p99_ms.is_some_and(|v| v > 0.0));
+    // One content chunk per token: a modeled server makes one per iteration.
+    assert_eq!(c["chunks"].as_u64(), Some(16 * completed), "{c}");
+}
