@@ -78,15 +78,18 @@ async def main():
     )
     out = {"requests": 0, "completed": 0, "chunks": 0, "errors": {}, "ttft": [], "e2e": []}
     t0 = time.monotonic()
+    cpu0 = time.process_time()
     deadline = t0 + args.seconds
     await asyncio.gather(*(worker(client, args, deadline, out) for _ in range(args.concurrency)))
     wall = time.monotonic() - t0
+    cpu = time.process_time() - cpu0
     await client.close()
     ms = lambda v: None if v is None else round(v * 1e3, 3)
     print(json.dumps({
         "client": f"openai {openai.__version__}",
         "concurrency": args.concurrency,
         "seconds": round(wall, 3),
+        "client_cpu_cores": round(cpu / wall, 3),
         "requests": out["requests"],
         "completed": out["completed"],
         "chunks": out["chunks"],

@@ -197,24 +197,28 @@ fn bench_gateway_quick_serves_the_openai_client_without_errors() {
         eprintln!("skipped: python3 has no openai package");
         return;
     }
-    let f = edgemu_nodes::bench::gateway::measure(&edgemu_nodes::bench::gateway::GatewayBenchArgs {
-        common: BenchArgs {
-            json: true,
-            quick: true,
-            in_process_only: true,
-        },
-        concurrency: 16,
-        seconds: 5.0,
-        max_tokens: 16,
-        python: "python3".into(),
-    })
-    .expect("bench gateway runs");
+    let f =
+        edgemu_nodes::bench::gateway::measure(&edgemu_nodes::bench::gateway::GatewayBenchArgs {
+            common: BenchArgs {
+                json: true,
+                quick: true,
+                in_process_only: true,
+            },
+            concurrency: 16,
+            seconds: 5.0,
+            max_tokens: 16,
+            python: "python3".into(),
+        })
+        .expect("bench gateway runs");
     let c = &f.client;
     assert_eq!(c["errors"], serde_json::json!({}), "{c}");
     let completed = c["completed"].as_u64().expect("completed");
     assert!(completed > 0, "{c}");
     assert_eq!(c["requests"].as_u64(), Some(completed), "{c}");
-    assert_eq!(f.finished, completed, "the gateway finished what the client completed");
+    assert_eq!(
+        f.finished, completed,
+        "the gateway finished what the client completed"
+    );
     assert!(f.failed.is_empty(), "{:?}", f.failed);
     assert_eq!(f.overhead_count, completed);
     assert!(f.overhead_p99_ms.is_some_and(|v| v > 0.0));

@@ -329,6 +329,11 @@ pub fn run(a: &GatewayBenchArgs) -> Result<()> {
             ]
         )
     );
+    println!(
+        "the client used {} CPU cores of this machine's {} while it ran",
+        c["client_cpu_cores"],
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     for (k, v) in c["errors"].as_object().into_iter().flatten() {
         println!("client error: {v} × {k}");
     }

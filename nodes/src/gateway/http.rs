@@ -387,18 +387,22 @@ async fn completion(
     stream.write_all(head.as_bytes()).await?;
     let mut first = true;
     let mut finished = None;
+    // Events already queued go out in one write (one system call, one
+    // wake-up of the client) instead of one write each.
+    let mut out: Vec<u8> = Vec::with_capacity(1024);
+    let mut ev = next_event(&mut rx, deadline).await;
     loop {
-        match next_event(&mut rx, deadline).await {
+        let last = match ev {
             StreamEvent::Tokens {
                 tokens,
                 placeholder,
             } => {
                 let text = detok.push(&tokens, placeholder);
-                if text.is_empty() && !first {
-                    continue;
+                if !text.is_empty() || first {
+                    sse(&mut out, &reply.chunk(&text, first, None));
+                    first = false;
                 }
-                sse(stream, &reply.chunk(&text, first, None)).await?;
-                first = false;
+                false
             }
             StreamEvent::Done {
                 stopped,
@@ -407,22 +411,34 @@ async fn completion(
             } => {
                 finished = Some(e2e_ns);
                 let finish = if stopped { "stop" } else { "length" };
-                sse(stream, &reply.chunk("", first, Some(finish))).await?;
+                sse(&mut out, &reply.chunk("", first, Some(finish)));
                 if job.include_usage {
-                    sse(stream, &reply.usage_chunk(usage(output_tokens))).await?;
+                    sse(&mut out, &reply.usage_chunk(usage(output_tokens)));
                 }
-                break;
+                true
             }
             StreamEvent::Failed { reason } => {
                 // Headers are out: the error goes in the stream, where
                 // OpenAI's clients raise it.
-                sse(stream, &ApiError::from_failure(&reason).body()).await?;
-                break;
+                sse(&mut out, &ApiError::from_failure(&reason).body());
+                true
+            }
+        };
+        if last {
+            break;
+        }
+        match rx.try_recv() {
+            Ok(next) => ev = next,
+            Err(_) => {
+                stream.write_all(&out).await?;
+                out.clear();
+                ev = next_event(&mut rx, deadline).await;
             }
         }
     }
-    write_chunk(stream, b"data: [DONE]\n\n").await?;
-    stream.write_all(b"0\r\n\r\n").await?;
+    chunk(&mut out, b"data: [DONE]\n\n");
+    out.extend_from_slice(b"0\r\n\r\n");
+    stream.write_all(&out).await?;
     stream.flush().await?;
     Ok(finished)
 }
@@ -443,21 +459,21 @@ async fn next_event(
     }
 }
 
-async fn sse(stream: &mut TcpStream, v: &Value) -> std::io::Result<()> {
+/// Appends one server-sent event (`data: …`) as one HTTP chunk.
+fn sse(out: &mut Vec<u8>, v: &Value) {
     let mut data = Vec::with_capacity(256);
     data.extend_from_slice(b"data: ");
-    data.extend_from_slice(v.to_string().as_bytes());
+    // Writing a `Value` into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut data, v);
     data.extend_from_slice(b"\n\n");
-    write_chunk(stream, &data).await
+    chunk(out, &data);
 }
 
-/// One HTTP chunk, written (and sent: the socket has no delay) at once.
-async fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
-    let mut out = Vec::with_capacity(data.len() + 16);
+/// Appends `data` as one HTTP chunk.
+fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
-    stream.write_all(&out).await
 }
 
 async fn write_json(
