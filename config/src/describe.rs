@@ -296,6 +296,10 @@ impl Cluster {
                         "(real backend: SmolLM2-135M on the CPU)".to_string(),
                     ServerBackend::Real(RealModel::Tiny) =>
                         "(real backend: tiny random Llama on the CPU)".to_string(),
+                    ServerBackend::OpenAi => match &s.openai {
+                        Some(o) => format!("(OpenAI-compatible backend: model {:?} at {})", o.model, o.url),
+                        None => "(OpenAI-compatible backend)".to_string(),
+                    },
                 },
                 s.bandwidth_hz / 1e6,
                 match s.position_m {

@@ -364,6 +364,16 @@ impl<'a> Loader<'a> {
         self.agent_references(&actor_entries, &actors, &links);
         if run.time == TimeMode::Virtual {
             for (a, e) in actors.iter().zip(&actor_entries) {
+                if matches!(&a.kind, ActorKind::Server(s) if s.backend == crate::ServerBackend::OpenAi)
+                {
+                    self.report(
+                        e.node,
+                        ActionError::invalid(
+                            "backend",
+                            "an \"openai\" backend is a real server reached over HTTP; it cannot run under `time = \"virtual\"`",
+                        ),
+                    );
+                }
                 if matches!(a.kind, ActorKind::Gateway(_)) {
                     self.report(
                         e.node,
@@ -678,7 +688,7 @@ impl<'a> Loader<'a> {
                             "server {:?} is on another host; expected a server on this agent's host", s.name)));
                     }
                     match (ss.backend, spec.model) {
-                        (crate::ServerBackend::Modeled, None) => {
+                        (crate::ServerBackend::Modeled | crate::ServerBackend::OpenAi, None) => {
                             self.report(node, ActionError::invalid("server", format!(
                                 "server {:?} has the modeled backend, whose cost model has no weights; give the agent `model = \"smollm2\"` (or \"tiny\") or bind it to a server with backend = \"real\"", s.name)));
                         }

@@ -36,6 +36,9 @@ pub(crate) fn keys(kind: &str) -> Option<&'static [&'static str]> {
             "model",
             "bandwidth_mhz",
             "position",
+            "url",
+            "api_key_env",
+            "timeout",
         ],
         "gateway" => &[
             "name",
@@ -205,6 +208,22 @@ pub enum ServerBackend {
     Modeled,
     /// The candle Llama on the CPU, wall-clock timed.
     Real(RealModel),
+    /// An OpenAI-compatible serving stack outside edgemu (`backend =
+    /// "openai"`, its address in [`ServerSpec::openai`]).
+    OpenAi,
+}
+
+/// Where a `backend = "openai"` server sends its requests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenAiBackend {
+    /// Base URL of the API, `http://host:port/v1`.
+    pub url: String,
+    /// The model id to ask for.
+    pub model: String,
+    /// Environment variable holding its API key, if it needs one.
+    pub api_key_env: Option<String>,
+    /// Longest a request may take there, ns.
+    pub timeout_ns: u64,
 }
 
 /// A `kind = "server"` actor: an edge server with its radio cell.
@@ -212,6 +231,8 @@ pub enum ServerBackend {
 pub struct ServerSpec {
     pub gpu: GpuClass,
     pub backend: ServerBackend,
+    /// With `backend = "openai"`: the serving stack's address and model.
+    pub openai: Option<OpenAiBackend>,
     /// Uplink bandwidth `B_s`, Hz.
     pub bandwidth_hz: f64,
     /// Position in the area, metres; `None`: drawn from the run seed.
@@ -455,13 +476,30 @@ pub(crate) fn server(obj: &Obj, errs: &mut Errs) -> ServerSpec {
         _ => GpuClass::Rtx3080,
     };
     let backend = errs
-        .ok(opt_enum(obj, "backend", &["modeled", "real"]))
+        .ok(opt_enum(obj, "backend", &["modeled", "real", "openai"]))
         .flatten()
         .unwrap_or("modeled");
-    let model = errs
-        .ok(opt_enum(obj, "model", &["smollm2", "tiny"]))
-        .flatten();
+    let openai = (backend == "openai").then(|| openai_backend(obj, errs));
+    if backend != "openai" {
+        for key in ["url", "api_key_env", "timeout"] {
+            if obj.contains_key(key) {
+                errs.push(ActionError::invalid(
+                    key,
+                    format!(
+                        "`{key}` is only for `backend = \"openai\"`; remove it or set the backend"
+                    ),
+                ));
+            }
+        }
+    }
+    let model = if backend == "openai" {
+        None
+    } else {
+        errs.ok(opt_enum(obj, "model", &["smollm2", "tiny"]))
+            .flatten()
+    };
     let backend = match (backend, model) {
+        ("openai", _) => ServerBackend::OpenAi,
         ("real", Some("tiny")) => ServerBackend::Real(RealModel::Tiny),
         ("real", _) => ServerBackend::Real(RealModel::SmolLm2),
         (_, Some(_)) => {
@@ -493,8 +531,49 @@ pub(crate) fn server(obj: &Obj, errs: &mut Errs) -> ServerSpec {
     ServerSpec {
         gpu,
         backend,
+        openai,
         bandwidth_hz: mhz * 1e6,
         position_m,
+    }
+}
+
+/// The `url`, `model`, `api_key_env` and `timeout` of a `backend = "openai"` server.
+fn openai_backend(obj: &Obj, errs: &mut Errs) -> OpenAiBackend {
+    let url = errs
+        .ok(req_str(
+            obj,
+            "url",
+            "the server's API base URL, e.g. \"http://127.0.0.1:8080/v1\"",
+        ))
+        .unwrap_or("")
+        .to_string();
+    if !url.is_empty() && !url.starts_with("http://") {
+        errs.push(ActionError::invalid(
+            "url",
+            format!("expected an http:// URL like \"http://127.0.0.1:8080/v1\", found {url:?} (https is not spoken: put a local proxy in front)"),
+        ));
+    }
+    let model = errs
+        .ok(req_str(
+            obj,
+            "model",
+            "the model id the server serves, as its /v1/models lists it",
+        ))
+        .unwrap_or("")
+        .to_string();
+    let api_key_env = errs
+        .ok(opt_str(obj, "api_key_env"))
+        .flatten()
+        .map(str::to_string);
+    let timeout_ns = errs
+        .ok(opt_duration(obj, "timeout", true))
+        .flatten()
+        .unwrap_or(120_000_000_000);
+    OpenAiBackend {
+        url,
+        model,
+        api_key_env,
+        timeout_ns,
     }
 }
 

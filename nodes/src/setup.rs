@@ -43,6 +43,9 @@ impl Needs {
                 ActorKind::Server(s) if s.backend == ServerBackend::Real(RealModel::SmolLm2) => {
                     n.model = true
                 }
+                ActorKind::Gateway(g) if g.model == edgemu_config::GatewayModel::SmolLm2 => {
+                    n.model = true
+                }
                 ActorKind::User(u) if u.workload == WorkloadKind::ShareGpt => {
                     n.model = true;
                     n.sharegpt = true;
@@ -52,7 +55,7 @@ impl Needs {
                     let model = ag.model.or(match &cluster.actor(ag.server).kind {
                         ActorKind::Server(s) => match s.backend {
                             ServerBackend::Real(m) => Some(m),
-                            ServerBackend::Modeled => None,
+                            ServerBackend::Modeled | ServerBackend::OpenAi => None,
                         },
                         _ => None,
                     });

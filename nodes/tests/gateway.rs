@@ -345,10 +345,10 @@ delay = "5ms"
         true,
     );
     let mut reader = BufReader::new(s);
-    let mut line = String::new();
     loop {
-        line.clear();
-        reader.read_line(&mut line).expect("stream");
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).expect("stream");
+        assert!(n > 0, "the stream ended before its first token");
         if line.contains("\"delta\"") {
             break;
         }
@@ -548,4 +548,219 @@ gpu = "rtx4090"
     for t in threads {
         t.join().expect("host thread").expect("host run");
     }
+}
+
+/// A server with `backend = "openai"` whose serving stack is another
+/// running OpenAI-compatible server (here a second edgemu cluster's
+/// gateway, with modeled servers): a client's chat through the first
+/// gateway comes back with the backend's text, token by token; a user's
+/// request of given lengths is served in full (`ignore_eos`); killing the
+/// backend fails the request in flight with the backend's reason.
+#[test]
+fn an_external_openai_server_serves_as_an_edge_server() {
+    let dir = temp_dir("gateway-external");
+    let p: Vec<u16> = (0..8).map(|_| free_port()).collect();
+    // The backend: one host, a gateway in front of two modeled servers.
+    let backend = format!(
+        r#"
+[run]
+name = "backend"
+duration = "60s"
+results = "results"
+token_env = "EDGEMU_TEST_GATEWAY_TOKEN_UNSET"
+
+[[hosts]]
+name = "b"
+listen = "127.0.0.1:{}"
+control = "127.0.0.1:{}"
+
+[[actors]]
+name = "bgw"
+host = "b"
+kind = "gateway"
+scheduler = "sched"
+listen = "127.0.0.1:{}"
+served_model_name = "remote-model"
+max_output = 4000
+"#,
+        p[0], p[1], p[2]
+    ) + &scheduler_toml("b", "50ms")
+        + "\n[[actors]]\nname = \"s0\"\nhost = \"b\"\nkind = \"server\"\ngpu = \"rtx4090\"\n\n[[actors]]\nname = \"s1\"\nhost = \"b\"\nkind = \"server\"\ngpu = \"rtx4090\"\n";
+    // The edge: a gateway and a user on `phones`, one server on `edge`
+    // whose backend is the cluster above.
+    let http = p[5];
+    let edge = format!(
+        r#"
+[run]
+name = "edge"
+duration = "60s"
+results = "results"
+token_env = "EDGEMU_TEST_GATEWAY_TOKEN_UNSET"
+
+[[hosts]]
+name = "phones"
+listen = "127.0.0.1:{}"
+control = "127.0.0.1:{}"
+
+[[hosts]]
+name = "edge"
+listen = "127.0.0.1:{}"
+
+[[actors]]
+name = "gw"
+host = "phones"
+kind = "gateway"
+scheduler = "esched"
+listen = "127.0.0.1:{http}"
+
+[[actors]]
+name = "u0"
+host = "phones"
+kind = "user"
+scheduler = "esched"
+max_input = 20
+max_output = 6
+stop = "1500ms"
+
+[[actors]]
+name = "esched"
+host = "edge"
+kind = "scheduler"
+servers = ["ext"]
+slot = "100ms"
+
+[[actors]]
+name = "ext"
+host = "edge"
+kind = "server"
+backend = "openai"
+url = "http://127.0.0.1:{}/v1"
+model = "remote-model"
+gpu = "rtx3090"
+timeout = "20s"
+
+[[links]]
+name = "gw-ext"
+a = "gw"
+b = "ext"
+delay = "5ms"
+"#,
+        p[3], p[4], p[6], p[2]
+    );
+    let load_at = |name: &str, text: &str| {
+        let cfg = write(&dir, name, text);
+        load(&cfg).expect("load")
+    };
+    let b = load_at("backend.toml", &backend);
+    let e = load_at("edge.toml", &edge);
+    assert!(e
+        .describe()
+        .contains("OpenAI-compatible backend: model \"remote-model\""));
+    let opts = |id: &'static str| {
+        move |_: &edgemu_config::HostSpec| HostOptions {
+            run_id: Some(id.into()),
+            wait_peers: Some(Duration::from_secs(10)),
+            ..Default::default()
+        }
+    };
+    let mut threads = spawn_real_hosts(&b, opts("b"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let bctl = format!("ws://127.0.0.1:{}", p[1]);
+    rt.block_on(wait_for_control(&bctl, None));
+    threads.extend(spawn_real_hosts(&e, opts("e")));
+    let ectl = format!("ws://127.0.0.1:{}", p[4]);
+    rt.block_on(wait_for_control(&ectl, None));
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", http)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "gateway never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The backend's text, streamed through the edge server and gateway.
+    let body = json!({"model": "edgemu-modeled", "max_tokens": 6, "stream": true,
+        "messages": [{"role": "user", "content": "hello"}]});
+    let r = call(http, "POST", "/v1/chat/completions", Some(body));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ev = r.events();
+    let text: String = ev
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text, " edge token model link server cell", "{}", r.body);
+    assert!(ev.len() >= 6 + 2, "one event per token: {}", r.body);
+
+    // Wait for the user's requests (issued until 1.5 s) to be answered.
+    std::thread::sleep(Duration::from_millis(2500));
+
+    // A long request, then the backend's servers are killed: it fails.
+    let mut s = connect(http);
+    send(
+        &mut s,
+        "POST",
+        "/v1/chat/completions",
+        Some(&json!({"model": "edgemu-modeled",
+        "max_tokens": 2000, "stream": true, "messages": [{"role": "user", "content": "x"}]})),
+        true,
+    );
+    let mut reader = BufReader::new(s);
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).expect("stream");
+        assert!(n > 0, "the stream ended before its first token: {seen}");
+        seen.push_str(&line);
+        if line.contains("\"content\"") {
+            break;
+        }
+    }
+    for server in ["s0", "s1"] {
+        rt.block_on(client::request(
+            &bctl,
+            json!({"cmd": "actor.kill", "actor": server}),
+            None,
+        ))
+        .expect("kill");
+    }
+    let mut rest = String::new();
+    reader
+        .read_to_string(&mut rest)
+        .expect("rest of the stream");
+    assert!(
+        rest.contains("backend: the backend reported an error"),
+        "{rest}"
+    );
+
+    for ctl in [&ectl, &bctl] {
+        let stop = rt.block_on(client::request(ctl, json!({"cmd": "run.stop"}), None));
+        assert!(stop.is_ok(), "{stop:?}");
+    }
+    for t in threads {
+        t.join().expect("host thread").expect("host run");
+    }
+    let reqs = requests(&dir.join("results/e/phones/requests.csv"));
+    let user: Vec<&RequestRow> = reqs.iter().filter(|r| r.user == "u0").collect();
+    assert!(!user.is_empty());
+    assert!(
+        user.iter()
+            .all(|r| r.outcome == "served" && r.server == "ext"),
+        "{:?}",
+        user.iter().map(|r| &r.outcome).collect::<Vec<_>>()
+    );
+    let slots =
+        std::fs::read_to_string(dir.join("results/e/edge/server_slots.csv")).expect("slots");
+    assert!(
+        slots.lines().any(|l| l.contains(",ext,rtx3090,openai,")),
+        "{slots}"
+    );
 }

@@ -71,6 +71,9 @@ pub struct TokenChunk {
     /// The backend's tokens are placeholders (a modeled server): only
     /// their count and timing are real.
     pub placeholder: bool,
+    /// The tokens' text, one piece per token, when the server has text
+    /// rather than token ids (an external serving stack); empty otherwise.
+    pub pieces: Vec<String>,
     /// Set on the final chunk, which repeats every token from index 0 and
     /// carries the request's answer (a chunk lost on the way leaves a gap
     /// that this one fills).

@@ -11,6 +11,7 @@
 
 pub mod availability;
 pub mod error;
+pub mod external_load;
 pub mod harness;
 pub mod mobility;
 pub mod radio;
@@ -23,6 +24,7 @@ pub mod workload;
 
 pub use availability::Availability;
 pub use error::ServingError;
+pub use external_load::ExternalLoad;
 pub use harness::{run_episode, run_episode_with, EpisodeOutcome, GpuMix, Scenario, Summary};
 pub use scheduler::{LyapunovQueues, SchedulerCore};
 pub use server::{Dropped, RequestRecord, ServerReport, ServerSlotCore, TokenEvent};

@@ -90,6 +90,9 @@ pub enum StreamEvent {
         tokens: Vec<u32>,
         /// Only the count and timing are real (a modeled server).
         placeholder: bool,
+        /// The tokens' text, one piece each, when the server sent text
+        /// (an external serving stack); empty: decode `tokens`.
+        pieces: Vec<String>,
     },
     /// Every token was delivered.
     Done {
@@ -118,8 +121,8 @@ struct Open {
     assigned: Option<Assigned>,
     /// Tokens delivered, in order.
     delivered: u32,
-    /// Chunks past a gap, by first index.
-    ahead: BTreeMap<u32, Vec<u32>>,
+    /// Chunks past a gap, by first index: (tokens, pieces).
+    ahead: BTreeMap<u32, (Vec<u32>, Vec<String>)>,
     first_token_ns: Option<u64>,
     last_token_ns: u64,
 }
@@ -276,28 +279,30 @@ impl GatewayActor {
             return;
         };
         let placeholder = chunk.placeholder;
-        let mut fresh: Vec<u32> = Vec::new();
+        let mut fresh = Fresh::default();
         if chunk.first > o.delivered {
-            o.ahead.insert(chunk.first, chunk.tokens.clone());
+            o.ahead
+                .insert(chunk.first, (chunk.tokens.clone(), chunk.pieces.clone()));
         } else {
-            take(o, chunk.first, &chunk.tokens, &mut fresh);
+            take(o, chunk.first, &chunk.tokens, &chunk.pieces, &mut fresh);
         }
         while let Some((&first, _)) = o.ahead.first_key_value() {
             if first > o.delivered {
                 break;
             }
-            if let Some(t) = o.ahead.remove(&first) {
-                take(o, first, &t, &mut fresh);
+            if let Some((t, p)) = o.ahead.remove(&first) {
+                take(o, first, &t, &p, &mut fresh);
             }
         }
-        if !fresh.is_empty() {
+        if !fresh.tokens.is_empty() {
             if o.first_token_ns.is_none() {
                 o.first_token_ns = Some(recv_ns);
             }
             o.last_token_ns = recv_ns;
             let _ = o.events.send(StreamEvent::Tokens {
-                tokens: fresh,
+                tokens: fresh.tokens,
                 placeholder,
+                pieces: fresh.pieces,
             });
         }
         if let Some(a) = chunk.answer {
@@ -331,6 +336,7 @@ impl GatewayActor {
             let _ = o.events.send(StreamEvent::Tokens {
                 tokens: vec![0; o.max_tokens as usize],
                 placeholder: true,
+                pieces: Vec::new(),
             });
         }
         o.last_token_ns = recv_ns.max(o.last_token_ns);
@@ -449,13 +455,24 @@ impl GatewayActor {
     }
 }
 
+/// Tokens (and their text pieces, when sent) ready to deliver.
+#[derive(Default)]
+struct Fresh {
+    tokens: Vec<u32>,
+    pieces: Vec<String>,
+}
+
 /// Appends to `fresh` the part of `tokens` (starting at output index
-/// `first`) that continues what `o` delivered.
-fn take(o: &mut Open, first: u32, tokens: &[u32], fresh: &mut Vec<u32>) {
+/// `first`, with `pieces` when the server sent text) that continues what
+/// `o` delivered.
+fn take(o: &mut Open, first: u32, tokens: &[u32], pieces: &[String], fresh: &mut Fresh) {
     let end = first as usize + tokens.len();
     if end > o.delivered as usize && first <= o.delivered {
         let skip = (o.delivered - first) as usize;
-        fresh.extend_from_slice(&tokens[skip..]);
+        fresh.tokens.extend_from_slice(&tokens[skip..]);
+        if pieces.len() == tokens.len() {
+            fresh.pieces.extend_from_slice(&pieces[skip..]);
+        }
         o.delivered = end as u32;
     }
 }

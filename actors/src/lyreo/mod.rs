@@ -32,9 +32,11 @@
 //! its module doc and in docs/control.md); the scheduler marks a server
 //! that stopped reporting unavailable and routes around it.
 
+pub mod external_server;
 pub mod gateway;
 pub mod live;
 pub mod messages;
+pub mod openai_client;
 pub mod records;
 pub mod scheduler;
 pub mod server;

@@ -221,6 +221,7 @@ impl<B: Backend + 'static> ServerActor<B> {
                 first: out.tokens.len() as u32,
                 tokens,
                 placeholder,
+                pieces: Vec::new(),
                 answer: None,
             };
             out.tokens.extend_from_slice(&chunk.tokens);
@@ -447,6 +448,7 @@ impl<B: Backend + 'static> ServerActor<B> {
                     first: 0,
                     tokens: out.tokens,
                     placeholder,
+                    pieces: Vec::new(),
                     answer: Some(a),
                 };
                 self.send_chunk(out.gateway, chunk);

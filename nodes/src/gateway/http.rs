@@ -359,7 +359,8 @@ async fn completion(
                 StreamEvent::Tokens {
                     tokens,
                     placeholder,
-                } => text.push_str(&detok.push(&tokens, placeholder)),
+                    pieces,
+                } => text.push_str(&detok.push(&tokens, placeholder, &pieces)),
                 StreamEvent::Done {
                     stopped,
                     output_tokens,
@@ -396,8 +397,9 @@ async fn completion(
             StreamEvent::Tokens {
                 tokens,
                 placeholder,
+                pieces,
             } => {
-                let text = detok.push(&tokens, placeholder);
+                let text = detok.push(&tokens, placeholder, &pieces);
                 if !text.is_empty() || first {
                     sse(&mut out, &reply.chunk(&text, first, None));
                     first = false;

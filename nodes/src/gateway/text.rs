@@ -132,10 +132,14 @@ impl<'a> Detokenizer<'a> {
         }
     }
 
-    /// The text the new `tokens` add.
-    pub fn push(&mut self, tokens: &[u32], placeholder: bool) -> String {
+    /// The text the new `tokens` add (`pieces`: their text, when the
+    /// server sent text rather than ids).
+    pub fn push(&mut self, tokens: &[u32], placeholder: bool, pieces: &[String]) -> String {
         let start = self.count;
         self.count += tokens.len();
+        if !pieces.is_empty() {
+            return pieces.concat();
+        }
         match self.codec {
             Codec::Model { tokenizer, .. } if !placeholder && self.codec.decodes() => {
                 self.tokens.extend_from_slice(tokens);
@@ -202,7 +206,7 @@ mod tests {
         );
         // Streaming the ids back one at a time gives the whole text.
         let mut d = Detokenizer::new(&c);
-        let text: String = ids.iter().map(|&t| d.push(&[t], false)).collect();
+        let text: String = ids.iter().map(|&t| d.push(&[t], false, &[])).collect();
         assert_eq!(text, tokenizer.decode(&ids, true));
     }
 
@@ -210,10 +214,14 @@ mod tests {
     fn placeholder_tokens_become_one_word_each() {
         let c = tiny();
         let mut d = Detokenizer::new(&c);
-        assert_eq!(d.push(&[0, 0], true), " edge token");
-        assert_eq!(d.push(&[0], true), " model");
+        assert_eq!(d.push(&[0, 0], true, &[]), " edge token");
+        assert_eq!(d.push(&[0], true, &[]), " model");
+        assert_eq!(
+            d.push(&[0, 0], false, &["Pa".into(), "ris".into()]),
+            "Paris"
+        );
         let e = Codec::Estimate;
         let mut d = Detokenizer::new(&e);
-        assert_eq!(d.push(&[9], false), " edge");
+        assert_eq!(d.push(&[9], false, &[]), " edge");
     }
 }

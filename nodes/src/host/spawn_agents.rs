@@ -55,7 +55,7 @@ pub fn spawn(
     let model = match &server.kind {
         ActorKind::Server(s) => match (s.backend, spec.model) {
             (_, Some(m)) | (ServerBackend::Real(m), None) => m,
-            (ServerBackend::Modeled, None) => {
+            (ServerBackend::Modeled | ServerBackend::OpenAi, None) => {
                 return Err(anyhow!(
                     "agent {:?}: server {:?} has no real backend and the agent names no `model`",
                     a.name,

@@ -9,8 +9,10 @@ use super::spawn::derive_seed;
 use actix::prelude::*;
 use anyhow::{anyhow, Context as _, Result};
 use edgemu_actors::clock::Clock;
+use edgemu_actors::lyreo::external_server::{ExternalServerActor, ExternalServerSetup};
 use edgemu_actors::lyreo::gateway::{GatewayActor, GatewaySetup};
 use edgemu_actors::lyreo::live::LyreoLive;
+use edgemu_actors::lyreo::openai_client::Endpoint;
 use edgemu_actors::lyreo::records::CsvTable;
 use edgemu_actors::lyreo::scheduler::{SchedulerActor, SchedulerPolicy, SchedulerSetup};
 use edgemu_actors::lyreo::server::{ServerActor, ServerSetup};
@@ -248,6 +250,7 @@ pub fn spawn(
                     ServerBackend::Modeled => "modeled".into(),
                     ServerBackend::Real(RealModel::SmolLm2) => "real".into(),
                     ServerBackend::Real(RealModel::Tiny) => "real-tiny".into(),
+                    ServerBackend::OpenAi => "openai".into(),
                 },
                 wall_clock_compute: !virtual_time && s.backend != ServerBackend::Modeled,
                 live: live.clone(),
@@ -262,6 +265,40 @@ pub fn spawn(
                     .collect(),
             };
             let (addr, fault): (Recipient<Deliver>, Recipient<ActorFault>) = match s.backend {
+                ServerBackend::OpenAi => {
+                    let o = s.openai.as_ref().ok_or_else(|| {
+                        anyhow!("server {:?}: backend = \"openai\" without its url", a.name)
+                    })?;
+                    let api_key = match &o.api_key_env {
+                        None => None,
+                        Some(var) => Some(std::env::var(var).map_err(|_| {
+                            anyhow!("server {:?}: `api_key_env` names {var}, which is not set in this node's environment", a.name)
+                        })?),
+                    };
+                    let endpoint = Endpoint::parse(&o.url, &o.model, api_key)
+                        .map_err(|e| anyhow!("server {:?}: `url`: {e}", a.name))?;
+                    let ext = ExternalServerSetup {
+                        id: a.id,
+                        name: a.name.clone(),
+                        scheduler,
+                        slot_ns: sched.slot_ns,
+                        gpu: s.gpu.name().to_string(),
+                        capability: ServerSlotCore::new(index, profile, s.bandwidth_hz, mode)
+                            .capability(),
+                        endpoint,
+                        timeout: std::time::Duration::from_nanos(o.timeout_ns),
+                        live: setup.live.clone(),
+                        log: setup.log.clone(),
+                        downlinks: setup.downlinks.clone(),
+                    };
+                    // Its HTTP exchanges run on a thread of its own.
+                    let (route, arbiter) = (route.clone(), actix::Arbiter::new());
+                    let addr =
+                        ExternalServerActor::start_in_arbiter(&arbiter.handle(), move |_| {
+                            ExternalServerActor::new(ext, clock, route, table)
+                        });
+                    (addr.clone().recipient(), addr.recipient())
+                }
                 ServerBackend::Modeled => {
                     let core = ServerSlotCore::new(index, profile, s.bandwidth_hz, mode);
                     let addr = ServerActor::new(setup, core, clock, route.clone(), table).start();

@@ -1,0 +1,333 @@
+//! A streaming client of OpenAI's `/v1/completions`, enough for a server
+//! actor to use an external serving stack (llama.cpp's server, vLLM,
+//! another edgemu gateway) as its backend: one HTTP/1.1 request per
+//! completion, `stream: true`, the answer read as server-sent events.
+//! Every wait has the request's timeout; a malformed answer is an error
+//! that says what was wrong, never a panic.
+
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// Where and what to ask.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// `host:port`.
+    pub authority: String,
+    /// Path of the API base, e.g. `/v1`.
+    pub base_path: String,
+    pub model: String,
+    pub api_key: Option<String>,
+}
+
+impl Endpoint {
+    /// From `http://host:port/base`.
+    pub fn parse(url: &str, model: &str, api_key: Option<String>) -> Result<Endpoint, String> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(format!("{url:?} has no host"));
+        }
+        let authority = if authority.contains(':') {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        Ok(Endpoint {
+            authority,
+            base_path: path.trim_end_matches('/').to_string(),
+            model: model.to_string(),
+            api_key,
+        })
+    }
+}
+
+/// The prompt of one completion.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Tokens(Vec<u32>),
+    Text(String),
+}
+
+/// One completion to run.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub prompt: Prompt,
+    pub max_tokens: u32,
+    /// Generate exactly `max_tokens` (a request whose length is given).
+    pub ignore_eos: bool,
+    pub timeout: Duration,
+}
+
+/// The request's bytes.
+pub fn request_bytes(e: &Endpoint, c: &Completion) -> Vec<u8> {
+    let prompt = match &c.prompt {
+        Prompt::Tokens(t) => serde_json::json!(t),
+        Prompt::Text(t) => serde_json::json!(t),
+    };
+    let mut body = serde_json::json!({
+        "model": e.model,
+        "prompt": prompt,
+        "max_tokens": c.max_tokens,
+        "stream": true,
+        "temperature": 0,
+    });
+    if c.ignore_eos {
+        body["ignore_eos"] = serde_json::json!(true);
+        body["min_tokens"] = serde_json::json!(c.max_tokens);
+    }
+    let body = body.to_string();
+    let auth = e
+        .api_key
+        .as_ref()
+        .map(|k| format!("Authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "POST {}/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        e.base_path,
+        e.authority,
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// What one server-sent event says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The text of the next token(s).
+    Text(String),
+    /// `data: [DONE]`.
+    Done,
+    /// An event with no text (a role or usage chunk).
+    Empty,
+}
+
+/// Reads one `data:` payload.
+pub fn parse_event(data: &str) -> Result<Event, String> {
+    if data.trim() == "[DONE]" {
+        return Ok(Event::Done);
+    }
+    let v: serde_json::Value = serde_json::from_str(data)
+        .map_err(|e| format!("an event is not JSON ({e}): {}", cut(data)))?;
+    if let Some(err) = v.get("error") {
+        return Err(format!(
+            "the backend reported an error: {}",
+            cut(&err.to_string())
+        ));
+    }
+    match v["choices"].get(0).and_then(|c| c.get("text")) {
+        Some(serde_json::Value::String(t)) if !t.is_empty() => Ok(Event::Text(t.clone())),
+        _ => Ok(Event::Empty),
+    }
+}
+
+fn cut(s: &str) -> String {
+    s.chars().take(200).collect()
+}
+
+/// Runs `c` at `e`, calling `on_text` with each piece of text as it
+/// arrives; returns when the stream ends.
+pub async fn stream(
+    e: &Endpoint,
+    c: &Completion,
+    mut on_text: impl FnMut(String),
+) -> Result<(), String> {
+    let run = async {
+        let mut s = TcpStream::connect(&e.authority)
+            .await
+            .map_err(|err| format!("connecting to {}: {err}", e.authority))?;
+        let _ = s.set_nodelay(true);
+        s.write_all(&request_bytes(e, c))
+            .await
+            .map_err(|err| format!("sending to {}: {err}", e.authority))?;
+        let mut r = BufReader::new(s);
+        let (status, chunked) = read_head(&mut r).await?;
+        if status != 200 {
+            let mut body = String::new();
+            let _ = r.take(4096).read_to_string(&mut body).await;
+            return Err(format!("the backend answered {status}: {}", cut(&body)));
+        }
+        let mut events = SseReader::default();
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let done = if chunked {
+                read_chunk(&mut r, &mut buf).await?
+            } else {
+                let n = r
+                    .read_buf(&mut buf)
+                    .await
+                    .map_err(|err| format!("reading the stream: {err}"))?;
+                n == 0
+            };
+            for data in events.push(&buf) {
+                match parse_event(&data)? {
+                    Event::Text(t) => on_text(t),
+                    Event::Done => return Ok(()),
+                    Event::Empty => {}
+                }
+            }
+            if done {
+                return Err("the stream ended without [DONE]".into());
+            }
+        }
+    };
+    tokio::time::timeout(c.timeout, run)
+        .await
+        .map_err(|_| format!("no end of the stream within {:?}", c.timeout))?
+}
+
+/// The status and whether the body is chunked.
+async fn read_head(r: &mut BufReader<TcpStream>) -> Result<(u16, bool), String> {
+    let mut head = Vec::new();
+    loop {
+        let n = r
+            .read_until(b'\n', &mut head)
+            .await
+            .map_err(|e| format!("reading the answer's head: {e}"))?;
+        if n == 0 {
+            return Err("the backend closed the connection before answering".into());
+        }
+        if head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n") {
+            break;
+        }
+        if head.len() > 16 * 1024 {
+            return Err("the answer's head is over 16 KiB".into());
+        }
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    resp.parse(&head)
+        .map_err(|e| format!("a malformed HTTP answer: {e}"))?;
+    let status = resp.code.ok_or("an HTTP answer without a status")?;
+    let chunked = resp.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("transfer-encoding")
+            && String::from_utf8_lossy(h.value)
+                .to_ascii_lowercase()
+                .contains("chunked")
+    });
+    Ok((status, chunked))
+}
+
+/// Appends one chunk's data to `out`; true at the last (empty) chunk.
+async fn read_chunk(r: &mut BufReader<TcpStream>, out: &mut Vec<u8>) -> Result<bool, String> {
+    let mut line = String::new();
+    r.read_line(&mut line)
+        .await
+        .map_err(|e| format!("reading a chunk size: {e}"))?;
+    let size = line.trim().split(';').next().unwrap_or("");
+    let n = usize::from_str_radix(size, 16).map_err(|_| format!("a bad chunk size {size:?}"))?;
+    if n > 16 << 20 {
+        return Err(format!("a chunk of {n} bytes"));
+    }
+    let start = out.len();
+    out.resize(start + n + 2, 0);
+    r.read_exact(&mut out[start..])
+        .await
+        .map_err(|e| format!("reading a chunk: {e}"))?;
+    out.truncate(start + n);
+    Ok(n == 0)
+}
+
+/// Splits a byte stream into server-sent events' `data:` payloads.
+#[derive(Default)]
+pub struct SseReader {
+    pending: Vec<u8>,
+}
+
+impl SseReader {
+    /// The complete events' data in `bytes` (with what came before).
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.pending.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        loop {
+            let Some(end) = find_event_end(&self.pending) else {
+                break;
+            };
+            let event: Vec<u8> = self.pending.drain(..end.1).collect();
+            let text = String::from_utf8_lossy(&event[..end.0]);
+            let data: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            if !data.is_empty() {
+                out.push(data.join("\n"));
+            }
+        }
+        out
+    }
+}
+
+/// (end of the event's text, end including the blank line).
+fn find_event_end(b: &[u8]) -> Option<(usize, usize)> {
+    for i in 0..b.len() {
+        if b[i..].starts_with(b"\r\n\r\n") {
+            return Some((i, i + 4));
+        }
+        if b[i..].starts_with(b"\n\n") {
+            return Some((i, i + 2));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_host_port_and_base() {
+        let e = Endpoint::parse("http://127.0.0.1:8080/v1/", "m", None).unwrap();
+        assert_eq!(
+            (e.authority.as_str(), e.base_path.as_str()),
+            ("127.0.0.1:8080", "/v1")
+        );
+        let e = Endpoint::parse("http://llm.local", "m", Some("k".into())).unwrap();
+        assert_eq!(
+            (e.authority.as_str(), e.base_path.as_str()),
+            ("llm.local:80", "")
+        );
+        assert!(Endpoint::parse("https://x/v1", "m", None).is_err());
+        assert!(Endpoint::parse("http:///v1", "m", None).is_err());
+        let req = String::from_utf8(request_bytes(
+            &e,
+            &Completion {
+                prompt: Prompt::Tokens(vec![1, 2]),
+                max_tokens: 3,
+                ignore_eos: true,
+                timeout: Duration::from_secs(1),
+            },
+        ))
+        .unwrap();
+        assert!(
+            req.starts_with("POST /completions HTTP/1.1\r\nHost: llm.local:80\r\n"),
+            "{req}"
+        );
+        assert!(req.contains("Authorization: Bearer k\r\n"));
+        let body: serde_json::Value =
+            serde_json::from_str(req.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body["prompt"], serde_json::json!([1, 2]));
+        assert_eq!(body["ignore_eos"], true);
+        assert_eq!(body["stream"], true);
+    }
+
+    #[test]
+    fn events_are_split_across_reads_and_parsed() {
+        let mut r = SseReader::default();
+        assert!(r.push(b"data: {\"choices\":[{\"text\":\"He").is_empty());
+        let ev = r.push(b"llo\"}]}\n\ndata: {\"choices\":[{\"text\":\"\"}]}\r\n\r\n: comment\n\ndata: [DONE]\n\n");
+        assert_eq!(ev.len(), 3);
+        assert_eq!(parse_event(&ev[0]), Ok(Event::Text("Hello".into())));
+        assert_eq!(parse_event(&ev[1]), Ok(Event::Empty));
+        assert_eq!(parse_event(&ev[2]), Ok(Event::Done));
+        assert!(parse_event("{oops").unwrap_err().contains("not JSON"));
+        let e = parse_event(r#"{"error": {"message": "overloaded"}}"#).unwrap_err();
+        assert!(e.contains("overloaded"), "{e}");
+    }
+}
