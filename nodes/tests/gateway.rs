@@ -764,3 +764,153 @@ delay = "5ms"
         "{slots}"
     );
 }
+
+/// llama.cpp's server (PyPI `llama-cpp-python[server]`, SmolLM2's GGUF) as
+/// an edge server's serving stack: a chat through the gateway is answered
+/// by llama.cpp with the model's own text. Runs where that package and the
+/// model are installed (CI does not build llama.cpp: ~5 min on 2 cores; it
+/// runs the same path against an edgemu gateway above).
+#[test]
+fn llama_cpp_serves_as_an_edge_server_where_installed() {
+    let has = std::process::Command::new("python3")
+        .args(["-c", "import llama_cpp.server"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let Ok(model) = edgemu_tokenizer::resolve_model_path(None) else {
+        eprintln!("skipped: SmolLM2 absent");
+        return;
+    };
+    if !has {
+        eprintln!(
+            "skipped: python3 has no llama_cpp.server (pip install 'llama-cpp-python[server]')"
+        );
+        return;
+    }
+    let p: Vec<u16> = (0..5).map(|_| free_port()).collect();
+    let llama = p[4];
+    let mut server = std::process::Command::new("python3")
+        .args(["-m", "llama_cpp.server", "--model"])
+        .arg(&model)
+        .args(["--port", &llama.to_string(), "--n_ctx", "2048"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start llama.cpp's server");
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", llama)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "llama.cpp never listened"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dir = temp_dir("gateway-llama");
+    let http = p[3];
+    let text = format!(
+        r#"
+[run]
+name = "llama"
+duration = "60s"
+results = "results"
+token_env = "EDGEMU_TEST_GATEWAY_TOKEN_UNSET"
+
+[[hosts]]
+name = "phones"
+listen = "127.0.0.1:{}"
+control = "127.0.0.1:{}"
+
+[[hosts]]
+name = "edge"
+listen = "127.0.0.1:{}"
+
+[[actors]]
+name = "gw"
+host = "phones"
+kind = "gateway"
+scheduler = "sched"
+listen = "127.0.0.1:{http}"
+model = "smollm2"
+
+[[actors]]
+name = "sched"
+host = "edge"
+kind = "scheduler"
+servers = ["llama"]
+slot = "100ms"
+
+[[actors]]
+name = "llama"
+host = "edge"
+kind = "server"
+backend = "openai"
+url = "http://127.0.0.1:{llama}/v1"
+model = "smollm2"
+
+[[links]]
+name = "gw-llama"
+a = "gw"
+b = "llama"
+delay = "10ms"
+"#,
+        p[0], p[1], p[2]
+    );
+    let cfg = write(&dir, "cluster.toml", &text);
+    let cluster = load(&cfg).expect("load");
+    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
+        run_id: Some("l".into()),
+        wait_peers: Some(Duration::from_secs(10)),
+        ..Default::default()
+    });
+    let ctl = format!("ws://127.0.0.1:{}", p[1]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(wait_for_control(&ctl, None));
+    while TcpStream::connect(("127.0.0.1", http)).is_err() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = call(
+        http,
+        "POST",
+        "/v1/chat/completions",
+        Some(json!({"model": "SmolLM2-135M-Instruct", "max_tokens": 24,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]})),
+    );
+    // The same prompt asked of llama.cpp directly (the gateway renders
+    // the chat with SmolLM2's template and sends the text).
+    let meta = edgemu_tokenizer::GgufMetadata::open(&model).expect("gguf");
+    let tpl = edgemu_tokenizer::ChatTemplate::from_jinja(
+        meta.string("tokenizer.chat_template").expect("template"),
+    )
+    .expect("chatml");
+    let prompt = tpl.render(
+        &[edgemu_tokenizer::ChatMessage::new(
+            "user",
+            "What is the capital of France?",
+        )],
+        true,
+    );
+    let direct = call(
+        llama,
+        "POST",
+        "/v1/completions",
+        Some(json!({"model": "smollm2", "prompt": prompt, "max_tokens": 24, "temperature": 0})),
+    );
+    let _ = server.kill();
+    let _ = rt.block_on(client::request(&ctl, json!({"cmd": "run.stop"}), None));
+    for t in threads {
+        let _ = t.join();
+    }
+    assert_eq!(r.status, 200, "{}", r.body);
+    let answer = r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let expected = direct.json()["choices"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!answer.is_empty());
+    assert_eq!(answer, expected, "through the edge vs llama.cpp directly");
+}

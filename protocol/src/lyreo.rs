@@ -116,8 +116,14 @@ pub enum LyreoMsg {
     /// Gateway → server when the request is assigned: stream its tokens
     /// back as they are produced ([`LyreoMsg::Tokens`]), and, when the
     /// gateway tokenized the prompt, the prompt's token ids (a real
-    /// backend prefills them; empty: only the length is known).
-    Stream { id: u64, prompt: Vec<u32> },
+    /// backend prefills them; empty: only the length is known), and the
+    /// prompt as text (chat messages rendered; what an external serving
+    /// stack is sent; empty when the client sent token ids).
+    Stream {
+        id: u64,
+        prompt: Vec<u32>,
+        text: String,
+    },
     /// Server → gateway: the tokens of one iteration of a streamed request,
     /// over the link joining them when there is one; the last chunk
     /// carries the answer.

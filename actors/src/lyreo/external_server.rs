@@ -6,10 +6,14 @@
 //! assigns requests to it (`Expect`), their uploads arrive over the users'
 //! (or a gateway's) links, and each request is sent to the external stack
 //! as soon as its own upload is in. That stack batches on its own, so
-//! there is no joint prefill here. A request whose prompt the gateway
-//! tokenized is sent as those token ids; a user's request, whose lengths
+//! there is no joint prefill here. A gateway's request is sent as its
+//! prompt's text (chat messages rendered by the gateway: with its model's
+//! template for `model = "smollm2"`, else as `role: content` lines), or as
+//! token ids when the client sent ids; a user's request, whose lengths
 //! only are known, as about `l_in` tokens of filler text with `ignore_eos`
-//! and `max_tokens = l_out`, so it generates its full length. The text
+//! and `max_tokens = l_out`, so it generates its full length where the
+//! stack honours `ignore_eos` (vLLM, edgemu; llama.cpp's server stops at
+//! its end-of-sequence token). The text
 //! that streams back goes to a gateway as it comes, over the link joining
 //! them (as any server's tokens), and the request is answered when its
 //! stream ends: `prefill` is the time to its first token there, `decode`
@@ -102,8 +106,8 @@ pub struct ExternalServerActor {
     expected: HashMap<u64, (u64, Expected)>,
     /// Uploads that came before their `Expect`: (handed, arrival).
     early: HashMap<u64, (u64, u64)>,
-    /// Prompts of a gateway's requests, by id: (gateway, token ids).
-    streams: HashMap<u64, (ActorId, Vec<u32>)>,
+    /// Prompts of a gateway's requests, by id: (gateway, token ids, text).
+    streams: HashMap<u64, (ActorId, Vec<u32>, String)>,
     flights: HashMap<u64, Flight>,
     slot: u64,
     assigned_in_slot: usize,
@@ -192,9 +196,12 @@ impl ExternalServerActor {
             return;
         };
         let now = self.clock.now_ns();
-        let gateway = self.streams.get(&id).map(|(g, _)| *g);
+        let gateway = self.streams.get(&id).map(|(g, _, _)| *g);
+        // Text where the gateway has it (every stack takes text; not all
+        // take token ids), else the ids, else filler of the right length.
         let prompt = match self.streams.get_mut(&id) {
-            Some((_, p)) if !p.is_empty() => Prompt::Tokens(std::mem::take(p)),
+            Some((_, _, t)) if !t.is_empty() => Prompt::Text(std::mem::take(t)),
+            Some((_, p, _)) if !p.is_empty() => Prompt::Tokens(std::mem::take(p)),
             _ => Prompt::Text(FILLER.repeat(r.input_len as usize)),
         };
         let completion = Completion {
@@ -464,8 +471,8 @@ impl Handler<Deliver> for ExternalServerActor {
         }
         match LyreoMsg::from_msg(msg.envelope.payload) {
             Some(LyreoMsg::Expect { slot, requests }) => self.expect(slot, requests, ctx),
-            Some(LyreoMsg::Stream { id, prompt }) if self.liveness.is_alive() => {
-                self.streams.insert(id, (src, prompt));
+            Some(LyreoMsg::Stream { id, prompt, text }) if self.liveness.is_alive() => {
+                self.streams.insert(id, (src, prompt, text));
             }
             _ => self.ignored += 1,
         }

@@ -66,6 +66,9 @@ pub struct GatewaySetup {
 pub struct Submit {
     /// The prompt's token ids, or empty when only its length is known.
     pub prompt: Vec<u32>,
+    /// The prompt as text (chat messages rendered), for a server whose
+    /// serving stack takes text; empty when the client sent token ids.
+    pub text: String,
     pub input_len: u32,
     pub max_tokens: u32,
     /// Where the request's tokens and end go, in order.
@@ -117,6 +120,7 @@ struct Open {
     input_len: u32,
     max_tokens: u32,
     prompt: Vec<u32>,
+    text: String,
     events: UnboundedSender<StreamEvent>,
     assigned: Option<Assigned>,
     /// Tokens delivered, in order.
@@ -209,6 +213,7 @@ impl GatewayActor {
                 input_len: m.input_len,
                 max_tokens: m.max_tokens,
                 prompt: m.prompt,
+                text: m.text,
                 events: m.events,
                 assigned: None,
                 delivered: 0,
@@ -247,13 +252,14 @@ impl GatewayActor {
         let received = a.received_ns;
         o.assigned = Some(a);
         let prompt = std::mem::take(&mut o.prompt);
+        let text = std::mem::take(&mut o.text);
         let input_len = o.input_len;
         // The server learns first that this request streams (direct, so it
         // is there before the upload that releases the batch).
         self.send(
             server,
             None,
-            LyreoMsg::Stream { id, prompt }.into(),
+            LyreoMsg::Stream { id, prompt, text }.into(),
             received,
         );
         let via = self

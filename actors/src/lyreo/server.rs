@@ -638,7 +638,7 @@ impl<B: Backend + 'static> Handler<Deliver> for ServerActor<B> {
         }
         match LyreoMsg::from_msg(msg.envelope.payload) {
             Some(LyreoMsg::Expect { slot, requests }) => self.expect(slot, requests, ctx),
-            Some(LyreoMsg::Stream { id, prompt }) => self.stream(msg.envelope.src, id, prompt),
+            Some(LyreoMsg::Stream { id, prompt, .. }) => self.stream(msg.envelope.src, id, prompt),
             _ => self.ignored += 1,
         }
     }

@@ -324,6 +324,7 @@ async fn completion(
         .actor
         .send(Submit {
             prompt: enc.tokens,
+            text: enc.text,
             input_len: enc.len,
             max_tokens,
             events: tx,

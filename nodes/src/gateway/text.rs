@@ -24,6 +24,10 @@ pub enum Codec {
 pub struct Encoded {
     pub tokens: Vec<u32>,
     pub len: u32,
+    /// The prompt as text: chat messages rendered (with the model's
+    /// template, or as `role: content` lines without one); empty for a
+    /// prompt of token ids.
+    pub text: String,
 }
 
 /// Words a placeholder token is shown as (cycled by output index).
@@ -56,7 +60,21 @@ impl Codec {
 
     /// The prompt's tokens; an error for ids outside the vocabulary.
     pub fn encode(&self, prompt: &Prompt) -> Result<Encoded, ApiError> {
-        let tokens = match (self, prompt) {
+        let text = match (self, prompt) {
+            (_, Prompt::Tokens(_)) => String::new(),
+            (_, Prompt::Text(t)) => t.clone(),
+            (Codec::Model { template, .. }, Prompt::Messages(m)) => {
+                let msgs: Vec<ChatMessage> =
+                    m.iter().map(|(r, c)| ChatMessage::new(r, c)).collect();
+                template.render(&msgs, true)
+            }
+            (Codec::Estimate, Prompt::Messages(m)) => {
+                let mut t: String = m.iter().map(|(r, c)| format!("{r}: {c}\n")).collect();
+                t.push_str("assistant:");
+                t
+            }
+        };
+        let (tokens, len) = match (self, prompt) {
             (Codec::Model { tokenizer, .. }, Prompt::Tokens(ids)) => {
                 let vocab = tokenizer.vocab_size();
                 if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
@@ -65,49 +83,34 @@ impl Codec {
                         Some("prompt"),
                     ));
                 }
-                ids.clone()
+                (ids.clone(), ids.len())
             }
-            (Codec::Model { tokenizer, .. }, Prompt::Text(t)) => tokenizer.encode(t),
-            (
-                Codec::Model {
-                    tokenizer,
-                    template,
-                },
-                Prompt::Messages(m),
-            ) => {
-                let msgs: Vec<ChatMessage> =
-                    m.iter().map(|(r, c)| ChatMessage::new(r, c)).collect();
-                tokenizer.encode(&template.render(&msgs, true))
+            (Codec::Model { tokenizer, .. }, _) => {
+                let ids = tokenizer.encode(&text);
+                let n = ids.len();
+                (ids, n)
             }
-            (Codec::Estimate, Prompt::Tokens(ids)) => {
-                return Ok(Encoded {
-                    tokens: Vec::new(),
-                    len: ids.len() as u32,
-                })
-            }
-            (Codec::Estimate, Prompt::Text(t)) => return Ok(estimate(t.len())),
-            (Codec::Estimate, Prompt::Messages(m)) => {
-                // The role and the template's markers: about 4 tokens each.
-                let bytes: usize = m.iter().map(|(_, c)| c.len() + 16).sum();
-                return Ok(estimate(bytes));
-            }
+            (Codec::Estimate, Prompt::Tokens(ids)) => (Vec::new(), ids.len()),
+            (Codec::Estimate, Prompt::Text(t)) => (Vec::new(), t.len().div_ceil(4)),
+            // The role and the template's markers: about 4 tokens each.
+            (Codec::Estimate, Prompt::Messages(m)) => (
+                Vec::new(),
+                m.iter()
+                    .map(|(_, c)| c.len() + 16)
+                    .sum::<usize>()
+                    .div_ceil(4),
+            ),
         };
         Ok(Encoded {
-            len: tokens.len() as u32,
             tokens,
+            len: len.clamp(1, u32::MAX as usize) as u32,
+            text,
         })
     }
 
     /// Whether real token ids can be shown as text.
     fn decodes(&self) -> bool {
         matches!(self, Codec::Model { .. })
-    }
-}
-
-fn estimate(bytes: usize) -> Encoded {
-    Encoded {
-        tokens: Vec::new(),
-        len: bytes.div_ceil(4).clamp(1, u32::MAX as usize) as u32,
     }
 }
 
