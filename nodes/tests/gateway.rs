@@ -898,6 +898,7 @@ delay = "10ms"
         Some(json!({"model": "smollm2", "prompt": prompt, "max_tokens": 24, "temperature": 0})),
     );
     let _ = server.kill();
+    let _ = server.wait();
     let _ = rt.block_on(client::request(&ctl, json!({"cmd": "run.stop"}), None));
     for t in threads {
         let _ = t.join();

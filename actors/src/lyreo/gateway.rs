@@ -327,7 +327,7 @@ impl GatewayActor {
                 } else {
                     a.reason.as_str()
                 };
-                return self.fail(a.id, &reason.to_string());
+                return self.fail(a.id, reason);
             }
         }
         let Some(mut o) = self.open.remove(&a.id) else {

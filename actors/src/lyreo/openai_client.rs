@@ -245,10 +245,7 @@ impl SseReader {
     pub fn push(&mut self, bytes: &[u8]) -> Vec<String> {
         self.pending.extend_from_slice(bytes);
         let mut out = Vec::new();
-        loop {
-            let Some(end) = find_event_end(&self.pending) else {
-                break;
-            };
+        while let Some(end) = find_event_end(&self.pending) {
             let event: Vec<u8> = self.pending.drain(..end.1).collect();
             let text = String::from_utf8_lossy(&event[..end.0]);
             let data: Vec<&str> = text

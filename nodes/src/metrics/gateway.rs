@@ -82,7 +82,8 @@ pub fn registry(l: &LiveState) -> Option<Registry> {
         return None;
     }
     let mut reg = Registry::default();
-    let hists: [(&str, &str, fn(&GatewayLive) -> &Histogram); 5] = [
+    type Field = fn(&GatewayLive) -> &Histogram;
+    let hists: [(&str, &str, Field); 5] = [
         (
             "vllm:time_to_first_token_seconds",
             "Arrival at the gateway to the first token delivered to it",
