@@ -208,6 +208,14 @@ impl Cluster {
             None => format!("from {} to the end", fmt_duration(start)),
         };
         match kind {
+            ActorKind::Attach(a) => format!(
+                "TUN attach point {}/{} (MTU {}) in network namespace {:?}, its packets {}",
+                a.address,
+                a.prefix,
+                a.mtu,
+                a.netns,
+                self.describe_route(&a.route)
+            ),
             ActorKind::ConstantSender {
                 route,
                 rate_bps,

@@ -264,6 +264,7 @@
 
 mod action;
 pub mod agent;
+pub mod attach;
 pub mod command;
 pub mod command_wire;
 mod describe;

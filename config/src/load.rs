@@ -37,6 +37,7 @@ const ACTOR_KINDS: &[&str] = &[
     "scheduler",
     "agent",
     "gateway",
+    "attach",
 ];
 const CHAOS_KEYS: &[&str] = &["at", "command", "for", "every"];
 
@@ -66,6 +67,9 @@ fn actor_keys(kind: &str) -> &'static [&'static str] {
     match kind {
         "constant" => &[
             "name", "host", "kind", "to", "via", "rate", "size", "payload", "start", "stop",
+        ],
+        "attach" => &[
+            "name", "host", "kind", "to", "via", "netns", "address", "mtu",
         ],
         "bursty" => &[
             "name", "host", "kind", "to", "via", "burst", "interval", "size", "start", "stop",
@@ -371,6 +375,15 @@ impl<'a> Loader<'a> {
                         ActionError::invalid(
                             "backend",
                             "an \"openai\" backend is a real server reached over HTTP; it cannot run under `time = \"virtual\"`",
+                        ),
+                    );
+                }
+                if matches!(a.kind, ActorKind::Attach(_)) {
+                    self.report(
+                        e.node,
+                        ActionError::invalid(
+                            "kind",
+                            "an attach point carries real programs' packets in real time; it cannot run under `time = \"virtual\"`",
                         ),
                     );
                 }
@@ -900,6 +913,7 @@ impl<'a> Loader<'a> {
                 }
                 ActorKind::Gateway(spec)
             }
+            "attach" => ActorKind::Attach(crate::attach::attach(obj, &name, &mut errs, route)),
             "server" => ActorKind::Server(crate::lyreo::server(obj, &mut errs)),
             "agent" => {
                 let resolve = |key: &str, n: &str| actors.resolve(key, n);

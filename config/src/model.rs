@@ -170,6 +170,8 @@ pub enum ActorKind {
     Server(ServerSpec),
     /// OpenAI-compatible HTTP endpoint whose requests are a LYREO user's.
     Gateway(GatewaySpec),
+    /// A TUN device in a network namespace whose IP packets cross a link.
+    Attach(crate::attach::AttachSpec),
     /// LYREO request scheduler.
     Scheduler(SchedulerSpec),
     /// An LLM agent bound to a server, handing off KV (see [`crate::agent`]).
@@ -306,6 +308,7 @@ impl ActorKind {
             ActorKind::Scheduler(_) => "scheduler",
             ActorKind::Agent(_) => "agent",
             ActorKind::Gateway(_) => "gateway",
+            ActorKind::Attach(_) => "attach",
         }
     }
 
@@ -332,13 +335,14 @@ impl ActorKind {
             | ActorKind::Server(_)
             | ActorKind::Scheduler(_)
             | ActorKind::Gateway(_)
+            | ActorKind::Attach(_)
             | ActorKind::Agent(_) => None,
         }
     }
 
     /// Whether other actors may name this one as their `to`.
     pub fn receives(&self) -> bool {
-        matches!(self, ActorKind::Sink)
+        matches!(self, ActorKind::Sink | ActorKind::Attach(_))
     }
 
     /// When a sender starts and stops (ns from the run's start); `None` for receivers.
@@ -358,6 +362,7 @@ impl ActorKind {
             | ActorKind::Server(_)
             | ActorKind::Scheduler(_)
             | ActorKind::Gateway(_)
+            | ActorKind::Attach(_)
             | ActorKind::Agent(_) => None,
         }
     }

@@ -2,6 +2,7 @@
 //! control plane, chaos, results and the command-line interface's commands.
 //! The binary `edgemu` (src/main.rs) is a thin clap front end over this.
 
+pub mod attach;
 pub mod bench;
 pub mod control;
 pub mod dashboard;

@@ -56,6 +56,10 @@ pub enum Msg {
     /// The receiver's feedback (`edgemu_handoff::Feedback`'s encoding),
     /// back over the reverse direction.
     KvFeedback(#[serde(with = "edgemu_codec::wire::byte_field")] Vec<u8>),
+    /// An IP packet an unmodified program sent through an attached TUN
+    /// device (`kind = "attach"`), to the attach point at the link's
+    /// other end.
+    IpPacket(#[serde(with = "edgemu_codec::wire::byte_field")] Vec<u8>),
 }
 
 impl Msg {
@@ -68,7 +72,9 @@ impl Msg {
             Msg::Probe(p) => p.size,
             Msg::Ping(p) => p.size,
             Msg::Pong(p) => p.size,
-            Msg::KvFrame(b) | Msg::KvFeedback(b) => u32::try_from(b.len()).unwrap_or(u32::MAX),
+            Msg::KvFrame(b) | Msg::KvFeedback(b) | Msg::IpPacket(b) => {
+                u32::try_from(b.len()).unwrap_or(u32::MAX)
+            }
             Msg::Lyreo(_) | Msg::Agent(_) => wire::encoded_len(self)
                 .ok()
                 .and_then(|n| u32::try_from(n).ok())
@@ -81,7 +87,7 @@ impl BulkBytes for Msg {
     fn bulk_bytes(&self) -> usize {
         match self {
             Msg::Probe(p) => p.pad.len(),
-            Msg::KvFrame(b) | Msg::KvFeedback(b) => b.len(),
+            Msg::KvFrame(b) | Msg::KvFeedback(b) | Msg::IpPacket(b) => b.len(),
             Msg::Agent(AgentMsg::Offer(o)) => o.utilities.len() * 8 + o.tokens.len() * 5,
             _ => 0,
         }

@@ -163,6 +163,7 @@ fn all_messages() -> Vec<Msg> {
         .into(),
         Msg::KvFrame(vec![0xa5; 1400]),
         Msg::KvFeedback(vec![1, 2, 3]),
+        Msg::IpPacket(vec![0x45; 60]),
     ]
 }
 
@@ -517,6 +518,7 @@ fn a_link_charges_declared_sizes_and_the_cores_bytes() {
     assert_eq!(probe.wire_size(), 1500);
     assert_eq!(Msg::KvFrame(vec![0; 1400]).wire_size(), 1400);
     assert_eq!(Msg::KvFeedback(vec![0; 10]).wire_size(), 10);
+    assert_eq!(Msg::IpPacket(vec![0; 1500]).wire_size(), 1500);
     for m in all_messages() {
         if matches!(m, Msg::Lyreo(_) | Msg::Agent(_)) {
             let n = edgemu_codec::wire::encoded_len(&m).unwrap_or(0);
@@ -766,6 +768,7 @@ fn arb_lyreo() -> impl Strategy<Value = Msg> {
             .into()),
         proptest::collection::vec(any::<u8>(), 0..200).prop_map(Msg::KvFrame),
         proptest::collection::vec(any::<u8>(), 0..40).prop_map(Msg::KvFeedback),
+        proptest::collection::vec(any::<u8>(), 0..200).prop_map(Msg::IpPacket),
     ]
 }
 

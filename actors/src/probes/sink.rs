@@ -204,8 +204,12 @@ impl Handler<Deliver> for Sink {
                     }),
                 }));
             }
-            Msg::Pong(_) | Msg::Lyreo(_) | Msg::Agent(_) | Msg::KvFrame(_) | Msg::KvFeedback(_) => {
-            }
+            Msg::Pong(_)
+            | Msg::Lyreo(_)
+            | Msg::Agent(_)
+            | Msg::KvFrame(_)
+            | Msg::KvFeedback(_)
+            | Msg::IpPacket(_) => {}
         }
     }
 }

@@ -259,7 +259,11 @@ pub async fn run_host_real(
     });
     let summary = done_rx
         .await
-        .context("host supervisor ended without a summary")?;
+        .context("host supervisor ended without a summary");
+    for a in &actors.attaches {
+        a.close();
+    }
+    let summary = summary?;
     mesh.say_goodbye("run finished");
     tokio::time::sleep(Duration::from_millis(100)).await;
     tracing::info!(host = %host_name, dir = %run_dir.display(), "host finished");

@@ -34,6 +34,9 @@ pub struct HostActors {
     pub lyreo: edgemu_actors::lyreo::live::LyreoLive,
     /// The external-policy counters of this host's deciders.
     pub external: edgemu_actors::external::ExternalLive,
+    /// This host's attach points (closed when the run ends: their
+    /// namespaces removed).
+    pub attaches: Vec<std::sync::Arc<crate::attach::AttachGuard>>,
     /// This host's gateways (their HTTP servers start with the run).
     pub gateways: Vec<(
         edgemu_codec::ids::ActorId,
@@ -124,9 +127,16 @@ pub fn spawn_host_actors(
     let mut senders = Vec::new();
     let mut flushers = Vec::new();
     let mut gateways = Vec::new();
+    let mut attaches = Vec::new();
     let mut tables = super::spawn_lyreo::Tables::new(results);
     for a in cluster.actors.iter().filter(|a| a.host == host) {
         let deliver: Option<Recipient<Deliver>> = match &a.kind {
+            ActorKind::Attach(spec) => {
+                let (deliver, guard) =
+                    crate::attach::spawn(a.id, &a.name, spec, clock, route.clone())?;
+                attaches.push(std::sync::Arc::new(guard));
+                Some(deliver)
+            }
             ActorKind::ConstantSender {
                 route: r,
                 rate_bps,
@@ -276,6 +286,7 @@ pub fn spawn_host_actors(
         kv_caches: shared.kv_caches.clone(),
         external: shared.external.clone(),
         gateways,
+        attaches,
     })
 }
 

@@ -1,0 +1,206 @@
+//! Attach points (`kind = "attach"`, root only): two namespaces on two
+//! hosts joined by an emulated link; the kernel's own UDP and TCP (from
+//! Python's socket module) run through it. The link's delay shows in a
+//! UDP round trip, its rate in a
+//! TCP transfer's time (lower bounds only: the emulation can only make
+//! things slower), `link.kill` cuts the path and `link.restore` brings it
+//! back, and the namespaces are gone when the run ends. The example
+//! `examples/attach.toml` loads.
+
+mod common;
+
+use common::*;
+use edgemu_nodes::control::client;
+use edgemu_nodes::host::HostOptions;
+use edgemu_nodes::run::load;
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `count` UDP round trips from namespace `from` to a Python echo
+/// server in namespace `to_ns` at `to`: (answered, average RTT ms). A
+/// round trip not answered within 1 s is lost.
+fn udp_rtt(from: &str, to_ns: &str, to: &str, count: u32) -> (u32, f64) {
+    let server = Command::new("ip")
+        .args(["netns", "exec", to_ns, "python3", "-c", &format!(
+            "import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('{to}', 7007)); s.settimeout(3)\ntry:\n  while True:\n    d,a=s.recvfrom(2048); s.sendto(d,a)\nexcept socket.timeout: pass")])
+        .spawn()
+        .expect("UDP echo server");
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new("ip")
+        .args(["netns", "exec", from, "python3", "-c", &format!(
+            "import socket, time\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1)\nok=0; t=0.0\nfor i in range({count}):\n  t0=time.monotonic(); s.sendto(b'x'*64, ('{to}', 7007))\n  try:\n    s.recvfrom(2048); ok+=1; t+=time.monotonic()-t0\n  except socket.timeout: pass\nprint(ok, t/ok*1e3 if ok else 0)")])
+        .output()
+        .expect("UDP client");
+    let mut server = server;
+    let _ = server.wait();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut it = text.split_whitespace();
+    let ok = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let avg = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    (ok, avg)
+}
+
+/// Removes the test's namespaces however the test ends (the run removes
+/// them itself when it ends normally).
+struct NamespaceCleanup(Vec<String>);
+
+impl Drop for NamespaceCleanup {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            if Path::new("/run/netns").join(ns).exists() {
+                let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            }
+        }
+    }
+}
+
+#[test]
+fn the_kernels_udp_and_tcp_cross_an_emulated_link_between_namespaces() {
+    if !is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root and must run the attach test"
+        );
+        eprintln!("skipped: attach points need root");
+        return;
+    }
+    let dir = temp_dir("attach");
+    let pid = std::process::id();
+    let (nsa, nsb) = (format!("emu-t{pid}-a"), format!("emu-t{pid}-b"));
+    let _cleanup = NamespaceCleanup(vec![nsa.clone(), nsb.clone()]);
+    let p: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let text = format!(
+        r#"
+[run]
+name = "attach"
+duration = "60s"
+results = "results"
+token_env = "EDGEMU_TEST_ATTACH_TOKEN_UNSET"
+
+[[hosts]]
+name = "h1"
+listen = "127.0.0.1:{}"
+control = "127.0.0.1:{}"
+
+[[hosts]]
+name = "h2"
+listen = "127.0.0.1:{}"
+
+[[actors]]
+name = "a"
+host = "h1"
+kind = "attach"
+to = "b"
+via = "ab"
+netns = "{nsa}"
+address = "198.18.0.1/24"
+
+[[actors]]
+name = "b"
+host = "h2"
+kind = "attach"
+to = "a"
+via = "ab"
+netns = "{nsb}"
+address = "198.18.0.2/24"
+
+[[links]]
+name = "ab"
+a = "a"
+b = "b"
+rate = "20Mbps"
+delay = "20ms"
+"#,
+        p[0], p[1], p[2]
+    );
+    let cfg = write(&dir, "cluster.toml", &text);
+    let cluster = load(&cfg).expect("load");
+    assert!(cluster
+        .describe()
+        .contains("TUN attach point 198.18.0.1/24"));
+    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
+        run_id: Some("at".into()),
+        wait_peers: Some(Duration::from_secs(10)),
+        ..Default::default()
+    });
+    let ctl = format!("ws://127.0.0.1:{}", p[1]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(wait_for_control(&ctl, None));
+
+    // The round trip includes both directions' 20 ms.
+    let (received, avg) = udp_rtt(&nsa, &nsb, "198.18.0.2", 5);
+    assert_eq!(received, 5, "every datagram answered");
+    assert!(avg >= 40.0, "RTT {avg} ms includes 2 × 20 ms");
+
+    // TCP: 1 MB from a to b at 20 Mb/s takes at least 0.4 s.
+    let server = Command::new("ip")
+        .args(["netns", "exec", &nsb, "python3", "-c",
+            "import socket\ns=socket.socket(); s.bind(('198.18.0.2', 5201)); s.listen(1)\nc,_=s.accept(); n=0\nwhile True:\n  d=c.recv(65536)\n  if not d: break\n  n+=len(d)\nprint(n)"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("TCP server");
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    let client_ok = Command::new("ip")
+        .args(["netns", "exec", &nsa, "python3", "-c",
+            "import socket\ns=socket.create_connection(('198.18.0.2', 5201), timeout=30)\ns.sendall(b'x'*1000000); s.close()"])
+        .status()
+        .expect("TCP client");
+    let out = server.wait_with_output().expect("server output");
+    let took = t0.elapsed();
+    assert!(client_ok.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1000000",
+        "every byte arrived"
+    );
+    assert!(
+        took >= Duration::from_millis(400),
+        "1 MB at 20 Mb/s took {took:?}"
+    );
+
+    // A killed link cuts the path; restored, it carries again.
+    let ask = |req: serde_json::Value| {
+        rt.block_on(client::request(&ctl, req, None))
+            .expect("control")
+    };
+    let r = ask(json!({"cmd": "link.kill", "link": "ab"}));
+    assert_eq!(r["errors"], json!([]), "{r}");
+    assert_eq!(
+        udp_rtt(&nsa, &nsb, "198.18.0.2", 3).0,
+        0,
+        "nothing crosses a killed link"
+    );
+    let r = ask(json!({"cmd": "link.restore", "link": "ab"}));
+    assert_eq!(r["errors"], json!([]), "{r}");
+    assert_eq!(udp_rtt(&nsa, &nsb, "198.18.0.2", 3).0, 3, "restored");
+
+    let _ = ask(json!({"cmd": "run.stop"}));
+    for t in threads {
+        t.join().expect("host thread").expect("host run");
+    }
+    for ns in [&nsa, &nsb] {
+        assert!(
+            !Path::new("/run/netns").join(ns).exists(),
+            "{ns} removed at the end"
+        );
+    }
+}
+
+#[test]
+fn the_attach_example_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/attach.toml");
+    let cluster = load(&path).expect("examples/attach.toml loads");
+    let kinds: Vec<&str> = cluster.actors.iter().map(|a| a.kind.kind_name()).collect();
+    assert_eq!(kinds, ["attach", "attach"]);
+}
