@@ -238,6 +238,9 @@ enum BenchCmd {
     /// (64 streams for 60 s): errors, TTFT, and the gateway's overhead
     /// against the same requests' time inside the emulator.
     Gateway(bench::gateway::GatewayBenchArgs),
+    /// iperf3 through an attached link at 10, 100, 1000 Mb/s (root): UDP
+    /// goodput vs rate, GE loss vs stationary, TCP, added delay, CPU per Gb.
+    Attach(bench::BenchArgs),
     /// Control ack and policy.swap ack / in-force times under load, and decisions lost.
     Control(bench::BenchArgs),
     /// Simulated seconds per wall second for a saturated 100 Mb/s link in virtual time.
@@ -333,6 +336,7 @@ fn real_main() -> Result<()> {
             BenchCmd::Hostile(a) => bench::hostile::run(&a),
             BenchCmd::Dashboard(a) => bench::dashboard::run(&a),
             BenchCmd::Gateway(a) => bench::gateway::run(&a),
+            BenchCmd::Attach(a) => bench::attach::run(&a),
             BenchCmd::Control(a) => bench::control::run(&a),
             BenchCmd::Virtual(a) => bench::virtual_time::run(&a),
             BenchCmd::Fec(a) => bench::fec(&a),

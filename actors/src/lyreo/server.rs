@@ -65,6 +65,9 @@ pub struct ServerSetup {
 struct StreamOut {
     gateway: ActorId,
     tokens: Vec<u32>,
+    /// Chunks not sent yet, each with the end of its iteration, in order:
+    /// they leave in this order even when a timer fires late.
+    pending: std::collections::VecDeque<(u64, TokenChunk)>,
 }
 
 pub struct ServerActor<B: Backend + 'static> {
@@ -192,6 +195,7 @@ impl<B: Backend + 'static> ServerActor<B> {
             StreamOut {
                 gateway,
                 tokens: Vec::new(),
+                pending: Default::default(),
             },
         );
     }
@@ -225,17 +229,34 @@ impl<B: Backend + 'static> ServerActor<B> {
                 answer: None,
             };
             out.tokens.extend_from_slice(&chunk.tokens);
-            let gateway = out.gateway;
+            out.pending.push_back((at, chunk));
             if at <= now {
-                self.send_chunk(gateway, chunk);
+                self.flush_stream(id, now);
             } else {
+                // Not if the request ended meanwhile (a kill): then the
+                // stream is gone and this finds nothing.
                 ctx.run_later(self.clock.until(at), move |act, _| {
-                    // Not if the request failed meanwhile (a kill).
-                    if act.streams.contains_key(&id) {
-                        act.send_chunk(gateway, chunk);
-                    }
+                    let now = act.clock.now_ns();
+                    act.flush_stream(id, now);
                 });
             }
+        }
+    }
+
+    /// Sends stream `id`'s chunks due by `now`, in order.
+    fn flush_stream(&mut self, id: u64, now: u64) {
+        let Some(out) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let gateway = out.gateway;
+        let mut due = Vec::new();
+        while out.pending.front().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, c)) = out.pending.pop_front() {
+                due.push(c);
+            }
+        }
+        for c in due {
+            self.send_chunk(gateway, c);
         }
     }
 
@@ -437,6 +458,8 @@ impl<B: Backend + 'static> ServerActor<B> {
             finished_ns: start.saturating_add(r.e2e_ns),
             reason: String::new(),
         };
+        // The last iteration's chunk (due now) goes before the answer.
+        self.flush_stream(r.id, u64::MAX);
         match self.streams.remove(&r.id) {
             Some(out) => {
                 let placeholder = self.core.as_ref().is_none_or(|c| !c.produces_tokens());

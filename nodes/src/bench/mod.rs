@@ -3,6 +3,7 @@
 //! Each benchmark has a `report(&BenchArgs) -> serde_json::Value` (the
 //! object `--json` prints) and a `run` that prints a table or that object.
 
+pub mod attach;
 pub mod common;
 pub mod control;
 pub mod dashboard;
