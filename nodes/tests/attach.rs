@@ -10,8 +10,6 @@
 mod common;
 
 use common::*;
-use edgemu_nodes::control::client;
-use edgemu_nodes::host::HostOptions;
 use edgemu_nodes::run::load;
 use serde_json::json;
 use std::path::Path;
@@ -125,17 +123,7 @@ delay = "20ms"
     assert!(cluster
         .describe()
         .contains("TUN attach point 198.18.0.1/24"));
-    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
-        run_id: Some("at".into()),
-        wait_peers: Some(Duration::from_secs(10)),
-        ..Default::default()
-    });
-    let ctl = format!("ws://127.0.0.1:{}", p[1]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(wait_for_control(&ctl, None));
+    let run = LiveRun::start(&cluster, "at", p[1]);
 
     // The round trip includes both directions' 20 ms.
     let (received, avg) = udp_rtt(&nsa, &nsb, "198.18.0.2", 5);
@@ -170,25 +158,18 @@ delay = "20ms"
     );
 
     // A killed link cuts the path; restored, it carries again.
-    let ask = |req: serde_json::Value| {
-        rt.block_on(client::request(&ctl, req, None))
-            .expect("control")
-    };
-    let r = ask(json!({"cmd": "link.kill", "link": "ab"}));
+    let r = run.ask(json!({"cmd": "link.kill", "link": "ab"}));
     assert_eq!(r["errors"], json!([]), "{r}");
     assert_eq!(
         udp_rtt(&nsa, &nsb, "198.18.0.2", 3).0,
         0,
         "nothing crosses a killed link"
     );
-    let r = ask(json!({"cmd": "link.restore", "link": "ab"}));
+    let r = run.ask(json!({"cmd": "link.restore", "link": "ab"}));
     assert_eq!(r["errors"], json!([]), "{r}");
     assert_eq!(udp_rtt(&nsa, &nsb, "198.18.0.2", 3).0, 3, "restored");
 
-    let _ = ask(json!({"cmd": "run.stop"}));
-    for t in threads {
-        t.join().expect("host thread").expect("host run");
-    }
+    run.stop();
     for ns in [&nsa, &nsb] {
         assert!(
             !Path::new("/run/netns").join(ns).exists(),

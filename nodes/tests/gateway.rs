@@ -9,8 +9,6 @@
 mod common;
 
 use common::*;
-use edgemu_nodes::control::client;
-use edgemu_nodes::host::HostOptions;
 use edgemu_nodes::run::load;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -187,25 +185,8 @@ delay = "5ms"
     ) + &scheduler_toml("edge", "100ms");
     let cfg = write(&dir, "cluster.toml", &text);
     let cluster = load(&cfg).expect("load");
-    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
-        run_id: Some("gw".into()),
-        wait_peers: Some(Duration::from_secs(10)),
-        ..Default::default()
-    });
-    let ctl = format!("ws://127.0.0.1:{control}");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(wait_for_control(&ctl, None));
-    let t0 = Instant::now();
-    while TcpStream::connect(("127.0.0.1", http)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "gateway never listened"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let run = LiveRun::start(&cluster, "gw", control);
+    wait_for_port(http, "the gateway");
 
     // The model list names the served id.
     let m = call(http, "GET", "/v1/models", None);
@@ -354,13 +335,7 @@ delay = "5ms"
         }
     }
     for server in ["s0", "s1"] {
-        let r = rt
-            .block_on(client::request(
-                &ctl,
-                json!({"cmd": "actor.kill", "actor": server}),
-                None,
-            ))
-            .expect("kill");
+        let r = run.ask(json!({"cmd": "actor.kill", "actor": server}));
         assert_eq!(r["errors"], json!([]), "{r}");
     }
     let killed_at = Instant::now();
@@ -387,11 +362,7 @@ delay = "5ms"
         r.body
     );
 
-    let stop = rt.block_on(client::request(&ctl, json!({"cmd": "run.stop"}), None));
-    assert!(stop.is_ok(), "{stop:?}");
-    for t in threads {
-        t.join().expect("host thread").expect("host run");
-    }
+    run.stop();
 
     // One row per request in the gateway's host's requests.csv.
     let reqs = requests(&dir.join("results/gw/phones/requests.csv"));
@@ -492,25 +463,8 @@ gpu = "rtx4090"
     );
     let cfg = write(&dir, "cluster.toml", &text);
     let cluster = load(&cfg).expect("load");
-    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
-        run_id: Some("gwr".into()),
-        wait_peers: Some(Duration::from_secs(10)),
-        ..Default::default()
-    });
-    let ctl = format!("ws://127.0.0.1:{control}");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(wait_for_control(&ctl, None));
-    let t0 = Instant::now();
-    while TcpStream::connect(("127.0.0.1", http)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "gateway never listened"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let run = LiveRun::start(&cluster, "gwr", control);
+    wait_for_port(http, "the gateway");
     let question = "What is the capital of France?";
     let body = json!({
         "model": "SmolLM2-135M-Instruct",
@@ -542,12 +496,7 @@ gpu = "rtx4090"
         true,
     );
     assert_eq!(v["usage"]["prompt_tokens"], tok.encode(&prompt).len());
-
-    let stop = rt.block_on(client::request(&ctl, json!({"cmd": "run.stop"}), None));
-    assert!(stop.is_ok(), "{stop:?}");
-    for t in threads {
-        t.join().expect("host thread").expect("host run");
-    }
+    run.stop();
 }
 
 /// A server with `backend = "openai"` whose serving stack is another
@@ -656,31 +605,9 @@ delay = "5ms"
     assert!(e
         .describe()
         .contains("OpenAI-compatible backend: model \"remote-model\""));
-    let opts = |id: &'static str| {
-        move |_: &edgemu_config::HostSpec| HostOptions {
-            run_id: Some(id.into()),
-            wait_peers: Some(Duration::from_secs(10)),
-            ..Default::default()
-        }
-    };
-    let mut threads = spawn_real_hosts(&b, opts("b"));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let bctl = format!("ws://127.0.0.1:{}", p[1]);
-    rt.block_on(wait_for_control(&bctl, None));
-    threads.extend(spawn_real_hosts(&e, opts("e")));
-    let ectl = format!("ws://127.0.0.1:{}", p[4]);
-    rt.block_on(wait_for_control(&ectl, None));
-    let t0 = Instant::now();
-    while TcpStream::connect(("127.0.0.1", http)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "gateway never listened"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let backend_run = LiveRun::start(&b, "b", p[1]);
+    let edge_run = LiveRun::start(&e, "e", p[4]);
+    wait_for_port(http, "the gateway");
 
     // The backend's text, streamed through the edge server and gateway.
     let body = json!({"model": "edgemu-modeled", "max_tokens": 6, "stream": true,
@@ -725,12 +652,7 @@ delay = "5ms"
         }
     }
     for server in ["s0", "s1"] {
-        rt.block_on(client::request(
-            &bctl,
-            json!({"cmd": "actor.kill", "actor": server}),
-            None,
-        ))
-        .expect("kill");
+        backend_run.ask(json!({"cmd": "actor.kill", "actor": server}));
     }
     let mut rest = String::new();
     reader
@@ -741,13 +663,8 @@ delay = "5ms"
         "{rest}"
     );
 
-    for ctl in [&ectl, &bctl] {
-        let stop = rt.block_on(client::request(ctl, json!({"cmd": "run.stop"}), None));
-        assert!(stop.is_ok(), "{stop:?}");
-    }
-    for t in threads {
-        t.join().expect("host thread").expect("host run");
-    }
+    edge_run.stop();
+    backend_run.stop();
     let reqs = requests(&dir.join("results/e/phones/requests.csv"));
     let user: Vec<&RequestRow> = reqs.iter().filter(|r| r.user == "u0").collect();
     assert!(!user.is_empty());
@@ -856,20 +773,8 @@ delay = "10ms"
     );
     let cfg = write(&dir, "cluster.toml", &text);
     let cluster = load(&cfg).expect("load");
-    let threads = spawn_real_hosts(&cluster, |_| HostOptions {
-        run_id: Some("l".into()),
-        wait_peers: Some(Duration::from_secs(10)),
-        ..Default::default()
-    });
-    let ctl = format!("ws://127.0.0.1:{}", p[1]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(wait_for_control(&ctl, None));
-    while TcpStream::connect(("127.0.0.1", http)).is_err() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let run = LiveRun::start(&cluster, "l", p[1]);
+    wait_for_port(http, "the gateway");
     let r = call(
         http,
         "POST",
@@ -899,10 +804,7 @@ delay = "10ms"
     );
     let _ = server.kill();
     let _ = server.wait();
-    let _ = rt.block_on(client::request(&ctl, json!({"cmd": "run.stop"}), None));
-    for t in threads {
-        let _ = t.join();
-    }
+    run.stop();
     assert_eq!(r.status, 200, "{}", r.body);
     let answer = r.json()["choices"][0]["message"]["content"]
         .as_str()

@@ -61,6 +61,22 @@ pub struct Answer {
     pub reason: String,
 }
 
+impl Answer {
+    /// Request `id` lost to a fault at `at_ns`, with why.
+    pub fn failed(id: u64, at_ns: u64, reason: &str) -> Answer {
+        Answer {
+            id,
+            outcome: Outcome::Failed,
+            upload_ns: 0,
+            wait_ns: 0,
+            prefill_ns: 0,
+            decode_ns: 0,
+            finished_ns: at_ns,
+            reason: reason.into(),
+        }
+    }
+}
+
 /// Tokens a server produced for a streamed request (a gateway's).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TokenChunk {

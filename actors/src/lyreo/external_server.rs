@@ -155,16 +155,7 @@ impl ExternalServerActor {
 
     fn fail(&mut self, user: ActorId, id: u64, reason: &str) {
         self.streams.remove(&id);
-        let a = Answer {
-            id,
-            outcome: Outcome::Failed,
-            upload_ns: 0,
-            wait_ns: 0,
-            prefill_ns: 0,
-            decode_ns: 0,
-            finished_ns: self.clock.now_ns(),
-            reason: reason.into(),
-        };
+        let a = Answer::failed(id, self.clock.now_ns(), reason);
         self.send(user, None, LyreoMsg::Answer(a));
         self.s.live.server(&self.s.name, |l| l.failed += 1);
     }

@@ -269,3 +269,66 @@ pub async fn wait_for_control(url: &str, token: Option<&str>) {
     }
     panic!("control websocket {url} never answered");
 }
+
+/// Every host of a cluster running in real time on threads of its own,
+/// with a client of its control socket: the tests that drive a live run
+/// from outside (HTTP clients, programs in namespaces) start one.
+pub struct LiveRun {
+    threads:
+        Vec<std::thread::JoinHandle<anyhow::Result<edgemu_nodes::host::supervisor::HostSummary>>>,
+    pub rt: tokio::runtime::Runtime,
+    /// `ws://` URL of the control socket.
+    pub ctl: String,
+}
+
+impl LiveRun {
+    /// Starts `cluster` with run id `id` and waits until its control
+    /// socket on loopback port `control` answers.
+    pub fn start(
+        cluster: &std::sync::Arc<edgemu_config::Cluster>,
+        id: &str,
+        control: u16,
+    ) -> LiveRun {
+        let id = id.to_string();
+        let threads = spawn_real_hosts(cluster, |_| edgemu_nodes::host::HostOptions {
+            run_id: Some(id.clone()),
+            wait_peers: Some(std::time::Duration::from_secs(10)),
+            ..Default::default()
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let ctl = format!("ws://127.0.0.1:{control}");
+        rt.block_on(wait_for_control(&ctl, None));
+        LiveRun { threads, rt, ctl }
+    }
+
+    /// One control request, answered.
+    pub fn ask(&self, req: serde_json::Value) -> serde_json::Value {
+        self.rt
+            .block_on(edgemu_nodes::control::client::request(&self.ctl, req, None))
+            .expect("control request")
+    }
+
+    /// `run.stop`, then waits for every host; each must end without error.
+    pub fn stop(self) {
+        let _ = self.ask(serde_json::json!({"cmd": "run.stop"}));
+        for t in self.threads {
+            t.join().expect("host thread").expect("host run");
+        }
+    }
+}
+
+/// Waits (up to 60 s) until something accepts TCP connections on loopback
+/// port `port`.
+pub fn wait_for_port(port: u16, what: &str) {
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "{what} never listened on {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
