@@ -1409,3 +1409,89 @@ fn the_documented_replication_example_is_valid() {
     assert_eq!(s.servers.len(), 50);
     assert_eq!(c.actors.len(), 1 + 50 + 1000);
 }
+
+/// Gateways, `openai` servers and attach points: what a file can get wrong
+/// is refused with the key and why.
+#[test]
+fn gateways_external_servers_and_attach_points_are_checked() {
+    let lyreo = "\n[[actors]]\nname = \"sched\"\nhost = \"alpha\"\nkind = \"scheduler\"\nservers = [\"s0\"]\n\n[[actors]]\nname = \"s0\"\nhost = \"beta\"\nkind = \"server\"\n";
+    let gw = |keys: &str| {
+        with(&format!(
+            "{lyreo}\n[[actors]]\nname = \"gw\"\nhost = \"alpha\"\nkind = \"gateway\"\nscheduler = \"sched\"\n{keys}\n"
+        ))
+    };
+    let ok = parse(&gw("listen = \"127.0.0.1:8000\"")).expect("a loopback gateway");
+    assert!(ok
+        .describe()
+        .contains("OpenAI-compatible gateway on http://127.0.0.1:8000"));
+    let msgs = |text: &str| -> String {
+        errors(text)
+            .iter()
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let m = msgs(&gw("listen = \"0.0.0.0:8000\""));
+    assert!(
+        m.contains("api_key_env") && m.contains("not a loopback"),
+        "{m}"
+    );
+    let m = msgs(&gw(
+        "listen = \"127.0.0.1:8000\"\nmax_tokens = 5000\nmax_output = 100",
+    ));
+    assert!(
+        m.contains("max_tokens") && m.contains("at most `max_output`"),
+        "{m}"
+    );
+    let m = msgs(&gw("listen = \"127.0.0.1:8000\"\nmodel = \"gpt-9\""));
+    assert!(m.contains("model"), "{m}");
+    let m = msgs(&gw("").replace("duration", "time = \"virtual\"\nduration"));
+    assert!(m.contains("listen"), "{m}");
+    let m = msgs(
+        &gw("listen = \"127.0.0.1:8000\"").replace("duration", "time = \"virtual\"\nduration"),
+    );
+    assert!(m.contains("cannot run under `time = \"virtual\"`"), "{m}");
+
+    let server = |keys: &str| {
+        with(&lyreo.replace(
+            "kind = \"server\"\n",
+            &format!("kind = \"server\"\n{keys}\n"),
+        ))
+    };
+    let ok = parse(&server(
+        "backend = \"openai\"\nurl = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"",
+    ))
+    .expect("an openai server");
+    assert!(ok
+        .describe()
+        .contains("OpenAI-compatible backend: model \"m\" at http://127.0.0.1:8080/v1"));
+    let m = msgs(&server("backend = \"openai\"\nmodel = \"m\""));
+    assert!(m.contains("url"), "{m}");
+    let m = msgs(&server(
+        "backend = \"openai\"\nurl = \"https://x/v1\"\nmodel = \"m\"",
+    ));
+    assert!(m.contains("http://"), "{m}");
+    let m = msgs(&server("url = \"http://x/v1\""));
+    assert!(m.contains("only for `backend = \"openai\"`"), "{m}");
+
+    let attach = |a_keys: &str| {
+        with(&format!(
+            "\n[[actors]]\nname = \"ta\"\nhost = \"alpha\"\nkind = \"attach\"\nto = \"tb\"\n{a_keys}\n\n[[actors]]\nname = \"tb\"\nhost = \"beta\"\nkind = \"attach\"\nto = \"ta\"\naddress = \"198.18.0.2/24\"\n"
+        ))
+    };
+    let ok = parse(&attach("address = \"198.18.0.1/24\"")).expect("two attach points");
+    assert!(ok.describe().contains("TUN attach point 198.18.0.1/24"));
+    for (keys, says) in [
+        ("address = \"198.18.0.1\"", "prefix length"),
+        ("", "address"),
+        (
+            "address = \"198.18.0.1/24\"\nnetns = \"a b\"",
+            "namespace name",
+        ),
+        ("address = \"198.18.0.1/24\"\nmtu = 100", "MTU"),
+        ("address = \"198.18.0.1/24\"\nstart = \"1s\"", "start"),
+    ] {
+        let m = msgs(&attach(keys));
+        assert!(m.contains(says), "{keys}: {m}");
+    }
+}
