@@ -8,4 +8,5 @@
 
 pub mod fec;
 pub mod ids;
+pub mod openai;
 pub mod wire;

@@ -9,7 +9,6 @@
 //! tokens cross between the two, as actix messages and a channel.
 
 pub mod http;
-pub mod openai;
 pub mod text;
 
 use actix::Addr;

@@ -6,7 +6,7 @@
 //! of UTF-8 and each generated token is shown as a placeholder word: only
 //! counts and timing are real then.
 
-use super::openai::{ApiError, Prompt};
+use edgemu_codec::openai::api::{ApiError, Prompt};
 use edgemu_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
 /// How the gateway tokenizes.

@@ -1,7 +1,7 @@
 //! The OpenAI API's shapes, as the gateway reads and writes them: request
 //! bodies of `/v1/completions` and `/v1/chat/completions` checked into a
 //! [`Job`], and the JSON of responses, stream chunks and errors. Pure
-//! functions; the HTTP side is in [`super::http`].
+//! functions; the gateway's HTTP side is `edgemu_nodes::gateway::http`.
 //!
 //! Decoding is greedy, one choice per request. Sampling fields
 //! (`temperature`, `top_p`, `seed`, `presence_penalty`, …) are accepted and
