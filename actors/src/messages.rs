@@ -224,6 +224,20 @@ impl FaultReply {
         }
     }
 
+    /// The reply to a restart: `detail` when it brought the actor back
+    /// (`changed`), else that there was nothing to restart.
+    pub fn restarted(at_ns: u64, changed: bool, detail: &str) -> Self {
+        if !changed {
+            return FaultReply::unchanged(at_ns, "not dead; nothing to restart");
+        }
+        FaultReply {
+            at_ns,
+            changed,
+            dropped: 0,
+            detail: detail.into(),
+        }
+    }
+
     /// The reply to a fault that found the actor already in that state.
     pub fn unchanged(at_ns: u64, detail: &str) -> Self {
         FaultReply {

@@ -480,16 +480,7 @@ impl Handler<ActorFault> for ExternalServerActor {
                 if changed {
                     self.s.live.server(&self.s.name, |l| l.down = false);
                 }
-                FaultReply {
-                    at_ns: self.clock.now_ns(),
-                    changed,
-                    dropped: 0,
-                    detail: if changed {
-                        "restarted, empty".into()
-                    } else {
-                        "not dead; nothing to restart".into()
-                    },
-                }
+                FaultReply::restarted(self.clock.now_ns(), changed, "restarted, empty")
             }
         }
     }

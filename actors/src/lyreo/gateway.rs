@@ -533,16 +533,11 @@ impl Handler<ActorFault> for GatewayActor {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
             ActorFault::Restart { .. } => {
                 let changed = self.liveness.restart();
-                FaultReply {
-                    at_ns: self.clock.now_ns(),
+                FaultReply::restarted(
+                    self.clock.now_ns(),
                     changed,
-                    dropped: 0,
-                    detail: if changed {
-                        "restarted; requests are taken again".into()
-                    } else {
-                        "not dead; nothing to restart".into()
-                    },
-                }
+                    "restarted; requests are taken again",
+                )
             }
         }
     }

@@ -395,16 +395,11 @@ impl Handler<ActorFault> for UserActor {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
             ActorFault::Restart { .. } => {
                 let changed = self.liveness.restart();
-                FaultReply {
-                    at_ns: self.clock.now_ns(),
+                FaultReply::restarted(
+                    self.clock.now_ns(),
                     changed,
-                    dropped: 0,
-                    detail: if changed {
-                        "restarted; requests resume at the next slot".into()
-                    } else {
-                        "not dead; nothing to restart".into()
-                    },
-                }
+                    "restarted; requests resume at the next slot",
+                )
             }
         }
     }
