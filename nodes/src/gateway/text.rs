@@ -107,30 +107,29 @@ impl Codec {
             text,
         })
     }
-
-    /// Whether real token ids can be shown as text.
-    fn decodes(&self) -> bool {
-        matches!(self, Codec::Model { .. })
-    }
 }
 
-/// Turns one request's tokens into text as they arrive. Text is emitted
-/// only up to the last complete character: a token that ends inside a
-/// multi-byte character waits for the next one.
+/// Turns one request's tokens into text as they arrive. Byte-level BPE
+/// text is the concatenation of its tokens' bytes, so only the tokens not
+/// yet shown are decoded; a token that ends inside a multi-byte character
+/// is held until the character is complete (at most 4 tokens: a character
+/// has at most 4 bytes, a token at least one).
 pub struct Detokenizer<'a> {
     codec: &'a Codec,
-    tokens: Vec<u32>,
-    /// Bytes of decoded text already emitted.
-    emitted: usize,
+    /// Tokens not shown yet (an incomplete character).
+    held: Vec<u32>,
     count: usize,
 }
+
+/// Tokens held for an incomplete character before they are shown anyway
+/// (their bytes were not valid UTF-8).
+const MAX_HELD: usize = 4;
 
 impl<'a> Detokenizer<'a> {
     pub fn new(codec: &'a Codec) -> Self {
         Detokenizer {
             codec,
-            tokens: Vec::new(),
-            emitted: 0,
+            held: Vec::new(),
             count: 0,
         }
     }
@@ -144,16 +143,14 @@ impl<'a> Detokenizer<'a> {
             return pieces.concat();
         }
         match self.codec {
-            Codec::Model { tokenizer, .. } if !placeholder && self.codec.decodes() => {
-                self.tokens.extend_from_slice(tokens);
-                let text = tokenizer.decode(&self.tokens, true);
-                let complete = text.trim_end_matches('\u{FFFD}');
-                if complete.len() <= self.emitted || !complete.is_char_boundary(self.emitted) {
+            Codec::Model { tokenizer, .. } if !placeholder => {
+                self.held.extend_from_slice(tokens);
+                let text = tokenizer.decode(&self.held, true);
+                if text.ends_with('\u{FFFD}') && self.held.len() < MAX_HELD {
                     return String::new();
                 }
-                let fresh = complete[self.emitted..].to_string();
-                self.emitted = complete.len();
-                fresh
+                self.held.clear();
+                text
             }
             _ => (start..self.count)
                 .map(|i| PLACEHOLDER_WORDS[i % PLACEHOLDER_WORDS.len()])
@@ -208,6 +205,11 @@ mod tests {
             bad.message
         );
         // Streaming the ids back one at a time gives the whole text.
+        let mut d = Detokenizer::new(&c);
+        let text: String = ids.iter().map(|&t| d.push(&[t], false, &[])).collect();
+        assert_eq!(text, tokenizer.decode(&ids, true));
+        // Characters of several bytes, whatever tokens they were cut into.
+        let ids = tokenizer.encode("héllo 日本 ✓");
         let mut d = Detokenizer::new(&c);
         let text: String = ids.iter().map(|&t| d.push(&[t], false, &[])).collect();
         assert_eq!(text, tokenizer.decode(&ids, true));
