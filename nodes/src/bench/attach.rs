@@ -29,6 +29,7 @@ use super::common::{print_json, ScratchDir};
 use super::BenchArgs;
 use crate::results::render;
 use anyhow::{bail, Context as _, Result};
+use edgemu_stats::percentile;
 use serde::Serialize;
 use std::process::Command;
 use std::time::Duration;
@@ -303,14 +304,6 @@ fn round_trips(a: &str, b: &str, n: u32, fixed_ms: f64) -> Result<Vec<f64>> {
         .collect())
 }
 
-fn pct(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
-}
-
 /// The paper's SmolLM2 KV stream: 30 layers × 1536 tokens × (K, V) ×
 /// 3 heads × 64 × 2 bytes (BF16).
 pub const KV_BYTES: u64 = 30 * 1536 * 2 * 3 * 64 * 2;
@@ -430,10 +423,11 @@ pub fn measure(args: &BenchArgs) -> Result<AttachFigures> {
         let delivered = with_link_text(100, &extra, seed, kv_over_kernel_tcp)?;
         kernel_tcp.push(KernelTcpFigures { seed, delivered });
     }
+    let delays = edgemu_stats::sorted_finite(&delays);
     Ok(AttachFigures {
         kernel_tcp,
-        added_delay_p50_ms: pct(&mut delays.clone(), 0.5),
-        added_delay_p99_ms: pct(&mut delays, 0.99),
+        added_delay_p50_ms: percentile(&delays, 50.0).unwrap_or(f64::NAN),
+        added_delay_p99_ms: percentile(&delays, 99.0).unwrap_or(f64::NAN),
         rates,
         seconds: secs as f64,
     })

@@ -21,6 +21,7 @@ use super::BenchArgs;
 use crate::results::render;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
+use edgemu_actors::lyreo::live::Histogram;
 use serde::Serialize;
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
@@ -129,10 +130,12 @@ fn get(port: u16, path: &str) -> Result<String> {
         .to_string())
 }
 
-/// `(le, cumulative count)` of histogram `name`'s buckets in Prometheus text.
-fn buckets(text: &str, name: &str) -> Vec<(f64, u64)> {
+/// Histogram `name` read back from Prometheus text (its cumulative
+/// buckets), as the gateway keeps it.
+fn histogram(text: &str, name: &str) -> Histogram {
     let prefix = format!("{name}_bucket{{");
-    text.lines()
+    let cumulative: Vec<(f64, u64)> = text
+        .lines()
         .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| {
             let le = l.split("le=\"").nth(1)?.split('"').next()?;
@@ -144,17 +147,20 @@ fn buckets(text: &str, name: &str) -> Vec<(f64, u64)> {
             let n = l.rsplit(' ').next()?.parse().ok()?;
             Some((le, n))
         })
-        .collect()
-}
-
-/// The bucket bound at or below which a fraction `q` of the values fell.
-fn quantile(b: &[(f64, u64)], q: f64) -> Option<f64> {
-    let total = b.last()?.1;
-    if total == 0 {
-        return None;
+        .collect();
+    let bounds: Vec<f64> = cumulative
+        .iter()
+        .map(|&(le, _)| le)
+        .filter(|le| le.is_finite())
+        .collect();
+    let mut h = Histogram::new(&bounds);
+    let mut prev = 0;
+    for (slot, &(_, n)) in h.counts.iter_mut().zip(&cumulative) {
+        *slot = n.saturating_sub(prev);
+        prev = prev.max(n);
     }
-    let want = (q * total as f64).ceil().max(1.0) as u64;
-    b.iter().find(|(_, n)| *n >= want).map(|(le, _)| *le)
+    h.count = prev;
+    h
 }
 
 /// Sum of the counter samples of `name` per label value of `label`.
@@ -264,19 +270,19 @@ pub fn measure(a: &GatewayBenchArgs) -> Result<GatewayFigures> {
     let client: serde_json::Value =
         serde_json::from_slice(&out.stdout).context("reading scripts/gateway-load.py's JSON")?;
     let m = metrics.context("reading the gateway's /metrics")?;
-    let over = buckets(&m, "edgemu_gateway_overhead_seconds");
-    let ttft = buckets(&m, "vllm:time_to_first_token_seconds");
+    let over = histogram(&m, "edgemu_gateway_overhead_seconds");
+    let ttft = histogram(&m, "vllm:time_to_first_token_seconds");
     Ok(GatewayFigures {
         client,
         finished: counters(&m, "vllm:request_success_total", "finished_reason")
             .values()
             .sum(),
         failed: counters(&m, "edgemu_gateway_request_errors_total", "reason"),
-        overhead_p50_ms: quantile(&over, 0.5).map(|s| s * 1e3),
-        overhead_p99_ms: quantile(&over, 0.99).map(|s| s * 1e3),
-        overhead_count: over.last().map_or(0, |b| b.1),
-        ttft_p50_s: quantile(&ttft, 0.5),
-        ttft_p99_s: quantile(&ttft, 0.99),
+        overhead_p50_ms: over.quantile_upper(0.5).map(|s| s * 1e3),
+        overhead_p99_ms: over.quantile_upper(0.99).map(|s| s * 1e3),
+        overhead_count: over.count,
+        ttft_p50_s: ttft.quantile_upper(0.5),
+        ttft_p99_s: ttft.quantile_upper(0.99),
     })
 }
 
@@ -357,11 +363,11 @@ mod tests {
     fn histograms_and_counters_are_read_from_prometheus_text() {
         let text = "x_bucket{le=\"0.001\",g=\"a\"} 90\nx_bucket{le=\"0.002\",g=\"a\"} 99\nx_bucket{le=\"+Inf\",g=\"a\"} 100\n\
                     c_total{r=\"stop\"} 3\nc_total{r=\"length\"} 4\n";
-        let b = buckets(text, "x");
-        assert_eq!(b.len(), 3);
-        assert_eq!(quantile(&b, 0.5), Some(0.001));
-        assert_eq!(quantile(&b, 0.99), Some(0.002));
-        assert_eq!(quantile(&b, 1.0), Some(f64::INFINITY));
+        let b = histogram(text, "x");
+        assert_eq!((b.bounds_s.len(), b.count), (2, 100));
+        assert_eq!(b.quantile_upper(0.5), Some(0.001));
+        assert_eq!(b.quantile_upper(0.99), Some(0.002));
+        assert_eq!(b.quantile_upper(1.0), Some(f64::INFINITY));
         let c = counters(text, "c_total", "r");
         assert_eq!((c["stop"], c["length"]), (3, 4));
         assert!(cluster_toml(&[1, 2, 3], 4, 5.0).contains("listen = \"127.0.0.1:4\""));
