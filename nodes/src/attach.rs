@@ -72,7 +72,9 @@ impl Drop for Netns {
 }
 
 /// Builds the TUN device inside namespace `netns` (a short-lived thread
-/// enters it: a thread's namespace is its own).
+/// enters it: a thread's namespace is its own). The file opened is
+/// `/run/netns/<netns>`, whose name the config checked (letters, digits,
+/// `-`, `_`, `.`; no `/`), at start, on that thread, never an actor's.
 fn device_in(netns: &str, spec: &AttachSpec) -> Result<SyncDevice> {
     let path = std::path::Path::new("/run/netns").join(netns);
     let (addr, prefix, mtu) = (spec.address, spec.prefix, spec.mtu);

@@ -263,6 +263,11 @@ async fn completion(
                 .map(|()| None)
         }
     };
+    // Unbounded on purpose: the gateway actor must never wait on a slow
+    // client, and what one request can queue is bounded anyway: at most
+    // one event per token (`max_tokens` ≤ `max_output`) plus its end. A
+    // client that stops reading is cut off by its socket, and the request
+    // ends at the gateway's `timeout`.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let submitted = gw
         .actor

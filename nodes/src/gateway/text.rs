@@ -38,7 +38,8 @@ const PLACEHOLDER_WORDS: [&str; 8] = [
 impl Codec {
     /// The tokenizer and chat template of the model file (`EDGEMU_GGUF`,
     /// `EDGEMU_MODEL_DIR` or the cache; `scripts/fetch-model.sh` puts it
-    /// there).
+    /// there). Read once, when the gateway starts, on its own HTTP thread
+    /// (only the GGUF metadata; the reader bounds every length in it).
     pub fn smollm2() -> anyhow::Result<Codec> {
         use anyhow::Context;
         let path = edgemu_tokenizer::resolve_model_path(None)
