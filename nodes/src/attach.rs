@@ -181,8 +181,16 @@ impl AttachGuard {
         if let Some(t) = self.reader.lock().ok().and_then(|mut r| r.take()) {
             let _ = t.join();
         }
-        if let Ok(mut ns) = self.netns.lock() {
-            ns.take();
+        if let Some(ns) = self.netns.lock().ok().and_then(|mut ns| ns.take()) {
+            let c = &self.counters;
+            tracing::info!(
+                attach = %self.name,
+                netns = %ns.0,
+                read = c.read_packets.load(Ordering::Relaxed),
+                written = c.written_packets.load(Ordering::Relaxed),
+                write_dropped = c.write_dropped.load(Ordering::Relaxed),
+                "attach point closed (packets read from and written to its device)"
+            );
         }
     }
 }
