@@ -61,8 +61,8 @@ impl Cluster {
         for l in &self.links {
             writeln!(
                 w,
-                "link {} name={:?} a={} b={} ab={:?} ba={:?}",
-                l.id.0, l.name, l.a.0, l.b.0, l.ab, l.ba
+                "link {} name={:?} a={} b={} ab={:?} ba={:?} seeds={:?}",
+                l.id.0, l.name, l.a.0, l.b.0, l.ab, l.ba, l.seeds
             )?;
         }
         for c in &self.chaos {
@@ -162,9 +162,13 @@ impl Cluster {
             )?;
             for dir in [Direction::AtoB, Direction::BtoA] {
                 let (src, dst) = l.endpoints(dir);
+                let seed = l
+                    .seed(dir)
+                    .map(|s| format!(", seed {s}"))
+                    .unwrap_or_default();
                 writeln!(
                     w,
-                    "    {dir} {} -> {}: {}",
+                    "    {dir} {} -> {}: {}{seed}",
                     self.actor(src).name,
                     self.actor(dst).name,
                     describe_params(l.params(dir))

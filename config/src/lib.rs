@@ -118,10 +118,11 @@
 //! | `delay`      | duration | `"0s"` | one-way propagation delay |
 //! | `rtt`        | duration | — | round-trip time instead of `delay` (one-way = rtt/2); not together with `delay` in one table |
 //! | `jitter`     | duration | `"0s"` | uniform extra delay in [0, jitter] per packet |
-//! | `queue`      | size or `"unlimited"` | `"unlimited"` | drop-tail byte limit of the queue waiting for serialization; > 0 |
+//! | `queue`      | size or `"unlimited"` | 100 ms of `rate` | drop-tail byte limit of the queue waiting for serialization; > 0 |
 //! | `loss`       | table | `{ model = "none" }` | loss model, see below |
 //! | `delivery`   | `"datagram"` \| `"reliable"` | `"datagram"` | a lost packet is dropped, or arrives late by one retransmission delay per loss |
 //! | `reorder`    | bool | `false` | let jitter reorder packets |
+//! | `seed`       | integer ≥ 0 | derived from the run's `seed` and the link | seed of this direction's random draws (loss, jitter); only in `[links.ab]` / `[links.ba]` — the experiment uses it to replay a virtual-time run's loss draws on a real link |
 //!
 //! At most one of `rate`, `rate_trace`, `rate_steps` per table. Trace paths are relative to
 //! the config file's folder; the trace formats are documented in [`edgemu_links::trace`].

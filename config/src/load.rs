@@ -971,7 +971,7 @@ impl<'a> Loader<'a> {
         let mut errs = Errs::default();
         let mut valid: Vec<&'static str> = vec!["name", "a", "b"];
         valid.extend_from_slice(PARAM_KEYS);
-        valid.extend_from_slice(&["ab", "ba"]);
+        valid.extend_from_slice(&["ab", "ba", "seed"]);
         check_keys(obj, &valid, "[[links]]", &mut errs);
         let name = errs
             .ok(req_name(obj, "name", "a link name"))
@@ -995,13 +995,23 @@ impl<'a> Loader<'a> {
         }
         let ends = ends.map(|e| e.unwrap_or(0));
         let both = parse_layer(obj, &self.base_dir, &mut errs);
+        if obj.contains_key("seed") {
+            errs.push(ActionError::invalid(
+                "seed",
+                "set `seed` in [links.ab] or [links.ba]: each direction draws from its own random stream",
+            ));
+        }
         let mut dirs = [LinkParams::default(), LinkParams::default()];
+        let mut seeds = [None; 2];
         for (slot, key) in ["ab", "ba"].into_iter().enumerate() {
             both.apply(&mut dirs[slot]);
             let mut queue_given = both.queue_bytes.is_some();
             if let Some(t) = errs.ok(opt_table(obj, key)).flatten() {
                 let mut sub = Errs::default();
-                check_keys(t, PARAM_KEYS, &format!("[links.{key}]"), &mut sub);
+                let mut keys: Vec<&str> = PARAM_KEYS.to_vec();
+                keys.push("seed");
+                check_keys(t, &keys, &format!("[links.{key}]"), &mut sub);
+                seeds[slot] = sub.ok(opt_u64(t, "seed")).flatten();
                 let layer = parse_layer(t, &self.base_dir, &mut sub);
                 layer.apply(&mut dirs[slot]);
                 queue_given |= layer.queue_bytes.is_some();
@@ -1020,6 +1030,7 @@ impl<'a> Loader<'a> {
             b: ActorId(ends[1] as u32),
             ab,
             ba,
+            seeds,
         }
     }
 

@@ -188,6 +188,10 @@ pub struct LinkSpec {
     pub ab: LinkParams,
     /// Parameters from `b` to `a`.
     pub ba: LinkParams,
+    /// The seed of each direction's random draws (loss, jitter), `[ab, ba]`,
+    /// where the file gives one; otherwise the host derives it from the
+    /// run's seed and the link.
+    pub seeds: [Option<u64>; 2],
 }
 
 /// One `[[chaos]]` entry: a typed control [`Command`] at a time offset.
@@ -393,6 +397,14 @@ impl LinkSpec {
             Some(Direction::BtoA)
         } else {
             None
+        }
+    }
+
+    /// The seed the file gives a direction, if any.
+    pub fn seed(&self, dir: Direction) -> Option<u64> {
+        match dir {
+            Direction::AtoB => self.seeds[0],
+            Direction::BtoA => self.seeds[1],
         }
     }
 

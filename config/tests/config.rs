@@ -831,6 +831,18 @@ fn delay_and_rtt_together() {
 }
 
 #[test]
+fn a_direction_may_fix_its_seed() {
+    let c = parse(&with("[links.ab]\nseed = 1000003\n")).unwrap();
+    assert_eq!(c.links[0].seeds, [Some(1_000_003), None]);
+    assert_eq!(c.links[0].seed(Direction::AtoB), Some(1_000_003));
+    // Not for both directions at once: they would draw the same stream.
+    let t = BASE.replace("delay = \"10ms\"", "delay = \"10ms\"\nseed = 4");
+    expect_error(&t, "4\n", 0, &["`seed`", "[links.ab] or [links.ba]"]);
+    let t = with("[links.ba]\nseed = -1\n");
+    expect_error(&t, "-1", 0, &["`ba.seed`", "non-negative"]);
+}
+
+#[test]
 fn probability_outside_unit_interval() {
     let t = with("loss = { model = \"bernoulli\", p = 1.5 }\n");
     expect_error(

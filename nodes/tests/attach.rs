@@ -178,6 +178,63 @@ delay = "20ms"
     }
 }
 
+/// The kernel's TCP between the two namespaces of an attached pair
+/// (`edgemu_nodes::attach::kernel_tcp`, the experiment's `tcp-kernel`
+/// row): every byte arrives, no sooner than the link's rate allows, in
+/// segments no larger than the devices' MTU; on a lossy forward direction
+/// the kernel retransmits, and the namespaces are gone afterwards.
+#[test]
+fn the_kernels_tcp_carries_a_stream_through_an_attached_pair() {
+    use edgemu_links::{LinkParams, LossSpec, RateSpec};
+    use edgemu_nodes::attach::kernel_tcp::{over_attached_link, KERNEL_TCP_MTU};
+    if !is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root and must run the attach test"
+        );
+        eprintln!("skipped: attach points need root");
+        return;
+    }
+    let bytes = 2_000_000usize;
+    let link = |loss: LossSpec| LinkParams {
+        rate: RateSpec::Fixed { bps: 20_000_000 },
+        delay_ns: 5_000_000,
+        queue_bytes: Some(100_000),
+        loss,
+        ..Default::default()
+    };
+    let payload: std::sync::Arc<[u8]> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    for loss in [LossSpec::None, LossSpec::Bernoulli { p: 0.02 }] {
+        let lossy = loss != LossSpec::None;
+        let out = over_attached_link(
+            &link(loss),
+            &link(LossSpec::None),
+            7,
+            payload.clone(),
+            Duration::from_secs(60),
+        )
+        .expect("the kernel's TCP through the pair");
+        let done = out.completion_ns.expect("every byte read within 60 s");
+        // 2 MB at 20 Mb/s is at least 0.8 s on the wire.
+        assert!(done >= 800_000_000, "done in {done} ns");
+        assert_eq!(out.delivery.delivered_at(u64::MAX), bytes as u64);
+        let max_payload = usize::from(KERNEL_TCP_MTU) - 40;
+        assert!(
+            out.segments_out >= (bytes / max_payload) as u64,
+            "{} segments for {bytes} B",
+            out.segments_out
+        );
+        assert_eq!(out.retransmissions > 0, lossy, "{out:?}");
+    }
+    let left = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    let left = String::from_utf8_lossy(&left.stdout);
+    let pid = format!("emu-p{}-", std::process::id());
+    assert!(!left.contains(&pid), "namespaces left: {left}");
+}
+
 #[test]
 fn the_attach_example_loads() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/attach.toml");

@@ -53,6 +53,12 @@ fn check(a: &PriorityFecArgs) {
         for s in ["udp", "uniform-fec", "priority-only", "tcp", "quic"] {
             assert!(cells.contains_key(s), "{s} missing at ρ {r}: {v}");
         }
+        // The kernel's TCP runs wherever attach points can be made.
+        assert_eq!(
+            cells.contains_key("tcp-kernel"),
+            edgemu_nodes::attach::pair::available().is_ok(),
+            "tcp-kernel at ρ {r}: {v}"
+        );
         for (s, c) in cells {
             for k in ["utility", "f1", "top1"] {
                 let x = c[k].as_f64().unwrap_or(f64::NAN);
@@ -219,6 +225,42 @@ fn resumed_run_equals_straight_run() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&straight_dir);
+}
+
+/// The kernel's TCP runs in real time, so a resumed run reuses its stored
+/// outcomes (running it again would give others, and the resume would be
+/// refused as another build of the schemes). Root and the real model only.
+#[test]
+fn a_resumed_run_keeps_the_kernels_tcp_outcomes() {
+    if edgemu_nodes::attach::pair::available().is_err() {
+        eprintln!("SKIP (tcp-kernel needs attach points: root)");
+        return;
+    }
+    if edgemu_tokenizer::model_path().is_err() || edgemu_data::locate().is_err() {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set and the model or the data is missing");
+        }
+        eprintln!("SKIP (real model or data)");
+        return;
+    }
+    let mut first = args(false, "kernel-resumed");
+    first.contexts = Some(1);
+    first.rho = Some(vec![0.5, 0.8]);
+    first.schemes = Some(vec!["udp".into(), "tcp-kernel".into()]);
+    report(&first).expect("first part");
+    let dir = first.results.join("kernel-resumed");
+    let stored = std::fs::read_to_string(dir.join("transport.csv")).expect("transport.csv");
+    assert!(stored.contains("tcp-kernel"), "{stored}");
+    let mut again = first.clone();
+    again.contexts = Some(2);
+    again.resume = Some(dir.clone());
+    report(&again).expect("resumed run");
+    let after = std::fs::read_to_string(dir.join("transport.csv")).expect("transport.csv");
+    assert_eq!(stored, after);
+    let handoffs = std::fs::read_to_string(dir.join("handoffs.csv")).expect("handoffs.csv");
+    // 2 contexts × 1 realization × 2 ρ × 2 schemes.
+    assert_eq!(handoffs.lines().count(), 1 + 8, "{handoffs}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Settings that cannot make a grid are refused before any work, each with

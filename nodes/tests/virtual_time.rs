@@ -204,6 +204,37 @@ fn ge_loss_in_a_virtual_run_matches_the_stationary_value() {
     );
 }
 
+/// `seed` in `[links.ab]` fixes that direction's draws whatever the run's
+/// seed: the wan's loss count is the same under run seeds 11 and 12 with it,
+/// and differs without it.
+#[test]
+fn a_fixed_link_seed_gives_the_same_loss_draws_under_any_run_seed() {
+    let lost = |run_seed: u64, fixed: bool| -> u64 {
+        let dir = temp_dir(&format!("virtual-seed-{run_seed}-{fixed}"));
+        let results = dir.join("results");
+        let text = cluster_text(&results.display().to_string());
+        let text = text.split("[[chaos]]").next().unwrap_or("").to_string();
+        let text = text.replace("seed = 11", &format!("seed = {run_seed}"));
+        let text = if fixed {
+            text.replace("p_bg = 0.1 }\n", "p_bg = 0.1 }\n\n[links.ab]\nseed = 7\n")
+        } else {
+            text
+        };
+        let cfg = write(&dir, "cluster.toml", &text);
+        let out = run_all(load(&cfg).expect("load"), Some("seed".into()), false).expect("run");
+        let wan = out
+            .hosts
+            .iter()
+            .flat_map(|h| h.links.iter())
+            .find(|l| l.link == "wan" && l.dir == "ab")
+            .expect("wan ab");
+        assert!(wan.stats.lost > 100, "{:?}", wan.stats);
+        wan.stats.lost
+    };
+    assert_eq!(lost(11, true), lost(12, true));
+    assert_ne!(lost(11, false), lost(12, false));
+}
+
 #[test]
 fn flapping_and_periodic_chaos_follow_their_schedule() {
     let dir = temp_dir("virtual-flap");

@@ -10,7 +10,7 @@ pub struct DeliveryLog {
 impl DeliveryLog {
     /// Records that `total` bytes had been read by `t_ns`; ignores totals
     /// that do not grow.
-    pub(crate) fn record(&mut self, t_ns: u64, total: u64) {
+    pub fn record(&mut self, t_ns: u64, total: u64) {
         let last_total = self.steps.last().map_or(0, |&(_, b)| b);
         if total <= last_total {
             return;

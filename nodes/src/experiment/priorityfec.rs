@@ -9,6 +9,20 @@
 //! `edgemu_handoff::SCHEMES` on the co-simulation harness, and `tcp` (smoltcp)
 //! and `quic` (quinn-proto) from `edgemu_handoff::reliable`.
 //!
+//! **The kernel's TCP** (`tcp-kernel`, when this process can make attach
+//! points: root, iproute2, /dev/net/tun). Linux's own TCP (CUBIC, SACK,
+//! RACK-TLP) carries the stream between two network namespaces whose TUN
+//! devices are joined by an attached link of the same parameters
+//! (`crate::attach::kernel_tcp`), in real time, once per realization. The
+//! forward link's draws are seeded with the realization's seed, as the
+//! harness seeds its forward link, so the i-th packet offered to it meets
+//! the same loss draw as in the virtual-time rows. Being real time, its
+//! outcome is not reproducible bit for bit; `--resume` reuses the stored
+//! outcome instead of running it again. Without attach points (not root)
+//! the row is left out and the run says why; with `--loss-trace` too (a
+//! trace is replayed by time, and a real-time link's clock starts before
+//! the connection does).
+//!
 //! **Why the grid is cheap.** Block utilities come from the per-model profile,
 //! not from the context, so a handoff's transport outcome (which byte ranges
 //! of which blocks arrived by D) depends only on (scheme, ρ, realization). We
@@ -81,6 +95,7 @@ use edgemu_tokenizer::resolve_model_path;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::attach::kernel_tcp::{over_attached_link, KernelTcpOutcome};
 use crate::experiment::pfec_run::{sha256_file, sha256_hex, tokens_sha256, ContextDone, RunDir};
 use crate::report::csv::Table;
 use crate::report::pfec::CellSamples;
@@ -114,7 +129,8 @@ pub struct PriorityFecArgs {
     /// Deadlines ρ, comma-separated (default 0.6,0.8,1.0,1.2).
     #[arg(long, value_delimiter = ',')]
     pub rho: Option<Vec<f64>>,
-    /// Schemes, comma-separated (default: every scheme, then tcp and quic).
+    /// Schemes, comma-separated (default: every scheme, then tcp, quic and,
+    /// where this process can make attach points, tcp-kernel).
     #[arg(long, value_delimiter = ',')]
     pub schemes: Option<Vec<String>>,
     /// KV-utility profile (JSON from `edgemu profile-kv`): a file, or a
@@ -223,7 +239,7 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
             SCHEMES
                 .iter()
                 .map(|s| s.name.to_string())
-                .chain(["tcp".to_string(), "quic".to_string()])
+                .chain(RELIABLE.iter().map(|s| s.to_string()))
                 .collect()
         }),
         mode: a.mode.clone(),
@@ -274,11 +290,20 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
         bail!("--rho {r} must be positive");
     }
     for s in &g.schemes {
-        if s != "tcp" && s != "quic" {
+        if !is_reliable(s) {
             scheme(s).with_context(|| format!("--schemes: `{s}`"))?;
         }
     }
     Ok(g)
+}
+
+/// The kernel's TCP through attached devices (real time).
+pub const KERNEL_TCP: &str = "tcp-kernel";
+/// The reliable baselines, after the FEC schemes.
+const RELIABLE: [&str; 3] = ["tcp", "quic", KERNEL_TCP];
+
+fn is_reliable(s: &str) -> bool {
+    RELIABLE.contains(&s)
 }
 
 pub(crate) fn missing_rows(mode: &str) -> Result<MissingRows> {
@@ -421,58 +446,117 @@ impl TransportGrid<'_> {
             .collect();
         let horizon = deadlines.iter().copied().max().unwrap_or(0);
         let total = self.layout.total_bytes() as u64;
-        let run = ReliableRun::new(
-            total,
-            paper_link(self.loss.clone()),
-            paper_link(LossSpec::None),
-            seed,
-            horizon,
-        );
-        let out = match name {
-            "tcp" => run_tcp(&run),
-            _ => run_quic(&run),
-        }
-        .with_context(|| format!("{name}, realization {r}"))?;
-        let bb = self.layout.block_bytes as u64;
-        let total_u: f64 = self.utilities.iter().sum();
+        let (forward, reverse) = (paper_link(self.loss.clone()), paper_link(LossSpec::None));
+        let (delivery, packets, retransmissions) = if name == KERNEL_TCP {
+            // A little past the last deadline: what arrives later is not read.
+            let horizon = std::time::Duration::from_nanos(horizon + 50_000_000);
+            let out: KernelTcpOutcome =
+                over_attached_link(&forward, &reverse, seed, Arc::clone(&self.payload), horizon)
+                    .with_context(|| format!("{name}, realization {r}"))?;
+            (out.delivery, out.segments_out, out.retransmissions)
+        } else {
+            let run = ReliableRun::new(total, forward, reverse, seed, horizon);
+            let out = match name {
+                "tcp" => run_tcp(&run),
+                _ => run_quic(&run),
+            }
+            .with_context(|| format!("{name}, realization {r}"))?;
+            (out.delivery, out.packets_sent, out.retransmissions)
+        };
         Ok(rhos
             .iter()
             .zip(&deadlines)
             .map(|(&rho, &d)| {
-                let got = out.delivered_at(d).min(total);
-                let n_complete = (got / bb) as usize;
-                let present: Vec<Vec<Range<usize>>> = (0..self.layout.n_blocks() as u64)
-                    .map(|b| {
-                        let have = got.saturating_sub(b * bb).min(bb) as usize;
-                        if have == 0 {
-                            vec![]
-                        } else {
-                            // One byte range per block (a Vec of ranges, not of indices).
-                            std::iter::once(0..have).collect()
-                        }
-                    })
-                    .collect();
-                // `f64` sums start at −0.0; print an empty prefix as 0.
-                let got_u = self.utilities[..n_complete].iter().fold(0.0, |a, u| a + u);
-                let utility = got_u / total_u.max(f64::MIN_POSITIVE);
-                finish_transport(
-                    Transport {
-                        scheme: name.to_string(),
-                        rho,
-                        realization: r,
-                        utility,
-                        source_sent: out.packets_sent,
-                        repair_sent: out.retransmissions,
-                        innovative: 0,
-                        decoded_prefix: got,
-                        present,
-                        complete: false,
-                        key: 0,
-                    },
-                    bb as usize,
-                )
+                let got = delivery.delivered_at(d);
+                self.prefix_transport(name, rho, r, got, packets, retransmissions)
             })
             .collect())
+    }
+
+    /// The outcome of a reliable transfer that had read the first `got`
+    /// bytes of the stream by D: the complete FIFO blocks and the part of
+    /// the next one.
+    fn prefix_transport(
+        &self,
+        name: &str,
+        rho: f64,
+        r: u64,
+        got: u64,
+        packets: u64,
+        retransmissions: u64,
+    ) -> Transport {
+        let got = got.min(self.layout.total_bytes() as u64);
+        let bb = self.layout.block_bytes as u64;
+        let total_u: f64 = self.utilities.iter().sum();
+        let n_complete = (got / bb) as usize;
+        let present: Vec<Vec<Range<usize>>> = (0..self.layout.n_blocks() as u64)
+            .map(|b| {
+                let have = got.saturating_sub(b * bb).min(bb) as usize;
+                if have == 0 {
+                    vec![]
+                } else {
+                    // One byte range per block (a Vec of ranges, not of indices).
+                    std::iter::once(0..have).collect()
+                }
+            })
+            .collect();
+        // `f64` sums start at −0.0; print an empty prefix as 0.
+        let got_u = self.utilities[..n_complete.min(self.utilities.len())]
+            .iter()
+            .fold(0.0, |a, u| a + u);
+        let utility = got_u / total_u.max(f64::MIN_POSITIVE);
+        finish_transport(
+            Transport {
+                scheme: name.to_string(),
+                rho,
+                realization: r,
+                utility,
+                source_sent: packets,
+                repair_sent: retransmissions,
+                innovative: 0,
+                decoded_prefix: got,
+                present,
+                complete: false,
+                key: 0,
+            },
+            bb as usize,
+        )
+    }
+
+    /// The kernel-TCP outcomes a stopped run stored in `transport.csv`
+    /// (it ran in real time: running it again would give other ones).
+    fn stored_kernel_tcp(&self, dir: &Path) -> Result<Vec<Transport>> {
+        let path = dir.join("transport.csv");
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let t = Table::read(&path)?;
+        let mut out = Vec::new();
+        for row in &t.rows {
+            let get = |k: &str| -> Result<&str> {
+                Ok(t.col(k).map(|i| row.get(i).map_or("", String::as_str))?)
+            };
+            if get("scheme")? != KERNEL_TCP {
+                continue;
+            }
+            let num = |k: &str| -> Result<u64> {
+                get(k)?
+                    .parse()
+                    .with_context(|| format!("{}: `{k}` of a {KERNEL_TCP} row", path.display()))
+            };
+            let rho: f64 = get("rho")?
+                .parse()
+                .with_context(|| format!("{}: `rho` of a {KERNEL_TCP} row", path.display()))?;
+            out.push(self.prefix_transport(
+                KERNEL_TCP,
+                rho,
+                num("realization")?,
+                num("decoded_prefix")?,
+                num("source_packets")?,
+                num("repair_packets")?,
+            ));
+        }
+        Ok(out)
     }
 }
 
@@ -979,7 +1063,28 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     let mut skipped = Vec::new();
     let mut schemes = Vec::new();
     for s in &g.schemes {
-        let needs_weights = s != "tcp" && s != "quic" && scheme(s)?.needs_external();
+        if s == KERNEL_TCP {
+            let why = crate::attach::pair::available()
+                .err()
+                .map(|e| format!("the kernel's TCP through attached devices {e}"))
+                .or_else(|| {
+                    a.loss_trace.is_some().then(|| {
+                        "a loss trace is replayed by time, and the attached link's clock starts before the connection".to_string()
+                    })
+                });
+            if let Some(reason) = why {
+                if a.schemes.is_some() {
+                    bail!("--schemes {KERNEL_TCP}: {reason}");
+                }
+                say(format!("{s}: {reason}; not run"));
+                skipped.push(Skipped {
+                    scheme: s.clone(),
+                    reason,
+                });
+                continue;
+            }
+        }
+        let needs_weights = !is_reliable(s) && scheme(s)?.needs_external();
         if needs_weights && !a.weights.is_available() {
             let reason = format!(
                 "no weights at {} (train with `edgemu train repair` or pass --weights)",
@@ -997,7 +1102,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     let n_runs = schemes
         .iter()
         .map(|s| {
-            if s == "tcp" || s == "quic" {
+            if is_reliable(s) {
                 1
             } else {
                 g.rho.len() as u64
@@ -1006,11 +1111,23 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         .sum::<u64>()
         * g.realizations;
     let pb = bar(n_runs, "transport", quiet);
+    let stored_kernel = match &a.resume {
+        Some(d) if schemes.iter().any(|s| s == KERNEL_TCP) => tg.stored_kernel_tcp(d)?,
+        _ => Vec::new(),
+    };
     let mut transports: Vec<Transport> = Vec::new();
     for s in &schemes {
         for r in 0..g.realizations {
             let seed = realization_seed(g.seed, r);
-            if s == "tcp" || s == "quic" {
+            let stored: Vec<Transport> = stored_kernel
+                .iter()
+                .filter(|t| &t.scheme == s && t.realization == r)
+                .cloned()
+                .collect();
+            if !stored.is_empty() {
+                transports.extend(stored);
+                pb.inc(1);
+            } else if is_reliable(s) {
                 transports.extend(tg.reliable(s, &g.rho, r, seed)?);
                 pb.inc(1);
             } else {

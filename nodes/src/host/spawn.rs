@@ -107,7 +107,8 @@ pub fn spawn_host_actors(
                 dir,
                 host_name.clone(),
                 params,
-                derive_seed(cluster.run.seed, salt),
+                l.seed(dir)
+                    .unwrap_or_else(|| derive_seed(cluster.run.seed, salt)),
                 clock,
                 timer.clone(),
                 route.clone(),

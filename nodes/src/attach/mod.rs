@@ -16,6 +16,9 @@
 //! when the host's run ends (also after Ctrl-C); a namespace of that name
 //! that already exists is an error, never reused. Root is needed.
 
+pub mod kernel_tcp;
+pub mod pair;
+
 use actix::prelude::*;
 use anyhow::{bail, Context as _, Result};
 use edgemu_actors::clock::Clock;
