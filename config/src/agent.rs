@@ -18,7 +18,8 @@
 //! every = "8s"               # and/or handoffs
 //! handoffs = 3
 //! rho = 0.8                  # or ttft = "400ms"
-//! scheme = "priorityfec"
+//! scheme = "priorityfec"     # or another FEC scheme, or "tcp-kernel" (via: a link
+//!                            # between two attach points, `a` here, `b` at hand_to's host)
 //! policy = "deficit-heuristic"  # the repair slot's first policy (default: the scheme's)
 //! # policy = "external"         # ask a policy process at each repair decision:
 //! # external = { url = "ws://127.0.0.1:7301", deadline = "2ms", fallback = "priorityfec-ddqn" }
@@ -81,9 +82,10 @@ const fn concat<const N: usize>(a: &[&'static str], b: &[&'static str]) -> [&'st
 /// not depend on it, a test in `edgemu-actors` checks they agree).
 pub const DEFAULT_CODING_WINDOW: u16 = 256;
 
-/// Schemes the agent actors drive (every FEC scheme of `edgemu-handoff`).
-/// TCP and QUIC run only in the co-simulation harness: their cores are
-/// driven by a poll loop over the link model, not through link actors.
+/// Schemes the agent actors drive: every FEC scheme of `edgemu-handoff`,
+/// and [`KERNEL_TCP_SCHEME`]. The sans-IO TCP and QUIC run only in the
+/// co-simulation harness: their cores are driven by a poll loop over the
+/// link model, not through link actors.
 pub const AGENT_SCHEMES: &[&str] = &[
     "priorityfec",
     "udp",
@@ -93,7 +95,14 @@ pub const AGENT_SCHEMES: &[&str] = &[
     "rl-fec-only",
     "priority-fixed-fec",
     "deficit-heuristic",
+    KERNEL_TCP_SCHEME,
 ];
+
+/// The KV in block order over the kernel's TCP (real time, root): `via`
+/// names a link between two attach points, its `a` end on the sending
+/// agent's host and its `b` end on the receiving agent's; the sender's
+/// stream leaves from the `a` end's namespace to the `b` end's address.
+pub const KERNEL_TCP_SCHEME: &str = "tcp-kernel";
 
 /// Where the handed-off contexts come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,7 +341,7 @@ pub(crate) fn agent(
         .to_string();
     if !AGENT_SCHEMES.contains(&scheme.as_str()) {
         let why = if scheme == "tcp" || scheme == "quic" {
-            " (TCP and QUIC run in `edgemu experiment priorityfec`, not between agents)"
+            " (smoltcp's TCP and QUIC run in `edgemu experiment priorityfec`; between agents, `tcp-kernel` is the kernel's TCP through attach points)"
         } else {
             ""
         };

@@ -722,12 +722,28 @@ impl<'a> Loader<'a> {
             ) else {
                 continue;
             };
-            if !l.joins(a.id, to.id) {
+            if task.scheme == crate::agent::KERNEL_TCP_SCHEME {
+                // The KV crosses the link between two attach points as the
+                // kernel's TCP: its `a` end on this agent's host, its `b`
+                // end on the receiver's.
+                let (la, lb) = (&actors[l.a.0 as usize], &actors[l.b.0 as usize]);
+                let ok = matches!(la.kind, ActorKind::Attach(_))
+                    && matches!(lb.kind, ActorKind::Attach(_))
+                    && la.host == a.host
+                    && lb.host == to.host;
+                if !ok {
+                    self.report(node, ActionError::invalid("via", format!(
+                        "scheme \"tcp-kernel\" sends the KV over the kernel's TCP between two attach points: link {:?} must join an attach point on this agent's host (its `a`) and one on {:?}'s host (its `b`), not {:?} and {:?}",
+                        l.name, to.name, la.name, lb.name)));
+                    continue;
+                }
+            } else if !l.joins(a.id, to.id) {
                 self.report(node, ActionError::invalid("via", format!(
                     "link {:?} joins {:?} and {:?}, not {:?} and {:?}; expected a link between this agent and its `hand_to`",
                     l.name, actors[l.a.0 as usize].name, actors[l.b.0 as usize].name, a.name, to.name)));
                 continue;
             }
+            // A tcp-kernel link's `a` end is the sender's attach point.
             let dir = l
                 .direction_from(a.id)
                 .unwrap_or(edgemu_codec::ids::Direction::AtoB);

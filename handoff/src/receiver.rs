@@ -61,6 +61,44 @@ pub struct ReceivedKv {
     pub blocks: Vec<ReceivedBlock>,
 }
 
+impl ReceivedKv {
+    /// What a reliable byte stream of the payload in block order (FIFO)
+    /// leaves at the deadline when its first `prefix.len()` bytes have been
+    /// read: every block inside the prefix complete, the next one present up
+    /// to where the prefix ends, the rest missing. Bytes past the payload's
+    /// size are ignored.
+    pub fn from_prefix(layout: BlockLayout, prefix: &[u8]) -> ReceivedKv {
+        let total = layout.total_bytes();
+        let prefix = &prefix[..prefix.len().min(total)];
+        let blocks = (0..layout.n_blocks())
+            .map(|b| {
+                let range = layout.block_range(b);
+                let mut bytes = vec![0u8; range.len()];
+                let have = prefix.len().saturating_sub(range.start).min(range.len());
+                bytes[..have].copy_from_slice(&prefix[range.start..range.start + have]);
+                ReceivedBlock {
+                    bytes,
+                    present: if have == 0 { vec![] } else { vec![0..have] },
+                }
+            })
+            .collect();
+        ReceivedKv { layout, blocks }
+    }
+
+    /// Utility of the complete blocks over the total (J^KV), with one
+    /// utility per block of the layout.
+    pub fn recovered_utility(&self, utilities: &[f64]) -> f64 {
+        let total: f64 = utilities.iter().sum();
+        let got = self
+            .blocks
+            .iter()
+            .zip(utilities)
+            .filter(|(b, _)| b.is_complete())
+            .fold(0.0, |a, (_, u)| a + u);
+        got / total.max(f64::MIN_POSITIVE)
+    }
+}
+
 /// The figures of one handoff at the deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct HandoffReport {
@@ -326,6 +364,27 @@ impl HandoffReceiver {
 mod tests {
     use super::*;
     use edgemu_codec::fec::{EncoderConfig, RlcEncoder};
+
+    #[test]
+    fn a_prefix_completes_the_blocks_inside_it_and_part_of_the_next() {
+        let layout = BlockLayout::new(1, 32, 16, 3000).unwrap();
+        let payload: Vec<u8> = (0..layout.total_bytes())
+            .map(|i| (i % 251) as u8 + 1)
+            .collect();
+        let kv = ReceivedKv::from_prefix(layout, &payload[..4000]);
+        assert_eq!(kv.blocks.len(), 2);
+        assert!(kv.blocks[0].is_complete());
+        assert_eq!(kv.blocks[0].bytes, payload[..3000]);
+        assert_eq!(kv.blocks[1].present, vec![0..1000]);
+        assert_eq!(kv.blocks[1].bytes[..1000], payload[3000..4000]);
+        assert!(kv.blocks[1].bytes[1000..].iter().all(|&b| b == 0));
+        assert_eq!(kv.recovered_utility(&[3.0, 1.0]), 0.75);
+        let none = ReceivedKv::from_prefix(layout, &[]);
+        assert!(none.blocks.iter().all(|b| b.present.is_empty()));
+        assert_eq!(none.recovered_utility(&[3.0, 1.0]), 0.0);
+        let all = ReceivedKv::from_prefix(layout, &payload);
+        assert_eq!(all.recovered_utility(&[3.0, 1.0]), 1.0);
+    }
 
     fn setup() -> (RlcEncoder, HandoffReceiver, BlockLayout) {
         // 2 blocks of 3000 bytes: fragments of 1368, 1368, 264.

@@ -235,6 +235,135 @@ fn the_kernels_tcp_carries_a_stream_through_an_attached_pair() {
     assert!(!left.contains(&pid), "namespaces left: {left}");
 }
 
+/// Scheme `tcp-kernel` in a live run: agent `a` (host h1) hands its real
+/// KV (tiny model) to agent `b` (host h2) over the kernel's TCP, from
+/// attach point `pa` to `pb` through link `kv`; with a deadline it can
+/// meet, the whole KV arrives and B decodes exactly as from the full
+/// cache; the row names the scheme and the kernel's segment counts.
+#[test]
+fn agents_hand_off_kv_over_the_kernels_tcp_between_attach_points() {
+    if !is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root and must run the attach test"
+        );
+        eprintln!("skipped: attach points need root");
+        return;
+    }
+    let dir = temp_dir("attach-tcp-kernel");
+    let pid = std::process::id();
+    let (na, nb) = (format!("emu-tk{pid}-a"), format!("emu-tk{pid}-b"));
+    let _cleanup = NamespaceCleanup(vec![na.clone(), nb.clone()]);
+    let (p1, p2) = (free_port(), free_port());
+    let text = format!(
+        r#"
+[run]
+name = "tcp-kernel"
+duration = "4s"
+time = "real"
+results = "{results}"
+
+[[hosts]]
+name = "h1"
+listen = "127.0.0.1:{p1}"
+
+[[hosts]]
+name = "h2"
+listen = "127.0.0.1:{p2}"
+
+[[actors]]
+name = "sched"
+host = "h1"
+kind = "scheduler"
+servers = ["e1", "e2"]
+
+[[actors]]
+name = "e1"
+host = "h1"
+kind = "server"
+backend = "real"
+model = "tiny"
+
+[[actors]]
+name = "e2"
+host = "h2"
+kind = "server"
+backend = "real"
+model = "tiny"
+
+[[actors]]
+name = "pa"
+host = "h1"
+kind = "attach"
+to = "pb"
+via = "kv"
+netns = "{na}"
+address = "198.18.0.1/24"
+
+[[actors]]
+name = "pb"
+host = "h2"
+kind = "attach"
+to = "pa"
+via = "kv"
+netns = "{nb}"
+address = "198.18.0.2/24"
+
+[[actors]]
+name = "a"
+host = "h1"
+kind = "agent"
+server = "e1"
+hand_to = "b"
+via = "kv"
+scheme = "tcp-kernel"
+context_tokens = 64
+start = "1s"
+ttft = "500ms"
+decode_tokens = 4
+
+[[actors]]
+name = "b"
+host = "h2"
+kind = "agent"
+server = "e2"
+
+[[links]]
+name = "kv"
+a = "pa"
+b = "pb"
+rate = "100Mbps"
+delay = "10ms"
+"#,
+        results = dir.join("results").display()
+    );
+    let run_dir = run_file(&text, &dir, "tcp-kernel");
+    let csv = std::fs::read_to_string(run_dir.join("h2/handoffs.csv")).expect("handoffs.csv");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let row: Vec<&str> = lines.next().expect("one handoff").split(',').collect();
+    // The context and text columns come last: the split is safe before them.
+    let col = |k: &str| row[header.iter().position(|h| *h == k).expect(k)].trim_matches('"');
+    let num = |k: &str| -> f64 { col(k).parse().unwrap_or_else(|_| panic!("{k}: {csv}")) };
+    assert_eq!(col("scheme"), "tcp-kernel", "{csv}");
+    assert_eq!(col("outcome"), "ok", "{csv}");
+    assert_eq!(num("recovered_utility"), 1.0, "{csv}");
+    assert_eq!(col("blocks_complete"), col("n_blocks"), "{csv}");
+    assert_eq!(num("decoded_prefix"), num("source_packets"), "{csv}");
+    assert_eq!(
+        num("agreement"),
+        1.0,
+        "decoded as from the full cache: {csv}"
+    );
+    // A stream that completed ends before the deadline: its counters came.
+    assert!(num("source_sent") > 0.0, "the sender's segments: {csv}");
+    let ttft: f64 = col("ttft_ms").parse().expect("ttft");
+    assert!(ttft >= 500.0, "decoding starts at the deadline: {csv}");
+    for ns in [&na, &nb] {
+        assert!(!Path::new("/run/netns").join(ns).exists(), "{ns} left");
+    }
+}
+
 #[test]
 fn the_attach_example_loads() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/attach.toml");

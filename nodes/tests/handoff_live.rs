@@ -366,7 +366,12 @@ fn bad_agents_are_located_errors() {
     };
     check(
         &base.replace("rho = 0.8", "scheme = \"tcp\""),
-        "not between agents",
+        "between agents, `tcp-kernel` is the kernel's TCP through attach points",
+    );
+    // tcp-kernel's `via` joins two attach points, not the agents.
+    check(
+        &base.replace("rho = 0.8", "rho = 0.8\nscheme = \"tcp-kernel\""),
+        "must join an attach point on this agent's host (its `a`) and one on \"b\"'s host",
     );
     check(
         &base.replace("rho = 0.8", "rho = 0.8\nttft = \"1s\""),

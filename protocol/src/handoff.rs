@@ -34,6 +34,11 @@ pub struct HandoffOffer {
     pub source_packets: u32,
     /// Whether the sender's cache had the context.
     pub cache_hit: bool,
+    /// `Some(port)`: the KV comes over the kernel's TCP through the attach
+    /// points of the handoff's link (scheme `tcp-kernel`), to this port of
+    /// the receiving side's attach point, as a byte stream in block order;
+    /// no frames follow. `None`: frames of `scheme` over the link.
+    pub kernel_tcp: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

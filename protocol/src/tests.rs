@@ -52,6 +52,7 @@ fn offer(scheme: Scheme, rebuild: RebuildMode) -> HandoffOffer {
         feedback_every: 8,
         source_packets: 540,
         cache_hit: true,
+        kernel_tcp: None,
     }
 }
 

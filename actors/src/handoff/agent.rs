@@ -21,6 +21,7 @@ use super::error::AgentError;
 use super::messages::{AgentMsg, HandoffOffer};
 use super::paced::PacedSender;
 use super::records::HandoffRecord;
+use super::stream::{stream_port, KernelStreams, StreamProgress};
 use crate::clock::Clock;
 use crate::events::{Event, EventLog};
 use crate::external::book::FallbackReason;
@@ -31,8 +32,11 @@ use crate::lyreo::records::CsvTable;
 use crate::messages::{
     restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
+use edgemu_config::agent::KERNEL_TCP_SCHEME;
+use edgemu_handoff::ReceivedKv;
 use edgemu_policies::external::{parse_repair_action, RepairArrays, WireObs};
 use edgemu_policies::repair::ActionMask;
+use std::sync::atomic::Ordering;
 
 /// Lookahead of the sender in virtual time (see [`super::paced`]).
 pub const VIRTUAL_LOOKAHEAD_NS: u64 = 2_000_000;
@@ -47,6 +51,35 @@ pub const MAX_CODING_WINDOW: u16 = 4096;
 /// handoff, so that every frame that arrived by D (delivered at the next
 /// millisecond wake-up) is in. Frames after D are late whatever happens.
 pub const VIRTUAL_CLOSE_GRACE_NS: u64 = 2_000_000;
+
+/// How long past the deadline a `tcp-kernel` stream's end waits, so the
+/// receiver (closing at D) takes its prefix before the sender resets.
+const STREAM_END_SLACK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How often a `tcp-kernel` sender looks whether its stream has ended.
+const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+fn clamp_u32(x: u64) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
+}
+
+/// The source packets (block fragments, in block order) wholly inside the
+/// first `bytes` bytes of the payload: a stream's decoded prefix in the
+/// unit the FEC schemes report.
+fn source_packets_in(layout: edgemu_handoff::BlockLayout, bytes: usize) -> u32 {
+    let bb = layout.block_bytes as usize;
+    let frags = u32::from(layout.fragments_per_block());
+    if bb == 0 {
+        return 0;
+    }
+    let partial = (0..layout.fragments_per_block())
+        .take_while(|&f| layout.fragment_range(f).end <= bytes % bb)
+        .count() as u32;
+    clamp_u32((bytes / bb) as u64)
+        .saturating_mul(frags)
+        .saturating_add(partial)
+        .min(layout.n_source_packets())
+}
 
 /// The sending side's plan: the task and the link it crosses.
 #[derive(Clone)]
@@ -77,6 +110,9 @@ pub struct AgentSetup {
     pub cache: Arc<ContextKvCache>,
     /// Where its external-policy counters are shown.
     pub external: ExternalLive,
+    /// The kernel's TCP through attach points, for `tcp-kernel` handoffs
+    /// it sends or receives (`None`: it has none).
+    pub streams: Option<Arc<dyn KernelStreams>>,
 }
 
 /// How often the agent follows its slot to or from an external policy
@@ -120,10 +156,21 @@ struct Sending {
     link_addr: Addr<LinkActor>,
 }
 
+/// A `tcp-kernel` handoff being sent: its stream's thread moves the bytes.
+struct Streaming {
+    handoff: u32,
+    to: ActorId,
+    progress: Arc<StreamProgress>,
+    /// Its end, just after the deadline.
+    end: SpawnHandle,
+}
+
 struct Receiving {
     offer: HandoffOffer,
     from: ActorId,
     core: HandoffReceiver,
+    /// `tcp-kernel`: the stream that brings the KV instead of frames.
+    stream: Option<Arc<StreamProgress>>,
     sender_counts: Option<(u32, u32)>,
     close: SpawnHandle,
 }
@@ -138,6 +185,7 @@ pub struct AgentActor {
     live: Liveness,
     setup: Option<TaskSetup>,
     sending: Option<Sending>,
+    streaming: Option<Streaming>,
     wake: Option<(u64, SpawnHandle)>,
     receiving: BTreeMap<ActorId, Receiving>,
     /// While the repair slot's version is external: connection and counters.
@@ -167,6 +215,7 @@ impl AgentActor {
             live: Liveness::default(),
             setup: None,
             sending: None,
+            streaming: None,
             wake: None,
             receiving: BTreeMap::new(),
             external: None,
@@ -235,7 +284,7 @@ impl AgentActor {
         let (Some(plan), Some(setup)) = (&self.s.plan, &self.setup) else {
             return;
         };
-        if self.sending.is_some() {
+        if self.sending.is_some() || self.streaming.is_some() {
             self.event(
                 "handoff.skip",
                 serde_json::json!({"handoff": k, "reason": "the previous handoff is still sending"}),
@@ -266,7 +315,7 @@ impl AgentActor {
     }
 
     fn start_sending(&mut self, k: u32, context_id: String, p: Prefilled, ctx: &mut Context<Self>) {
-        if !self.live.is_alive() || self.sending.is_some() {
+        if !self.live.is_alive() || self.sending.is_some() || self.streaming.is_some() {
             return;
         }
         // Only the layout and the utilities of the setup: cloning it would copy
@@ -281,13 +330,15 @@ impl AgentActor {
         };
         let t0 = self.clock.now_ns();
         let to = plan.task.to;
-        let Some((link, link_addr)) = self.s.links_out.get(&to).cloned() else {
+        let kernel_tcp = plan.task.scheme == KERNEL_TCP_SCHEME;
+        let link_out = self.s.links_out.get(&to).cloned();
+        if link_out.is_none() && !kernel_tcp {
             self.event(
                 "handoff.error",
                 serde_json::json!({"handoff": k, "error": AgentError::NoLinkOut.to_string()}),
             );
             return;
-        };
+        }
         let policy = self.s.slot.get();
         let repairs = !matches!(*policy.spec, RepairSpec::NoRepair);
         let deadline = match plan.task.deadline {
@@ -305,12 +356,16 @@ impl AgentActor {
         .and_then(|mut scenario| {
             scenario.k = plan.task.coding_window;
             scenario.session = k;
+            if kernel_tcp {
+                // No transport core: the kernel's TCP moves the bytes.
+                return Ok((scenario, None));
+            }
             let mut core = scenario.sender(plan.spec, repairs, policy.spec.build(), false)?;
             if policy.external.is_some() {
                 // Each epoch waits for the policy process (or its deadline).
                 core.defer_decisions();
             }
-            Ok((scenario, core))
+            Ok((scenario, Some(core)))
         });
         let (scenario, core) = match built {
             Ok(b) => b,
@@ -346,17 +401,25 @@ impl AgentActor {
             feedback_every: scenario.feedback_every,
             source_packets: layout.n_source_packets(),
             cache_hit: p.hit,
+            kernel_tcp: kernel_tcp.then(|| stream_port(self.s.id, k)),
         };
+        let port = offer.kernel_tcp;
+        let payload: Arc<[u8]> = Arc::clone(&scenario.payload);
         self.send_control(to, AgentMsg::Offer(Box::new(offer)));
         let stats = self.s.cache.stats();
         self.event(
             "handoff.start",
             serde_json::json!({
-                "handoff": k, "to": plan.to_name, "scheme": plan.spec.name,
+                "handoff": k, "to": plan.to_name,
+                "scheme": if kernel_tcp { KERNEL_TCP_SCHEME } else { plan.spec.name },
                 "policy": policy.name, "rho": scenario.rho, "deadline_ns": deadline,
                 "cache_hit": p.hit, "cache": stats,
             }),
         );
+        let (Some(core), Some((link, link_addr)), None) = (core, link_out, port) else {
+            self.start_streaming(k, to, port.unwrap_or(0), payload, t0, deadline, ctx);
+            return;
+        };
         self.sending = Some(Sending {
             handoff: k,
             paced: PacedSender::new(core, t0, deadline),
@@ -368,6 +431,87 @@ impl AgentActor {
         self.asking = None;
         self.sync_external(ctx);
         self.pump(ctx);
+    }
+
+    /// A `tcp-kernel` handoff: the host's stream thread sends the payload
+    /// (the KV in block order) from this agent's attach point until the
+    /// deadline; just after it, the stream is stopped and its counters go
+    /// to the receiver.
+    #[allow(clippy::too_many_arguments)]
+    fn start_streaming(
+        &mut self,
+        k: u32,
+        to: ActorId,
+        port: u16,
+        payload: Arc<[u8]>,
+        t0: u64,
+        deadline: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(streams) = self.s.streams.clone() else {
+            self.event(
+                "handoff.error",
+                serde_json::json!({"handoff": k, "error": "tcp-kernel needs attach points at both ends of `via`"}),
+            );
+            return;
+        };
+        let end_at = t0.saturating_add(deadline);
+        let horizon = self.clock.until(end_at);
+        let progress = streams.send(to, port, payload, horizon);
+        let end = ctx.run_later(self.clock.until(end_at) + STREAM_END_SLACK, |act, ctx| {
+            act.finish_streaming(ctx)
+        });
+        self.streaming = Some(Streaming {
+            handoff: k,
+            to,
+            progress,
+            end,
+        });
+        self.poll_streaming(k, ctx);
+    }
+
+    /// A stream whose bytes have all been read ends before its deadline:
+    /// its counters reach the receiver before it closes.
+    fn poll_streaming(&mut self, k: u32, ctx: &mut Context<Self>) {
+        let Some(s) = self.streaming.as_ref().filter(|s| s.handoff == k) else {
+            return;
+        };
+        if s.progress.is_finished() {
+            if let Some(s) = self.streaming.as_ref() {
+                ctx.cancel_future(s.end);
+            }
+            self.finish_streaming(ctx);
+            return;
+        }
+        ctx.run_later(STREAM_POLL, move |act, ctx| act.poll_streaming(k, ctx));
+    }
+
+    fn finish_streaming(&mut self, ctx: &mut Context<Self>) {
+        let Some(s) = self.streaming.take() else {
+            return;
+        };
+        s.progress.stop();
+        let segments = s.progress.segments_out.load(Ordering::Relaxed);
+        let retrans = s.progress.retransmissions.load(Ordering::Relaxed);
+        let (source_sent, repair_sent) = (clamp_u32(segments), clamp_u32(retrans));
+        self.send_control(
+            s.to,
+            AgentMsg::SenderDone {
+                handoff: s.handoff,
+                source_sent,
+                repair_sent,
+            },
+        );
+        self.event(
+            "handoff.sent",
+            serde_json::json!({"handoff": s.handoff, "segments_out": segments,
+                "retransmissions": retrans, "error": s.progress.error()}),
+        );
+        if let Some(plan) = &self.s.plan {
+            if plan.task.every_ns.is_none() && plan.task.count.is_some_and(|c| s.handoff + 1 < c) {
+                self.begin_handoff(s.handoff + 1, ctx);
+            }
+        }
     }
 
     fn lookahead(&self) -> u64 {
@@ -624,6 +768,23 @@ impl AgentActor {
     }
 
     fn abort_sending(&mut self, reason: &str, ctx: &mut Context<Self>) -> u64 {
+        if let Some(s) = self.streaming.take() {
+            ctx.cancel_future(s.end);
+            s.progress.stop();
+            self.send_control(
+                s.to,
+                AgentMsg::Abort {
+                    handoff: s.handoff,
+                    reason: reason.to_string(),
+                    repair_sent: 0,
+                },
+            );
+            self.event(
+                "handoff.abort",
+                serde_json::json!({"handoff": s.handoff, "side": "sender", "reason": reason}),
+            );
+            return 1;
+        }
         let Some(s) = self.sending.take() else {
             return 0;
         };
@@ -703,6 +864,15 @@ impl AgentActor {
             .t0_ns
             .saturating_add(offer.deadline_ns)
             .saturating_add(grace);
+        let stream = offer.kernel_tcp.map(|port| match &self.s.streams {
+            Some(streams) => streams.receive(
+                from,
+                port,
+                offer.layout.total_bytes(),
+                self.clock.until(close_at) + STREAM_END_SLACK,
+            ),
+            None => StreamProgress::failed("tcp-kernel needs attach points at both ends of `via`"),
+        });
         let close = ctx.run_later(self.clock.until(close_at), move |act, ctx| {
             act.close(from, ctx)
         });
@@ -712,6 +882,7 @@ impl AgentActor {
                 offer,
                 from,
                 core,
+                stream,
                 sender_counts: None,
                 close,
             },
@@ -752,7 +923,11 @@ impl AgentActor {
             handoff: o.handoff,
             from: self.name_of(r.from),
             to: self.s.name.clone(),
-            scheme: o.scheme.name().to_string(),
+            scheme: if o.kernel_tcp.is_some() {
+                KERNEL_TCP_SCHEME.to_string()
+            } else {
+                o.scheme.name().to_string()
+            },
             policy: o.policy.clone(),
             policy_version: o.policy_version.clone(),
             context: o.context_id.clone(),
@@ -775,6 +950,9 @@ impl AgentActor {
     }
 
     fn record_aborted(&self, r: Receiving, reason: &str) {
+        if let Some(stream) = &r.stream {
+            stream.stop();
+        }
         let mut rec = self.base_record(&r);
         rec.outcome = format!("aborted:{reason}");
         rec.write(&self.table);
@@ -789,7 +967,7 @@ impl AgentActor {
         let Some(r) = self.receiving.remove(&from) else {
             return;
         };
-        let rec = self.base_record(&r);
+        let mut rec = self.base_record(&r);
         let decode_start = if self.s.virtual_time {
             r.offer.t0_ns.saturating_add(r.offer.deadline_ns)
         } else {
@@ -802,7 +980,25 @@ impl AgentActor {
         let n = r.offer.decode_tokens as usize;
         let t0 = r.offer.t0_ns;
         let context = r.offer.tokens.clone();
-        let received = r.core.into_received();
+        let received = match &r.stream {
+            // The stream's in-order prefix, in block order.
+            Some(stream) => {
+                stream.stop();
+                let bytes = stream.take_bytes();
+                let kv = ReceivedKv::from_prefix(r.offer.layout, &bytes);
+                rec.recovered_utility = kv.recovered_utility(&r.offer.utilities);
+                rec.blocks_complete = kv.blocks.iter().filter(|b| b.is_complete()).count() as u32;
+                rec.decoded_prefix = source_packets_in(r.offer.layout, bytes.len());
+                if let Some(e) = stream.error() {
+                    self.event(
+                        "handoff.stream",
+                        serde_json::json!({"handoff": rec.handoff, "from": rec.from, "error": e}),
+                    );
+                }
+                kv
+            }
+            None => r.core.into_received(),
+        };
         self.compute
             .send(Decode {
                 context,

@@ -31,3 +31,4 @@ pub mod error;
 pub mod messages;
 pub mod paced;
 pub mod records;
+pub mod stream;

@@ -14,6 +14,8 @@
 //! and the receiver gives up a second after the horizon.
 
 use anyhow::{bail, Context as _, Result};
+use edgemu_actors::handoff::stream::{KernelStreams, StreamProgress};
+use edgemu_codec::ids::ActorId;
 use edgemu_handoff::reliable::DeliveryLog;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -48,13 +50,35 @@ pub(crate) fn in_netns<T: Send + 'static>(
 ) -> std::thread::JoinHandle<Result<T>> {
     let path = std::path::Path::new("/run/netns").join(netns);
     std::thread::spawn(move || {
-        let ns =
-            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: setns on a valid namespace file descriptor changes only
-        // this thread's network namespace.
-        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("entering {} (root is needed)", path.display()));
+        enter(&path)?;
+        f()
+    })
+}
+
+fn enter(path: &std::path::Path) -> Result<()> {
+    let ns = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: setns on a valid namespace file descriptor changes only
+    // this thread's network namespace.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("entering {} (root is needed)", path.display()));
+    }
+    Ok(())
+}
+
+/// [`in_netns`] for a stream: a failure to enter the namespace is
+/// recorded in `progress`, which is marked finished.
+fn stream_in_netns<T: Send + 'static>(
+    netns: &str,
+    progress: Arc<StreamProgress>,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> std::thread::JoinHandle<Result<T>> {
+    let path = std::path::Path::new("/run/netns").join(netns);
+    std::thread::spawn(move || {
+        if let Err(e) = enter(&path) {
+            progress.fail(format!("{e:#}"));
+            progress.finish();
+            return Err(e);
         }
         f()
     })
@@ -106,6 +130,186 @@ fn reset(s: &TcpStream) {
     }
 }
 
+fn would_block(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Starts a thread in namespace `netns` that listens on `bind`, accepts
+/// one connection and reads up to `bytes` into `progress` (keeping the
+/// bytes when `keep`), until the peer closes or resets, `progress` is
+/// stopped, or `give_up` has passed. `ready` hears when the listener is
+/// bound. Errors end up in `progress`.
+pub fn spawn_receiver(
+    netns: &str,
+    bind: SocketAddrV4,
+    bytes: usize,
+    give_up: Duration,
+    keep: bool,
+    progress: Arc<StreamProgress>,
+    ready: Option<std::sync::mpsc::Sender<()>>,
+) -> std::thread::JoinHandle<Result<()>> {
+    let p = progress.clone();
+    stream_in_netns(netns, progress, move || {
+        let run = || -> Result<()> {
+            let t0 = Instant::now();
+            let l = bind_reusable(bind).with_context(|| format!("binding {bind}"))?;
+            if let Some(r) = ready {
+                let _ = r.send(());
+            }
+            let mut c = loop {
+                match l.accept() {
+                    Ok((c, _)) => break c,
+                    Err(e) if would_block(&e) => {
+                        if p.stopped() || t0.elapsed() > give_up {
+                            bail!("no connection to {bind} within {give_up:?}");
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(e) => return Err(e).context("accepting"),
+                }
+            };
+            c.set_nonblocking(false)?;
+            c.set_read_timeout(Some(POLL))?;
+            let mut total = 0usize;
+            let mut buf = vec![0u8; 256 * 1024];
+            while total < bytes && !p.stopped() && t0.elapsed() < give_up {
+                match c.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let n = n.min(bytes - total);
+                        total += n;
+                        p.append(&buf[..n], Instant::now(), keep);
+                    }
+                    Err(e) if would_block(&e) => {}
+                    // The sender's reset at its horizon.
+                    Err(_) => break,
+                }
+            }
+            Ok(())
+        };
+        let out = run();
+        if let Err(e) = &out {
+            p.fail(format!("{e:#}"));
+        }
+        p.finish();
+        out
+    })
+}
+
+/// A listener that can bind again at once after an earlier stream on the
+/// same port (its connection may still be in TIME_WAIT), non-blocking.
+fn bind_reusable(addr: SocketAddrV4) -> std::io::Result<TcpListener> {
+    // SAFETY: plain socket calls on a descriptor this function owns; the
+    // sockaddr_in is fully initialized before bind reads it.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let l = <TcpListener as std::os::fd::FromRawFd>::from_raw_fd(fd);
+        let one: libc::c_int = 1;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: addr.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*addr.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        if libc::bind(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ) != 0
+            || libc::listen(fd, 4) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        l.set_nonblocking(true)?;
+        Ok(l)
+    }
+}
+
+/// Starts a thread in namespace `netns` that connects to `dest` (again
+/// while it is refused: the receiver may not listen yet) and writes
+/// `payload`, until it has all been read, `progress` is stopped or
+/// `horizon` has passed since the start; then it resets the connection
+/// and stores the kernel's counters in `progress`. Returns the time of the
+/// first `connect`.
+pub fn spawn_sender(
+    netns: &str,
+    dest: SocketAddrV4,
+    payload: Arc<[u8]>,
+    horizon: Duration,
+    progress: Arc<StreamProgress>,
+) -> std::thread::JoinHandle<Result<Instant>> {
+    let p = progress.clone();
+    stream_in_netns(netns, progress, move || {
+        let t0 = Instant::now();
+        let run = || -> Result<()> {
+            let dest = SocketAddr::V4(dest);
+            let mut s = loop {
+                match TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT) {
+                    Ok(s) => break s,
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::ConnectionRefused
+                            && !p.stopped()
+                            && t0.elapsed() < horizon =>
+                    {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(e) => return Err(e).with_context(|| format!("connecting to {dest}")),
+                }
+            };
+            s.set_write_timeout(Some(POLL))?;
+            let mut sent = 0usize;
+            let live = |p: &StreamProgress| !p.stopped() && t0.elapsed() < horizon;
+            while sent < payload.len() && live(&p) {
+                match s.write(&payload[sent..]) {
+                    Ok(n) => sent += n,
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(e).context("sending"),
+                }
+            }
+            // Wait for the receiver to read the rest (it closes), up to the horizon.
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            s.set_read_timeout(Some(POLL))?;
+            let mut one = [0u8; 1];
+            while live(&p) {
+                match s.read(&mut one) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if would_block(&e) => {}
+                    Err(_) => break,
+                }
+            }
+            let (segs, retrans) = tcp_info(&s);
+            p.segments_out
+                .store(segs, std::sync::atomic::Ordering::Relaxed);
+            p.retransmissions
+                .store(retrans, std::sync::atomic::Ordering::Relaxed);
+            reset(&s);
+            Ok(())
+        };
+        let out = run();
+        if let Err(e) = &out {
+            p.fail(format!("{e:#}"));
+        }
+        p.finish();
+        out.map(|_| t0)
+    })
+}
+
 /// Sends `payload` from namespace `from` to `to` (an address in namespace
 /// `to_netns`) over the kernel's TCP, for at most `horizon`.
 pub fn transfer(
@@ -116,107 +320,40 @@ pub fn transfer(
     horizon: Duration,
 ) -> Result<KernelTcpOutcome> {
     let bytes = payload.len() as u64;
-    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let give_up = horizon + Duration::from_secs(1) + CONNECT_TIMEOUT;
-    let receiver = in_netns(to_netns, move || -> Result<Vec<(Instant, u64)>> {
-        let l = TcpListener::bind(to).with_context(|| format!("binding {to}"))?;
-        let _ = port_tx.send(l.local_addr()?.port());
-        l.set_nonblocking(true)?;
-        let t0 = Instant::now();
-        let mut c = loop {
-            match l.accept() {
-                Ok((c, _)) => break c,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if t0.elapsed() > CONNECT_TIMEOUT {
-                        bail!("no connection to {to} within {CONNECT_TIMEOUT:?}");
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) => return Err(e).context("accepting"),
-            }
-        };
-        c.set_nonblocking(false)?;
-        c.set_read_timeout(Some(POLL))?;
-        let mut log = Vec::new();
-        let mut total = 0u64;
-        let mut buf = vec![0u8; 256 * 1024];
-        while total < bytes && t0.elapsed() < give_up {
-            match c.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    total += n as u64;
-                    log.push((Instant::now(), total));
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                // The sender's reset at the horizon.
-                Err(_) => break,
-            }
-        }
-        Ok(log)
-    });
-    let port = match port_rx.recv_timeout(CONNECT_TIMEOUT) {
-        Ok(p) => p,
-        Err(_) => {
-            joined(receiver, "receiver")?;
-            bail!("the receiver did not start");
-        }
-    };
-    let dest = SocketAddr::V4(SocketAddrV4::new(*to.ip(), port));
-    let sender = in_netns(from, move || -> Result<(Instant, u64, u64)> {
-        let t0 = Instant::now();
-        let mut s = TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT)
-            .with_context(|| format!("connecting to {dest}"))?;
-        s.set_write_timeout(Some(POLL))?;
-        let mut sent = 0usize;
-        while sent < payload.len() && t0.elapsed() < horizon {
-            match s.write(&payload[sent..]) {
-                Ok(n) => sent += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => return Err(e).context("sending"),
-            }
-        }
-        // Wait for the receiver to read the rest, up to the horizon.
-        let _ = s.shutdown(std::net::Shutdown::Write);
-        s.set_read_timeout(Some(POLL))?;
-        let mut one = [0u8; 1];
-        while t0.elapsed() < horizon {
-            match s.read(&mut one) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(_) => break,
-            }
-        }
-        let (segs, retrans) = tcp_info(&s);
-        reset(&s);
-        Ok((t0, segs, retrans))
-    });
+    let rx = StreamProgress::new();
+    let receiver = spawn_receiver(
+        to_netns,
+        to,
+        payload.len(),
+        give_up,
+        false,
+        rx.clone(),
+        Some(ready_tx),
+    );
+    if ready_rx.recv_timeout(CONNECT_TIMEOUT).is_err() {
+        joined(receiver, "receiver")?;
+        bail!("the receiver did not start");
+    }
+    let tx = StreamProgress::new();
+    let sender = spawn_sender(from, to, payload, horizon, tx.clone());
     let sent = joined(sender, "sender");
-    let log = joined(receiver, "receiver")?;
-    let (t0, segments_out, retransmissions) = sent?;
+    let received = joined(receiver, "receiver");
+    let t0 = sent?;
+    received?;
     let mut delivery = DeliveryLog::default();
-    for (t, total) in log {
+    for (t, total) in rx.log() {
         delivery.record(t.saturating_duration_since(t0).as_nanos() as u64, total);
     }
     let completion_ns = delivery.time_of(bytes).filter(|_| bytes > 0);
+    use std::sync::atomic::Ordering::Relaxed;
     Ok(KernelTcpOutcome {
         bytes,
         delivery,
         completion_ns,
-        segments_out,
-        retransmissions,
+        segments_out: tx.segments_out.load(Relaxed),
+        retransmissions: tx.retransmissions.load(Relaxed),
     })
 }
 
@@ -262,4 +399,100 @@ pub fn over_attached_link(
             )
         },
     )
+}
+
+/// The `tcp-kernel` handoffs of one agent (the scheme's `via` joins two
+/// attach points: its `a` end on the sender's host, its `b` end on the
+/// receiver's): where its own streams leave from, and where it receives.
+#[derive(Debug, Default)]
+pub struct AgentStreams {
+    /// Per receiving agent: this agent's attach point's namespace and the
+    /// receiver's attach point's address.
+    send_from: std::collections::BTreeMap<ActorId, (String, std::net::Ipv4Addr)>,
+    /// Per sending agent: this agent's attach point's namespace and address.
+    receive_at: std::collections::BTreeMap<ActorId, (String, std::net::Ipv4Addr)>,
+}
+
+impl AgentStreams {
+    /// Agent `me`'s streams in `cluster`, if it sends or receives any.
+    pub fn for_agent(cluster: &edgemu_config::Cluster, me: ActorId) -> Option<AgentStreams> {
+        use edgemu_config::agent::KERNEL_TCP_SCHEME;
+        use edgemu_config::ActorKind;
+        let attach = |id: ActorId| match &cluster.actor(id).kind {
+            ActorKind::Attach(s) => Some((s.netns.clone(), s.address)),
+            _ => None,
+        };
+        let mut out = AgentStreams::default();
+        for a in &cluster.actors {
+            let ActorKind::Agent(spec) = &a.kind else {
+                continue;
+            };
+            let Some(task) = spec
+                .handoff
+                .as_ref()
+                .filter(|t| t.scheme == KERNEL_TCP_SCHEME)
+            else {
+                continue;
+            };
+            let Some(l) = cluster.links.get(task.via.0 as usize) else {
+                continue;
+            };
+            let (Some((ns_a, _)), Some((ns_b, addr_b))) = (attach(l.a), attach(l.b)) else {
+                continue;
+            };
+            if a.id == me {
+                out.send_from.insert(task.to, (ns_a, addr_b));
+            } else if task.to == me {
+                out.receive_at.insert(a.id, (ns_b, addr_b));
+            }
+        }
+        (!out.send_from.is_empty() || !out.receive_at.is_empty()).then_some(out)
+    }
+}
+
+impl KernelStreams for AgentStreams {
+    fn send(
+        &self,
+        to: ActorId,
+        port: u16,
+        payload: Arc<[u8]>,
+        horizon: Duration,
+    ) -> Arc<StreamProgress> {
+        let Some((netns, addr)) = self.send_from.get(&to) else {
+            return StreamProgress::failed("no tcp-kernel attach point towards this receiver");
+        };
+        let progress = StreamProgress::new();
+        // Detached: the thread ends by itself at the horizon at the latest.
+        let _ = spawn_sender(
+            netns,
+            SocketAddrV4::new(*addr, port),
+            payload,
+            horizon,
+            progress.clone(),
+        );
+        progress
+    }
+
+    fn receive(
+        &self,
+        from: ActorId,
+        port: u16,
+        bytes: usize,
+        give_up: Duration,
+    ) -> Arc<StreamProgress> {
+        let Some((netns, addr)) = self.receive_at.get(&from) else {
+            return StreamProgress::failed("no tcp-kernel attach point from this sender");
+        };
+        let progress = StreamProgress::new();
+        let _ = spawn_receiver(
+            netns,
+            SocketAddrV4::new(*addr, port),
+            bytes,
+            give_up,
+            true,
+            progress.clone(),
+            None,
+        );
+        progress
+    }
 }

@@ -11,9 +11,11 @@ use edgemu_actors::clock::Clock;
 use edgemu_actors::handoff::agent::{AgentActor, AgentSetup, SendPlan};
 use edgemu_actors::handoff::engine::{AgentEngine, ComputeActor};
 use edgemu_actors::handoff::records::{HANDOFFS, HANDOFFS_HEADER};
+use edgemu_actors::handoff::stream::KernelStreams;
 use edgemu_actors::link_actor::LinkActor;
 use edgemu_actors::messages::{Deliver, Route};
 use edgemu_codec::ids::{Direction, LinkId};
+use edgemu_config::agent::KERNEL_TCP_SCHEME;
 use edgemu_config::external::{DEFAULT_REPAIR_DEADLINE_NS, EXTERNAL_POLICY};
 use edgemu_config::{ActorKind, ActorSpec, AgentSpec, Cluster, ServerBackend};
 use edgemu_gpu::kv_cache::ContextKvCache;
@@ -88,14 +90,25 @@ pub fn spawn(
                 .links
                 .get(task.via.0 as usize)
                 .ok_or_else(|| anyhow!("agent {:?}: no link {}", a.name, task.via.0))?;
-            let dir = l
-                .direction_from(a.id)
-                .ok_or_else(|| anyhow!("agent {:?}: link {:?} does not join it", a.name, l.name))?;
+            let kernel_tcp = task.scheme == KERNEL_TCP_SCHEME;
+            // A tcp-kernel link joins two attach points, `a` on this host.
+            let dir = match l.direction_from(a.id) {
+                Some(d) => d,
+                None if kernel_tcp => Direction::AtoB,
+                None => {
+                    return Err(anyhow!(
+                        "agent {:?}: link {:?} does not join it",
+                        a.name,
+                        l.name
+                    ))
+                }
+            };
             let back = match dir {
                 Direction::AtoB => Direction::BtoA,
                 Direction::BtoA => Direction::AtoB,
             };
-            let scheme = edgemu_handoff::scheme(&task.scheme)
+            // The kernel's TCP carries the blocks in FIFO order, no repair.
+            let scheme = edgemu_handoff::scheme(if kernel_tcp { "udp" } else { &task.scheme })
                 .map_err(|e| anyhow!("agent {:?}: {e}", a.name))?;
             Some(SendPlan {
                 task: task.clone(),
@@ -183,6 +196,8 @@ pub fn spawn(
         names: cluster.actors.iter().map(|a| a.name.clone()).collect(),
         cache,
         external: shared.external.clone(),
+        streams: crate::attach::kernel_tcp::AgentStreams::for_agent(cluster, a.id)
+            .map(|s| Arc::new(s) as Arc<dyn KernelStreams>),
     };
     let addr = AgentActor::new(
         setup,
