@@ -78,7 +78,8 @@ impl ReceivedKv {
                 bytes[..have].copy_from_slice(&prefix[range.start..range.start + have]);
                 ReceivedBlock {
                     bytes,
-                    present: if have == 0 { vec![] } else { vec![0..have] },
+                    // One range (a Vec of ranges, not of indices).
+                    present: std::iter::once(0..have).filter(|r| !r.is_empty()).collect(),
                 }
             })
             .collect();
@@ -375,7 +376,8 @@ mod tests {
         assert_eq!(kv.blocks.len(), 2);
         assert!(kv.blocks[0].is_complete());
         assert_eq!(kv.blocks[0].bytes, payload[..3000]);
-        assert_eq!(kv.blocks[1].present, vec![0..1000]);
+        assert_eq!(kv.blocks[1].present.len(), 1);
+        assert_eq!(kv.blocks[1].present[0], 0..1000);
         assert_eq!(kv.blocks[1].bytes[..1000], payload[3000..4000]);
         assert!(kv.blocks[1].bytes[1000..].iter().all(|&b| b == 0));
         assert_eq!(kv.recovered_utility(&[3.0, 1.0]), 0.75);
