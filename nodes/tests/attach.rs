@@ -21,6 +21,20 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// True (skip the test) when not root; CI runs as root, so there the
+/// test must run.
+fn skip_unless_root() -> bool {
+    if is_root() {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI runs as root and must run the attach test"
+    );
+    eprintln!("skipped: attach points need root");
+    true
+}
+
 /// `count` UDP round trips from namespace `from` to a Python echo
 /// server in namespace `to_ns` at `to`: (answered, average RTT ms). A
 /// round trip not answered within 1 s is lost.
@@ -61,12 +75,7 @@ impl Drop for NamespaceCleanup {
 
 #[test]
 fn the_kernels_udp_and_tcp_cross_an_emulated_link_between_namespaces() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI runs as root and must run the attach test"
-        );
-        eprintln!("skipped: attach points need root");
+    if skip_unless_root() {
         return;
     }
     let dir = temp_dir("attach");
@@ -187,12 +196,7 @@ delay = "20ms"
 fn the_kernels_tcp_carries_a_stream_through_an_attached_pair() {
     use edgemu_links::{LinkParams, LossSpec, RateSpec};
     use edgemu_nodes::attach::kernel_tcp::{over_attached_link, KERNEL_TCP_MTU};
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI runs as root and must run the attach test"
-        );
-        eprintln!("skipped: attach points need root");
+    if skip_unless_root() {
         return;
     }
     let bytes = 2_000_000usize;
@@ -242,12 +246,7 @@ fn the_kernels_tcp_carries_a_stream_through_an_attached_pair() {
 /// cache; the row names the scheme and the kernel's segment counts.
 #[test]
 fn agents_hand_off_kv_over_the_kernels_tcp_between_attach_points() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI runs as root and must run the attach test"
-        );
-        eprintln!("skipped: attach points need root");
+    if skip_unless_root() {
         return;
     }
     let dir = temp_dir("attach-tcp-kernel");

@@ -179,6 +179,15 @@ fn same_seed_gives_byte_identical_results_and_chaos_takes_effect() {
         .any(|e| e["kind"] == "link.set" && e["source"] == "chaos#2"));
 }
 
+/// The `wan` link's a → b direction at the end of a run.
+fn wan_ab(out: &edgemu_nodes::run::RunOutcome) -> &edgemu_nodes::results::LinkRow {
+    out.hosts
+        .iter()
+        .flat_map(|h| h.links.iter())
+        .find(|l| l.link == "wan" && l.dir == "ab")
+        .expect("wan ab")
+}
+
 #[test]
 fn ge_loss_in_a_virtual_run_matches_the_stationary_value() {
     let dir = temp_dir("virtual-loss");
@@ -189,12 +198,7 @@ fn ge_loss_in_a_virtual_run_matches_the_stationary_value() {
     let cfg = write(&dir, "cluster.toml", &text);
     let cluster = load(&cfg).expect("load");
     let out = run_all(cluster, Some("loss".into()), false).expect("run");
-    let wan = out
-        .hosts
-        .iter()
-        .flat_map(|h| h.links.iter())
-        .find(|l| l.link == "wan" && l.dir == "ab")
-        .expect("wan ab");
+    let wan = wan_ab(&out);
     let expected = (0.02 * 0.5 + 0.1 * 0.001) / 0.12;
     // ~12 000 packets with bursts of mean length 10: generous bound.
     assert!(
@@ -222,12 +226,7 @@ fn a_fixed_link_seed_gives_the_same_loss_draws_under_any_run_seed() {
         };
         let cfg = write(&dir, "cluster.toml", &text);
         let out = run_all(load(&cfg).expect("load"), Some("seed".into()), false).expect("run");
-        let wan = out
-            .hosts
-            .iter()
-            .flat_map(|h| h.links.iter())
-            .find(|l| l.link == "wan" && l.dir == "ab")
-            .expect("wan ab");
+        let wan = wan_ab(&out);
         assert!(wan.stats.lost > 100, "{:?}", wan.stats);
         wan.stats.lost
     };
