@@ -75,7 +75,9 @@ impl ReceivedKv {
                 let range = layout.block_range(b);
                 let mut bytes = vec![0u8; range.len()];
                 let have = prefix.len().saturating_sub(range.start).min(range.len());
-                bytes[..have].copy_from_slice(&prefix[range.start..range.start + have]);
+                if let Some(got) = prefix.get(range.start..range.start + have) {
+                    bytes[..have].copy_from_slice(got);
+                }
                 ReceivedBlock {
                     bytes,
                     // One range (a Vec of ranges, not of indices).
@@ -386,6 +388,20 @@ mod tests {
         assert_eq!(none.recovered_utility(&[3.0, 1.0]), 0.0);
         let all = ReceivedKv::from_prefix(layout, &payload);
         assert_eq!(all.recovered_utility(&[3.0, 1.0]), 1.0);
+        // Every length, past the payload's size too: the prefix and no more.
+        let longer: Vec<u8> = payload.iter().copied().chain([9; 10]).collect();
+        for n in 0..=longer.len() {
+            let kv = ReceivedKv::from_prefix(layout, &longer[..n]);
+            let complete = kv.blocks.iter().filter(|b| b.is_complete()).count();
+            assert_eq!(complete, n.min(6000) / 3000, "{n}");
+            let got: usize = kv
+                .blocks
+                .iter()
+                .flat_map(|b| &b.present)
+                .map(|r| r.len())
+                .sum();
+            assert_eq!(got, n.min(6000), "{n}");
+        }
     }
 
     fn setup() -> (RlcEncoder, HandoffReceiver, BlockLayout) {

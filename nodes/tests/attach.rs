@@ -243,7 +243,9 @@ fn the_kernels_tcp_carries_a_stream_through_an_attached_pair() {
 /// KV (tiny model) to agent `b` (host h2) over the kernel's TCP, from
 /// attach point `pa` to `pb` through link `kv`; with a deadline it can
 /// meet, the whole KV arrives and B decodes exactly as from the full
-/// cache; the row names the scheme and the kernel's segment counts.
+/// cache; the row names the scheme and the kernel's segment counts. Agent
+/// `c`'s deadline is too short for anything to arrive: its row is an empty
+/// prefix, decoded.
 #[test]
 fn agents_hand_off_kv_over_the_kernels_tcp_between_attach_points() {
     if skip_unless_root() {
@@ -322,6 +324,19 @@ ttft = "500ms"
 decode_tokens = 4
 
 [[actors]]
+name = "c"
+host = "h1"
+kind = "agent"
+server = "e1"
+hand_to = "b"
+via = "kv"
+scheme = "tcp-kernel"
+context_tokens = 64
+start = "2s"
+rho = 0.8
+decode_tokens = 4
+
+[[actors]]
 name = "b"
 host = "h2"
 kind = "agent"
@@ -340,9 +355,33 @@ delay = "10ms"
     let csv = std::fs::read_to_string(run_dir.join("h2/handoffs.csv")).expect("handoffs.csv");
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().expect("header").split(',').collect();
-    let row: Vec<&str> = lines.next().expect("one handoff").split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{csv}");
     // The context and text columns come last: the split is safe before them.
-    let col = |k: &str| row[header.iter().position(|h| *h == k).expect(k)].trim_matches('"');
+    let at = |row: &Vec<&str>, k: &str| -> String {
+        row[header.iter().position(|h| *h == k).expect(k)]
+            .trim_matches('"')
+            .to_string()
+    };
+    let from = |name: &str| {
+        rows.iter()
+            .find(|r| at(r, "from") == name)
+            .unwrap_or_else(|| panic!("no handoff from {name}: {csv}"))
+    };
+    // c's deadline (ρ = 0.8 of a 16-kB KV: about 11 ms) comes before TCP's
+    // handshake has made its round trip: nothing arrives, B decodes from
+    // an empty cache, and the row says so.
+    let c = from("c");
+    assert_eq!(at(c, "scheme"), "tcp-kernel", "{csv}");
+    assert_eq!(at(c, "outcome"), "ok", "{csv}");
+    assert_eq!(at(c, "recovered_utility"), "0", "{csv}");
+    assert_eq!(
+        (at(c, "blocks_complete"), at(c, "decoded_prefix")),
+        ("0".into(), "0".into()),
+        "{csv}"
+    );
+    let row = from("a");
+    let col = |k: &str| at(row, k);
     let num = |k: &str| -> f64 { col(k).parse().unwrap_or_else(|_| panic!("{k}: {csv}")) };
     assert_eq!(col("scheme"), "tcp-kernel", "{csv}");
     assert_eq!(col("outcome"), "ok", "{csv}");
