@@ -7,11 +7,17 @@
 //! link model, the reliable baseline the PriorityFEC experiment sets
 //! beside smoltcp's.
 //!
+//! One implementation serves three users: the experiment's `tcp-kernel`
+//! row and `bench attach` ([`over_attached_link`], [`transfer`]), and
+//! agents' `tcp-kernel` handoffs in a live run ([`AgentStreams`], the
+//! host's side of `edgemu_actors::handoff::stream::KernelStreams`).
+//!
 //! Times are ns from the moment the sender calls `connect` (its SYN),
 //! as for the virtual-time baselines; both threads read one monotonic
-//! clock. Every wait has a timeout: the transfer ends when every byte has
-//! been read, or at the horizon (the sender then resets the connection),
-//! and the receiver gives up a second after the horizon.
+//! clock. Every wait has a timeout: a stream ends when every byte has
+//! been read, when it is stopped, or at its horizon (the sender then
+//! resets the connection); the receiver gives up at its own deadline, and
+//! a `connect` or `accept` waits at most [`CONNECT_TIMEOUT`].
 
 use anyhow::{bail, Context as _, Result};
 use edgemu_actors::handoff::stream::{KernelStreams, StreamProgress};
