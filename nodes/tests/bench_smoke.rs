@@ -225,3 +225,48 @@ fn bench_gateway_quick_serves_the_openai_client_without_errors() {
     // One content chunk per token: a modeled server makes one per iteration.
     assert_eq!(c["chunks"].as_u64(), Some(16 * completed), "{c}");
 }
+
+/// `sudo edgemu bench attach --quick` through the library (root and
+/// iperf3; CI installs iperf3): every rate has its UDP, GE and TCP
+/// figures, both directions' one-way probes arrived, and the KV stream
+/// over the kernel's TCP has a share per deadline that never falls as the
+/// deadline grows. No timing thresholds.
+#[test]
+fn bench_attach_quick_reports_every_figure() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let iperf = std::process::Command::new("iperf3")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !(root && iperf) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root and installs iperf3 (.ci/run)"
+        );
+        eprintln!("skipped: bench attach needs root and iperf3");
+        return;
+    }
+    let f = edgemu_nodes::bench::attach::measure(&BenchArgs {
+        json: true,
+        quick: true,
+        in_process_only: true,
+    })
+    .expect("bench attach runs");
+    let rates: Vec<u64> = f.rates.iter().map(|r| r.rate_mbps).collect();
+    assert_eq!(rates, [10, 100, 1000]);
+    for r in &f.rates {
+        assert!(r.udp_mbps > 0.0 && r.tcp_mbps > 0.0, "{r:?}");
+        assert!(r.ge_packets > 0 && r.ge_loss > 0.0, "{r:?}");
+    }
+    for d in &f.added_delay {
+        assert!(d.probes > 0 && d.p50_ms.is_finite(), "{d:?}");
+    }
+    assert_eq!(f.kernel_tcp.len(), 1);
+    let shares = &f.kernel_tcp[0].delivered;
+    assert_eq!(shares.len(), 5);
+    assert!(
+        shares.windows(2).all(|w| w[0] <= w[1]) && shares.iter().all(|s| (0.0..=1.0).contains(s)),
+        "{shares:?}"
+    );
+}
