@@ -135,14 +135,26 @@ b = "b"
     let cluster = std::sync::Arc::new(cluster);
     let h = cluster.hosts[0].id;
     let host = std::thread::spawn(move || {
-        actix::System::new().block_on(crate::host::run_host_real(
-            cluster,
-            h,
-            crate::host::HostOptions {
-                run_id: Some("attach-pair".into()),
-                ..Default::default()
-            },
-        ))
+        let run = || {
+            actix::System::new().block_on(crate::host::run_host_real(
+                cluster,
+                h,
+                crate::host::HostOptions {
+                    run_id: Some("attach-pair".into()),
+                    ..Default::default()
+                },
+            ))
+        };
+        // The pair is a tool of its caller: its host's start and end are
+        // not news (warnings and errors still show); RUST_LOG shows all.
+        if std::env::var_os("RUST_LOG").is_some() {
+            return run();
+        }
+        let quiet = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(std::io::stderr)
+            .finish();
+        tracing::subscriber::with_default(quiet, run)
     });
     let t0 = std::time::Instant::now();
     while !std::path::Path::new("/run/netns").join(&pair.b).exists()
