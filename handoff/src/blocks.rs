@@ -25,14 +25,33 @@ use edgemu_codec::fec::MAX_PAYLOAD;
 
 use crate::error::HandoffError;
 
-/// How KV is cut into transport blocks.
+/// How KV is cut into transport blocks. A layout read off the wire (a
+/// peer's offer) goes through [`BlockLayout::new`]'s checks, so no count
+/// a peer sends can divide by zero or overflow the layout's arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "UncheckedLayout")]
 pub struct BlockLayout {
     pub n_layers: u32,
     pub n_tokens: u32,
     pub tokens_per_block: u32,
     /// Bytes of one block (K and V together).
     pub block_bytes: u32,
+}
+
+/// A layout as sent, before [`BlockLayout::new`] checks it.
+#[derive(serde::Deserialize)]
+struct UncheckedLayout {
+    n_layers: u32,
+    n_tokens: u32,
+    tokens_per_block: u32,
+    block_bytes: u32,
+}
+
+impl TryFrom<UncheckedLayout> for BlockLayout {
+    type Error = HandoffError;
+    fn try_from(u: UncheckedLayout) -> Result<Self, HandoffError> {
+        BlockLayout::new(u.n_layers, u.n_tokens, u.tokens_per_block, u.block_bytes)
+    }
 }
 
 /// Paper's tokens per block.

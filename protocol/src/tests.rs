@@ -585,6 +585,20 @@ fn an_offer_with_an_unknown_scheme_or_rebuild_mode_is_malformed() {
 }
 
 #[test]
+fn an_offer_whose_layout_fails_its_checks_is_malformed() {
+    // A peer's layout with no tokens per block would divide by zero in
+    // every count the receiver takes of it: it must not decode.
+    let mut o = offer(Scheme::Udp, RebuildMode::Mask);
+    o.layout.tokens_per_block = 0;
+    assert!(is_malformed(&frame_of(AgentMsg::Offer(Box::new(o)).into())));
+    let mut o = offer(Scheme::Udp, RebuildMode::Mask);
+    o.layout.block_bytes = u32::MAX;
+    assert!(is_malformed(&frame_of(AgentMsg::Offer(Box::new(o)).into())));
+    let good = frame_of(AgentMsg::Offer(Box::new(offer(Scheme::Udp, RebuildMode::Mask))).into());
+    assert!(!is_malformed(&good));
+}
+
+#[test]
 fn a_command_or_reply_with_a_bad_tag_is_malformed() {
     let cmd = encode_frame(&Frame::ControlForward {
         id: 1,
