@@ -9,10 +9,11 @@
 //! link's parameters and seeds on the parsed cluster (so any
 //! [`edgemu_links::LinkParams`], a loss trace included, can be replayed
 //! without a TOML spelling of it), starts the host on a thread of its own,
-//! waits until both namespaces are up and the control port answers, runs
-//! the caller's closure with the two namespace names, and stops the run
-//! over the control port (namespaces and devices are removed when the run
-//! ends). Root is needed.
+//! waits until its control port answers (it listens once the attach
+//! points' devices are up), runs the caller's closure with the two
+//! namespace names, and stops the run over the control port, every wait
+//! bounded (namespaces and devices are removed when the run ends). Root
+//! is needed.
 
 use anyhow::{bail, Context as _, Result};
 use edgemu_config::Cluster;
@@ -63,6 +64,23 @@ pub fn available() -> Result<()> {
     }
 }
 
+/// `run.stop` to the pair's host, answered within the bench client's
+/// timeout.
+fn stop_run(control: u16) -> Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(crate::bench::common::within(
+            "the attach pair's run.stop",
+            crate::control::client::request(
+                &format!("ws://127.0.0.1:{control}"),
+                serde_json::json!({"cmd": "run.stop"}),
+                None,
+            ),
+        ))
+        .map(|_| ())
+}
+
 /// Runs `f` while a pair described by `spec` is up; `adjust` may change
 /// the parsed cluster first (the link's parameters, its seeds).
 pub fn with_attached_pair<T>(
@@ -78,12 +96,7 @@ pub fn with_attached_pair<T>(
         a: format!("{prefix}-a"),
         b: format!("{prefix}-b"),
     };
-    let port = || -> Result<u16> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port())
-    };
-    let (listen, control) = (port()?, port()?);
+    let [listen, control] = crate::bench::common::free_ports()?;
     let mtu = spec.mtu.map(|m| format!("mtu = {m}\n")).unwrap_or_default();
     let text = format!(
         r#"[run]
@@ -156,31 +169,28 @@ b = "b"
             .finish();
         tracing::subscriber::with_default(quiet, run)
     });
+    // The host listens on its control port only after its actors are up,
+    // the attach points' devices configured in their namespaces included.
     let t0 = std::time::Instant::now();
-    while !std::path::Path::new("/run/netns").join(&pair.b).exists()
-        || std::net::TcpStream::connect(("127.0.0.1", control)).is_err()
-    {
-        if host.is_finished() || t0.elapsed() > START_TIMEOUT {
+    while std::net::TcpStream::connect(("127.0.0.1", control)).is_err() {
+        if host.is_finished() {
             let why = match host.join() {
                 Ok(Err(e)) => format!(": {e:#}"),
                 _ => String::new(),
             };
             bail!("the attach points did not come up{why}");
         }
+        if t0.elapsed() > START_TIMEOUT {
+            // Still starting: ask it to stop, but never wait on it unbounded.
+            let _ = stop_run(control);
+            bail!("the attach points did not come up within {START_TIMEOUT:?}");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
-    // The devices are configured after the namespace exists.
-    std::thread::sleep(Duration::from_millis(300));
     let out = f(&pair);
-    let stop = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(crate::control::client::request(
-            &format!("ws://127.0.0.1:{control}"),
-            serde_json::json!({"cmd": "run.stop"}),
-            None,
-        ));
+    stop_run(control).context("stopping the attach pair's run")?;
+    // The run has been told to stop: it ends its actors and removes the
+    // namespaces, then the thread returns.
     let _ = host.join();
-    stop.context("stopping the attach pair's run")?;
     out
 }
