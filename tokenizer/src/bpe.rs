@@ -231,6 +231,13 @@ impl Tokenizer {
 
     /// Decodes ids to text; control tokens are kept unless `skip_special`.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
+        String::from_utf8_lossy(&self.decode_bytes(ids, skip_special)).into_owned()
+    }
+
+    /// The bytes `ids` stand for (byte-level BPE: the text is the
+    /// concatenation of its tokens' bytes, and a token may end inside a
+    /// UTF-8 character); control tokens are kept unless `skip_special`.
+    pub fn decode_bytes(&self, ids: &[u32], skip_special: bool) -> Vec<u8> {
         let mut bytes = Vec::new();
         for &id in ids {
             let Some(tok) = self.tokens.get(id as usize) else {
@@ -249,7 +256,7 @@ impl Tokenizer {
                 }
             }
         }
-        String::from_utf8_lossy(&bytes).into_owned()
+        bytes
     }
 }
 

@@ -317,6 +317,7 @@ async fn completion(
                     e2e_ns,
                 } => {
                     let finish = if stopped { "stop" } else { "length" };
+                    text.push_str(&detok.finish());
                     let v = reply.complete(&text, finish, usage(output_tokens));
                     return write_json(stream, 200, &v, keep)
                         .await
@@ -363,7 +364,7 @@ async fn completion(
             } => {
                 finished = Some(e2e_ns);
                 let finish = if stopped { "stop" } else { "length" };
-                sse(&mut out, &reply.chunk("", first, Some(finish)));
+                sse(&mut out, &reply.chunk(&detok.finish(), first, Some(finish)));
                 if job.include_usage {
                     sse(&mut out, &reply.usage_chunk(usage(output_tokens)));
                 }

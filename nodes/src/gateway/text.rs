@@ -111,28 +111,32 @@ impl Codec {
 }
 
 /// Turns one request's tokens into text as they arrive. Byte-level BPE
-/// text is the concatenation of its tokens' bytes, so only the tokens not
-/// yet shown are decoded; a token that ends inside a multi-byte character
-/// is held until the character is complete (at most 4 tokens: a character
-/// has at most 4 bytes, a token at least one).
+/// text is the concatenation of its tokens' bytes, so only the new tokens
+/// are decoded, to bytes; the bytes of a character not yet complete (at
+/// most 3) wait for the next tokens, and bytes that can never be UTF-8
+/// show as U+FFFD, as a whole decode would show them.
 pub struct Detokenizer<'a> {
     codec: &'a Codec,
-    /// Tokens not shown yet (an incomplete character).
-    held: Vec<u32>,
+    /// Bytes decoded but not shown yet: the start of a character.
+    pending: Vec<u8>,
     count: usize,
 }
-
-/// Tokens held for an incomplete character before they are shown anyway
-/// (their bytes were not valid UTF-8).
-const MAX_HELD: usize = 4;
 
 impl<'a> Detokenizer<'a> {
     pub fn new(codec: &'a Codec) -> Self {
         Detokenizer {
             codec,
-            held: Vec::new(),
+            pending: Vec::new(),
             count: 0,
         }
+    }
+
+    /// What is left when the output ends: a character cut short shows as
+    /// U+FFFD, as in a decode of the whole output.
+    pub fn finish(&mut self) -> String {
+        let rest = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        rest
     }
 
     /// The text the new `tokens` add (`pieces`: their text, when the
@@ -145,12 +149,35 @@ impl<'a> Detokenizer<'a> {
         }
         match self.codec {
             Codec::Model { tokenizer, .. } if !placeholder => {
-                self.held.extend_from_slice(tokens);
-                let text = tokenizer.decode(&self.held, true);
-                if text.ends_with('\u{FFFD}') && self.held.len() < MAX_HELD {
-                    return String::new();
+                self.pending
+                    .extend_from_slice(&tokenizer.decode_bytes(tokens, true));
+                let mut text = String::new();
+                loop {
+                    match std::str::from_utf8(&self.pending) {
+                        Ok(s) => {
+                            text.push_str(s);
+                            self.pending.clear();
+                            break;
+                        }
+                        Err(e) => {
+                            let valid = e.valid_up_to();
+                            // The prefix was just checked to be UTF-8.
+                            text.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
+                            match e.error_len() {
+                                // A character cut short: wait for its rest.
+                                None => {
+                                    self.pending.drain(..valid);
+                                    break;
+                                }
+                                // Bytes that are not UTF-8 whatever follows.
+                                Some(bad) => {
+                                    text.push('\u{FFFD}');
+                                    self.pending.drain(..valid + bad);
+                                }
+                            }
+                        }
+                    }
                 }
-                self.held.clear();
                 text
             }
             _ => (start..self.count)
@@ -214,6 +241,30 @@ mod tests {
         let mut d = Detokenizer::new(&c);
         let text: String = ids.iter().map(|&t| d.push(&[t], false, &[])).collect();
         assert_eq!(text, tokenizer.decode(&ids, true));
+        // Byte tokens, one per call, in runs that keep straddling
+        // characters (more than 4 in a row), bytes that are never UTF-8,
+        // and a character cut short at the end: the stream shows what a
+        // decode of the whole output shows.
+        let bytes: Vec<u8> = "日本語テキスト✓é"
+            .bytes()
+            .chain([0xff])
+            .chain("😀".bytes())
+            .chain([b'a', 0xe6, 0x97])
+            .collect();
+        let ids: Vec<u32> = bytes.iter().map(|&b| byte_token(tokenizer, b)).collect();
+        let mut d = Detokenizer::new(&c);
+        let mut text: String = ids.iter().map(|&t| d.push(&[t], false, &[])).collect();
+        text.push_str(&d.finish());
+        assert_eq!(text, tokenizer.decode(&ids, true));
+        assert!(text.starts_with("日本語テキスト✓é\u{FFFD}😀a"), "{text}");
+    }
+
+    /// The id of the token that stands for byte `b` alone.
+    fn byte_token(t: &Tokenizer, b: u8) -> u32 {
+        (0..u32::MAX)
+            .take(1 << 20)
+            .find(|&id| t.decode_bytes(&[id], true) == [b])
+            .unwrap_or_else(|| panic!("no token for byte {b:#x}"))
     }
 
     #[test]
