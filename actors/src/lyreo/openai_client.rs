@@ -121,6 +121,10 @@ pub async fn stream(
             return Err(format!("the backend answered {status}: {body}"));
         }
         let mut events = SseReader::default();
+        let mut texts: u64 = 0;
+        // A backend streams about one event per token; one that goes on far
+        // past `max_tokens` is not answering this request.
+        let most = u64::from(c.max_tokens).saturating_mul(2).saturating_add(16);
         let mut buf = Vec::new();
         loop {
             buf.clear();
@@ -133,9 +137,18 @@ pub async fn stream(
                     .map_err(|err| format!("reading the stream: {err}"))?;
                 n == 0
             };
-            for data in events.push(&buf) {
+            for data in events.push(&buf)? {
                 match parse_event(&data)? {
-                    Event::Text(t) => on_text(t),
+                    Event::Text(t) => {
+                        texts += 1;
+                        if texts > most {
+                            return Err(format!(
+                                "the backend sent over {most} text events for max_tokens {}",
+                                c.max_tokens
+                            ));
+                        }
+                        on_text(t)
+                    }
                     Event::Done => return Ok(()),
                     Event::Empty => {}
                 }
@@ -150,11 +163,19 @@ pub async fn stream(
         .map_err(|_| format!("no end of the stream within {:?}", c.timeout))?
 }
 
+/// Largest answer head.
+const HEAD_LIMIT: usize = 16 * 1024;
+/// Largest chunk-size line read.
+const CHUNK_LINE_LIMIT: u64 = 256;
+
 /// The status and whether the body is chunked.
 async fn read_head(r: &mut BufReader<TcpStream>) -> Result<(u16, bool), String> {
     let mut head = Vec::new();
     loop {
-        let n = r
+        // A line is read only up to the head's limit, however long it is.
+        let room = (HEAD_LIMIT + 1).saturating_sub(head.len()) as u64;
+        let n = (&mut *r)
+            .take(room)
             .read_until(b'\n', &mut head)
             .await
             .map_err(|e| format!("reading the answer's head: {e}"))?;
@@ -164,7 +185,7 @@ async fn read_head(r: &mut BufReader<TcpStream>) -> Result<(u16, bool), String> 
         if head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n") {
             break;
         }
-        if head.len() > 16 * 1024 {
+        if head.len() > HEAD_LIMIT {
             return Err("the answer's head is over 16 KiB".into());
         }
     }
@@ -185,7 +206,10 @@ async fn read_head(r: &mut BufReader<TcpStream>) -> Result<(u16, bool), String> 
 /// Appends one chunk's data to `out`; true at the last (empty) chunk.
 async fn read_chunk(r: &mut BufReader<TcpStream>, out: &mut Vec<u8>) -> Result<bool, String> {
     let mut line = String::new();
-    r.read_line(&mut line)
+    // A chunk-size line is a few hex digits (and maybe an extension).
+    (&mut *r)
+        .take(CHUNK_LINE_LIMIT)
+        .read_line(&mut line)
         .await
         .map_err(|e| format!("reading a chunk size: {e}"))?;
     let size = line.trim().split(';').next().unwrap_or("");
