@@ -525,36 +525,45 @@ impl TransportGrid<'_> {
 
     /// The kernel-TCP outcomes a stopped run stored in `transport.csv`
     /// (it ran in real time: running it again would give other ones).
-    fn stored_kernel_tcp(&self, dir: &Path) -> Result<Vec<Transport>> {
+    fn stored_kernel_tcp(&self, dir: &Path) -> Result<BTreeMap<u64, Vec<Transport>>> {
         let path = dir.join("transport.csv");
+        let mut out: BTreeMap<u64, Vec<Transport>> = BTreeMap::new();
         if !path.exists() {
-            return Ok(Vec::new());
+            return Ok(out);
         }
         let t = Table::read(&path)?;
-        let mut out = Vec::new();
+        // A damaged row would drop one ρ of a realization unseen.
+        if let Some(bad) = t.skipped.first() {
+            bail!("{bad}");
+        }
+        let cols = [
+            "scheme",
+            "rho",
+            "realization",
+            "decoded_prefix",
+            "source_packets",
+            "repair_packets",
+        ]
+        .map(|k| t.col(k));
+        let [scheme, rho, real, prefix, src, rep] = cols;
+        let (scheme, rho, real, prefix, src, rep) = (scheme?, rho?, real?, prefix?, src?, rep?);
         for row in &t.rows {
-            let get = |k: &str| -> Result<&str> {
-                Ok(t.col(k).map(|i| row.get(i).map_or("", String::as_str))?)
-            };
-            if get("scheme")? != KERNEL_TCP {
+            let get = |i: usize| row.get(i).map_or("", String::as_str);
+            if get(scheme) != KERNEL_TCP {
                 continue;
             }
-            let num = |k: &str| -> Result<u64> {
-                get(k)?
-                    .parse()
-                    .with_context(|| format!("{}: `{k}` of a {KERNEL_TCP} row", path.display()))
-            };
-            let rho: f64 = get("rho")?
-                .parse()
-                .with_context(|| format!("{}: `rho` of a {KERNEL_TCP} row", path.display()))?;
-            out.push(self.prefix_transport(
+            let bad = |k: &str| format!("{}: `{k}` of a {KERNEL_TCP} row", path.display());
+            let num = |i: usize, k: &str| -> Result<u64> { get(i).parse().with_context(|| bad(k)) };
+            let r = num(real, "realization")?;
+            let t = self.prefix_transport(
                 KERNEL_TCP,
-                rho,
-                num("realization")?,
-                num("decoded_prefix")?,
-                num("source_packets")?,
-                num("repair_packets")?,
-            ));
+                get(rho).parse().with_context(|| bad("rho"))?,
+                r,
+                num(prefix, "decoded_prefix")?,
+                num(src, "source_packets")?,
+                num(rep, "repair_packets")?,
+            );
+            out.entry(r).or_default().push(t);
         }
         Ok(out)
     }
@@ -1060,10 +1069,17 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         weights: &a.weights,
         k: g.k,
     };
+    // A stopped run's kernel outcomes are reused (real time is not
+    // reproducible), so resuming it needs no attach points.
+    let mut stored_kernel = match &a.resume {
+        Some(d) if g.schemes.iter().any(|s| s == KERNEL_TCP) => tg.stored_kernel_tcp(d)?,
+        _ => BTreeMap::new(),
+    };
+    let kernel_stored = (0..g.realizations).all(|r| stored_kernel.contains_key(&r));
     let mut skipped = Vec::new();
     let mut schemes = Vec::new();
     for s in &g.schemes {
-        if s == KERNEL_TCP {
+        if s == KERNEL_TCP && !kernel_stored {
             let why = crate::attach::pair::available()
                 .err()
                 .map(|e| format!("the kernel's TCP through attached devices {e}"))
@@ -1111,20 +1127,14 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         .sum::<u64>()
         * g.realizations;
     let pb = bar(n_runs, "transport", quiet);
-    let stored_kernel = match &a.resume {
-        Some(d) if schemes.iter().any(|s| s == KERNEL_TCP) => tg.stored_kernel_tcp(d)?,
-        _ => Vec::new(),
-    };
     let mut transports: Vec<Transport> = Vec::new();
     for s in &schemes {
         for r in 0..g.realizations {
             let seed = realization_seed(g.seed, r);
-            let stored: Vec<Transport> = stored_kernel
-                .iter()
-                .filter(|t| &t.scheme == s && t.realization == r)
-                .cloned()
-                .collect();
-            if !stored.is_empty() {
+            let stored = (s == KERNEL_TCP)
+                .then(|| stored_kernel.remove(&r))
+                .flatten();
+            if let Some(stored) = stored {
                 transports.extend(stored);
                 pb.inc(1);
             } else if is_reliable(s) {
