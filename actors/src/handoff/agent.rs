@@ -332,10 +332,19 @@ impl AgentActor {
         let to = plan.task.to;
         let kernel_tcp = plan.task.scheme == KERNEL_TCP_SCHEME;
         let link_out = self.s.links_out.get(&to).cloned();
-        if link_out.is_none() && !kernel_tcp {
+        // Checked before the offer goes out: a receiver told to expect a
+        // stream would otherwise wait for one until D.
+        let missing = match (kernel_tcp, &link_out, &self.s.streams) {
+            (false, None, _) => Some(AgentError::NoLinkOut.to_string()),
+            (true, _, None) => {
+                Some("tcp-kernel needs attach points at both ends of `via`".to_string())
+            }
+            _ => None,
+        };
+        if let Some(error) = missing {
             self.event(
                 "handoff.error",
-                serde_json::json!({"handoff": k, "error": AgentError::NoLinkOut.to_string()}),
+                serde_json::json!({"handoff": k, "error": error}),
             );
             return;
         }
@@ -448,17 +457,13 @@ impl AgentActor {
         deadline: u64,
         ctx: &mut Context<Self>,
     ) {
+        // start_sending checked that the host gave this agent streams.
         let Some(streams) = self.s.streams.clone() else {
-            self.event(
-                "handoff.error",
-                serde_json::json!({"handoff": k, "error": "tcp-kernel needs attach points at both ends of `via`"}),
-            );
             return;
         };
-        let end_at = t0.saturating_add(deadline);
-        let horizon = self.clock.until(end_at);
+        let horizon = self.clock.until(t0.saturating_add(deadline));
         let progress = streams.send(to, port, payload, horizon);
-        let end = ctx.run_later(self.clock.until(end_at) + STREAM_END_SLACK, |act, ctx| {
+        let end = ctx.run_later(horizon + STREAM_END_SLACK, |act, ctx| {
             act.finish_streaming(ctx)
         });
         self.streaming = Some(Streaming {
@@ -477,9 +482,7 @@ impl AgentActor {
             return;
         };
         if s.progress.is_finished() {
-            if let Some(s) = self.streaming.as_ref() {
-                ctx.cancel_future(s.end);
-            }
+            ctx.cancel_future(s.end);
             self.finish_streaming(ctx);
             return;
         }

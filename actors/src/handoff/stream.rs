@@ -53,13 +53,14 @@ impl StreamProgress {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// The thread is done with the stream.
+    /// The thread is done with the stream (its counters are stored).
     pub fn finish(&self) {
-        self.finished.store(true, Ordering::Relaxed);
+        // Release: whoever sees the stream finished sees its counters.
+        self.finished.store(true, Ordering::Release);
     }
 
     pub fn is_finished(&self) -> bool {
-        self.finished.load(Ordering::Relaxed)
+        self.finished.load(Ordering::Acquire)
     }
 
     /// Records `data`, just read, at `at` (the bytes only when `keep`).

@@ -154,7 +154,7 @@ fn iperf_once(a: &str, b: &str, args: &[&str]) -> Result<(serde_json::Value, ser
             "-s",
             "-1",
             "-B",
-            "198.18.0.2",
+            &B_ADDR.to_string(),
             "--json",
         ])
         .stdout(std::process::Stdio::piped())
@@ -162,10 +162,23 @@ fn iperf_once(a: &str, b: &str, args: &[&str]) -> Result<(serde_json::Value, ser
         .context("starting iperf3 -s (install iperf3)")?;
     std::thread::sleep(Duration::from_millis(300));
     let out = Command::new("ip")
-        .args(["netns", "exec", a, "iperf3", "-c", "198.18.0.2", "--json"])
+        .args([
+            "netns",
+            "exec",
+            a,
+            "iperf3",
+            "-c",
+            &B_ADDR.to_string(),
+            "--json",
+        ])
         .args(args)
-        .output()
-        .context("running iperf3 -c")?;
+        .output();
+    let mut server = server;
+    if !out.as_ref().is_ok_and(|o| o.status.success()) {
+        // A client that never reached it: the server would wait forever.
+        let _ = server.kill();
+    }
+    let out = out.context("running iperf3 -c")?;
     let served = server.wait_with_output().context("iperf3 -s")?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3's JSON")?;
     if let Some(e) = v.get("error") {
