@@ -130,10 +130,15 @@ fn with_link<T>(rate_mbps: u64, lossy: bool, f: impl FnOnce(&str, &str) -> Resul
 /// each way and does not retry it, so on a lossy link the test may fail to
 /// start; it is then run again (at most three times): the measurement is
 /// the data of a test that started.
-fn iperf(a: &str, b: &str, args: &[&str]) -> Result<(serde_json::Value, serde_json::Value)> {
+fn iperf(
+    a: &str,
+    b: &str,
+    args: &[&str],
+    secs: u64,
+) -> Result<(serde_json::Value, serde_json::Value)> {
     let mut last = None;
     for _ in 0..3 {
-        match iperf_once(a, b, args) {
+        match iperf_once(a, b, args, secs) {
             Ok(r) => return Ok(r),
             Err(e) => {
                 tracing::warn!(error = %e, "iperf3 did not start; once more");
@@ -144,8 +149,18 @@ fn iperf(a: &str, b: &str, args: &[&str]) -> Result<(serde_json::Value, serde_js
     Err(last.unwrap_or_else(|| anyhow::anyhow!("iperf3 did not run")))
 }
 
-fn iperf_once(a: &str, b: &str, args: &[&str]) -> Result<(serde_json::Value, serde_json::Value)> {
-    let server = Command::new("ip")
+/// How long past its test time an iperf3 client may take before it is taken
+/// for one whose start was lost. iperf3 3.12 waits 30 s for the answer to its
+/// UDP start datagram; a test that started ends within a second of `-t`.
+const IPERF_GRACE: Duration = Duration::from_secs(5);
+
+fn iperf_once(
+    a: &str,
+    b: &str,
+    args: &[&str],
+    secs: u64,
+) -> Result<(serde_json::Value, serde_json::Value)> {
+    let mut server = Command::new("ip")
         .args([
             "netns",
             "exec",
@@ -161,7 +176,7 @@ fn iperf_once(a: &str, b: &str, args: &[&str]) -> Result<(serde_json::Value, ser
         .spawn()
         .context("starting iperf3 -s (install iperf3)")?;
     std::thread::sleep(Duration::from_millis(300));
-    let out = Command::new("ip")
+    let client = Command::new("ip")
         .args([
             "netns",
             "exec",
@@ -172,13 +187,18 @@ fn iperf_once(a: &str, b: &str, args: &[&str]) -> Result<(serde_json::Value, ser
             "--json",
         ])
         .args(args)
-        .output();
-    let mut server = server;
+        .args(["-t", &secs.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting iperf3 -c");
+    let out = client.and_then(|c| {
+        output_within(c, Duration::from_secs(secs) + IPERF_GRACE).context("running iperf3 -c")
+    });
     if !out.as_ref().is_ok_and(|o| o.status.success()) {
         // A client that never reached it: the server would wait forever.
         let _ = server.kill();
     }
-    let out = out.context("running iperf3 -c")?;
+    let out = out?;
     let served = server.wait_with_output().context("iperf3 -s")?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3's JSON")?;
     if let Some(e) = v.get("error") {
@@ -187,6 +207,39 @@ fn iperf_once(a: &str, b: &str, args: &[&str]) -> Result<(serde_json::Value, ser
     let s: serde_json::Value =
         serde_json::from_slice(&served.stdout).context("iperf3 -s's JSON")?;
     Ok((v, s))
+}
+
+/// The child's output once it exits, or an error (the child killed) if it
+/// is still running after `limit`. Its stdout is read on its own thread so a
+/// long report cannot block it on a full pipe.
+fn output_within(mut child: std::process::Child, limit: Duration) -> Result<std::process::Output> {
+    let mut stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(s) = stdout.as_mut() {
+            let _ = std::io::Read::read_to_end(s, &mut buf);
+        }
+        buf
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = reader.join();
+            bail!("still running after {limit:?}: killed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = reader.join().unwrap_or_default();
+    Ok(std::process::Output {
+        status,
+        stdout,
+        stderr: Vec::new(),
+    })
 }
 
 /// The receiver's steady rate: the mean of its one-second intervals but
@@ -320,8 +373,7 @@ pub fn measure(args: &BenchArgs) -> Result<AttachFigures> {
     if Command::new("iperf3").arg("--version").output().is_err() {
         bail!("bench attach needs iperf3 (apt-get install iperf3)");
     }
-    let secs = if args.quick { 3 } else { 6 };
-    let t = secs.to_string();
+    let secs: u64 = if args.quick { 2 } else { 6 };
     let mut rates = Vec::new();
     // Added one-way delay samples, a→b and b→a.
     let mut delays: [Vec<f64>; 2] = Default::default();
@@ -330,9 +382,9 @@ pub fn measure(args: &BenchArgs) -> Result<AttachFigures> {
         let offer = |f: f64| format!("{:.0}", rate as f64 * 1e6 * f * 1400.0 / 1428.0);
         let (udp, cpu, tcp, one_way_delays) = with_link(rate, false, |a, b| {
             let c0 = cpu_s();
-            let (_, udp) = iperf(a, b, &["-u", "-l", "1400", "-b", &offer(1.05), "-t", &t])?;
+            let (_, udp) = iperf(a, b, &["-u", "-l", "1400", "-b", &offer(1.05)], secs)?;
             let cpu = cpu_s() - c0;
-            let (_, tcp) = iperf(a, b, &["-t", &t])?;
+            let (_, tcp) = iperf(a, b, &[], secs)?;
             let delays = if rate == 100 {
                 // 10 ms and the serialization of a 92-byte IP packet at 100 Mb/s.
                 let fixed = 10.0 + 92.0 * 8.0 / 100e6 * 1e3;
@@ -350,7 +402,7 @@ pub fn measure(args: &BenchArgs) -> Result<AttachFigures> {
             all.extend(d);
         }
         let ge = with_link(rate, true, |a, b| {
-            iperf(a, b, &["-u", "-l", "1400", "-b", &offer(0.9), "-t", &t]).map(|(_, s)| s)
+            iperf(a, b, &["-u", "-l", "1400", "-b", &offer(0.9)], secs).map(|(_, s)| s)
         })?;
         let recv_bps = steady_rate(&udp);
         let ip_bps = recv_bps * 1428.0 / 1400.0;
