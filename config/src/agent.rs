@@ -7,7 +7,8 @@
 //! host = "alpha"
 //! kind = "agent"
 //! server = "edge-a"          # a `server` on the same host with backend = "real"
-//! kv_cache = "256MiB"        # moka cache of context KV, weighed by bytes
+//! kv_cache = "256MiB"        # moka cache of context KV, weighed by bytes;
+//!                             # also the most KV an offer may ask it to receive
 //! hand_to = "agent-b"        # the agent it hands its context to
 //! via = "wan"                # the link joining the two agents
 //! contexts = "builtin"       # or "sharegpt" (evaluation contexts by seed)
@@ -76,6 +77,16 @@ const fn concat<const N: usize>(a: &[&'static str], b: &[&'static str]) -> [&'st
     }
     out
 }
+
+/// The longest context a task hands off (`context_tokens`), and so the
+/// longest a peer's offer may ask a receiving agent to rebuild.
+pub const MAX_CONTEXT_TOKENS: u32 = 4096;
+/// The most tokens a task decodes after a handoff (`decode_tokens`), and so
+/// the most a peer's offer may ask a receiving agent to decode.
+pub const MAX_DECODE_TOKENS: u32 = 512;
+/// The widest coding window (`coding_window`): a receiver's decoding work
+/// grows with it, so a peer's offer may not ask for more.
+pub const MAX_CODING_WINDOW: u16 = 4096;
 
 /// The coding window K when `coding_window` is not given: a handoff
 /// scenario's default (`edgemu_handoff::scenario::DEFAULT_K`; this crate does
@@ -295,7 +306,13 @@ pub(crate) fn agent(
         Some("sharegpt") => ContextSource::ShareGpt,
         _ => ContextSource::Builtin,
     };
-    let context_tokens = ranged(obj, "context_tokens", 16..=4096, 256, errs) as u32;
+    let context_tokens = ranged(
+        obj,
+        "context_tokens",
+        16..=u64::from(MAX_CONTEXT_TOKENS),
+        256,
+        errs,
+    ) as u32;
     if !context_tokens.is_multiple_of(16) {
         errs.push(ActionError::invalid(
             "context_tokens",
@@ -360,11 +377,17 @@ pub(crate) fn agent(
         Some("mask") => RebuildMode::Mask,
         _ => RebuildMode::ZeroFill,
     };
-    let decode_tokens = ranged(obj, "decode_tokens", 1..=512, 8, errs) as u32;
+    let decode_tokens = ranged(
+        obj,
+        "decode_tokens",
+        1..=u64::from(MAX_DECODE_TOKENS),
+        8,
+        errs,
+    ) as u32;
     let coding_window = ranged(
         obj,
         "coding_window",
-        1..=4096,
+        1..=u64::from(MAX_CODING_WINDOW),
         u64::from(DEFAULT_CODING_WINDOW),
         errs,
     ) as u16;

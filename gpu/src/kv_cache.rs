@@ -137,6 +137,11 @@ impl ContextKvCache {
         Ok((kv, false))
     }
 
+    /// The budget the cache was made with, bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity
+    }
+
     pub fn stats(&self) -> KvCacheStats {
         self.cache.run_pending_tasks();
         KvCacheStats {

@@ -33,6 +33,7 @@ use crate::messages::{
     restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
 use edgemu_config::agent::KERNEL_TCP_SCHEME;
+use edgemu_config::agent::{MAX_CODING_WINDOW, MAX_CONTEXT_TOKENS, MAX_DECODE_TOKENS};
 use edgemu_handoff::ReceivedKv;
 use edgemu_policies::external::{parse_repair_action, RepairArrays, WireObs};
 use edgemu_policies::repair::ActionMask;
@@ -41,12 +42,6 @@ use std::sync::atomic::Ordering;
 /// Lookahead of the sender in virtual time (see [`super::paced`]).
 pub const VIRTUAL_LOOKAHEAD_NS: u64 = 2_000_000;
 
-/// The most tokens a peer's offer may ask this host to decode (cluster.toml's
-/// `decode_tokens` range).
-pub const MAX_DECODE_TOKENS: u32 = 512;
-/// The widest coding window a peer's offer may ask for (cluster.toml's
-/// `coding_window` range): a receiver's decoding work grows with it.
-pub const MAX_CODING_WINDOW: u16 = 4096;
 /// After D, how long a receiver in virtual time waits before closing the
 /// handoff, so that every frame that arrived by D (delivered at the next
 /// millisecond wake-up) is in. Frames after D are late whatever happens.
@@ -61,6 +56,40 @@ const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 fn clamp_u32(x: u64) -> u32 {
     u32::try_from(x).unwrap_or(u32::MAX)
+}
+
+/// Whether a peer's offer asks for no more than this agent gives: a context
+/// and a decode within cluster.toml's ranges, a coding window within its
+/// range, and KV (which the receiver holds whole until D) within the agent's
+/// `kv_cache` budget of `kv_budget` bytes.
+fn offer_within_limits(offer: &HandoffOffer, kv_budget: u64) -> Result<(), String> {
+    let l = &offer.layout;
+    if l.n_tokens > MAX_CONTEXT_TOKENS || offer.tokens.len() > l.n_tokens as usize {
+        return Err(format!(
+            "{} context tokens for a {}-token layout (at most {MAX_CONTEXT_TOKENS})",
+            offer.tokens.len(),
+            l.n_tokens
+        ));
+    }
+    if offer.decode_tokens > MAX_DECODE_TOKENS {
+        return Err(format!(
+            "{} decode tokens (at most {MAX_DECODE_TOKENS})",
+            offer.decode_tokens
+        ));
+    }
+    if offer.k == 0 || offer.k > MAX_CODING_WINDOW {
+        return Err(format!(
+            "coding window {} (1 to {MAX_CODING_WINDOW})",
+            offer.k
+        ));
+    }
+    let bytes = l.total_bytes() as u64;
+    if bytes > kv_budget {
+        return Err(format!(
+            "{bytes} bytes of KV, more than this agent's kv_cache of {kv_budget} bytes"
+        ));
+    }
+    Ok(())
 }
 
 /// The source packets (block fragments, in block order) wholly inside the
@@ -822,18 +851,14 @@ impl AgentActor {
         if !self.live.is_alive() {
             return;
         }
-        // The offer comes from a peer: bound the work it asks of this host
-        // (the same limits cluster.toml puts on a task) before anything runs.
-        if offer.tokens.len() > offer.layout.n_tokens as usize
-            || offer.decode_tokens > MAX_DECODE_TOKENS
-            || offer.k == 0
-            || offer.k > MAX_CODING_WINDOW
-        {
+        // The offer comes from a peer: bound the work and the memory it asks
+        // of this host (the limits cluster.toml puts on a task, and this
+        // agent's KV budget, `kv_cache`) before anything is allocated.
+        if let Err(why) = offer_within_limits(&offer, self.s.cache.capacity_bytes()) {
             self.event(
                 "handoff.error",
                 serde_json::json!({"handoff": offer.handoff, "from": self.name_of(from),
-                    "error": format!("offer refused: {} context tokens for a {}-token layout, {} decode tokens (at most {MAX_DECODE_TOKENS}), coding window {} (1 to {MAX_CODING_WINDOW})",
-                        offer.tokens.len(), offer.layout.n_tokens, offer.decode_tokens, offer.k)}),
+                    "error": format!("offer refused: {why}")}),
             );
             return;
         }
@@ -1238,5 +1263,52 @@ mod tests {
             edgemu_handoff::scenario::DEFAULT_K
         );
         const _: () = assert!(edgemu_handoff::scenario::DEFAULT_K <= super::MAX_CODING_WINDOW);
+    }
+
+    fn offer(layout: edgemu_handoff::BlockLayout) -> super::HandoffOffer {
+        super::HandoffOffer {
+            handoff: 1,
+            t0_ns: 0,
+            deadline_ns: 1_000_000_000,
+            rho: 0.8,
+            layout,
+            utilities: vec![1.0; layout.n_blocks() as usize],
+            tokens: vec![1; layout.n_tokens as usize],
+            context_id: "c".into(),
+            scheme: edgemu_handoff::Scheme::PriorityFec,
+            policy: "p".into(),
+            policy_version: "1".into(),
+            rebuild: edgemu_config::RebuildMode::ZeroFill,
+            decode_tokens: 8,
+            k: 256,
+            feedback_every: 4,
+            source_packets: layout.n_source_packets(),
+            cache_hit: false,
+            kernel_tcp: None,
+        }
+    }
+
+    #[test]
+    fn an_offer_is_held_to_the_tasks_limits_and_the_agents_kv_budget() {
+        use edgemu_handoff::BlockLayout;
+        let budget = 256 << 20;
+        // SmolLM2 at the longest context cluster.toml allows: 94 MB.
+        let longest = BlockLayout::smollm2(super::MAX_CONTEXT_TOKENS).expect("layout");
+        assert_eq!(super::offer_within_limits(&offer(longest), budget), Ok(()));
+        // A layout BlockLayout::new accepts but no task makes: 64 GiB of KV.
+        let huge = BlockLayout::new(4096, 4096, 16, 65536).expect("a checked layout");
+        let why = super::offer_within_limits(&offer(huge), budget).expect_err("refused");
+        assert!(why.contains("kv_cache"), "{why}");
+        let long = BlockLayout::smollm2(super::MAX_CONTEXT_TOKENS + 16).expect("layout");
+        let why = super::offer_within_limits(&offer(long), u64::MAX).expect_err("refused");
+        assert!(why.contains("at most 4096"), "{why}");
+        // Within the task's limits but over a small agent's budget.
+        assert!(super::offer_within_limits(&offer(longest), 1 << 20).is_err());
+        let mut o = offer(longest);
+        o.decode_tokens = super::MAX_DECODE_TOKENS + 1;
+        assert!(super::offer_within_limits(&o, budget).is_err());
+        let mut o = offer(longest);
+        o.k = 0;
+        assert!(super::offer_within_limits(&o, budget).is_err());
     }
 }
