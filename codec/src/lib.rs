@@ -5,8 +5,11 @@
 //!   binary websocket frame that carries envelopes and mesh messages, and the
 //!   host-to-host handshake (version, config digest, HMAC challenge).
 //! - [`fec`]: streaming random linear FEC over GF(2^8) for the KV-cache handoff.
+//! - [`openai`]: OpenAI's API at the edge: request and response bodies, HTTP
+//!   heads, chunked bodies and server-sent events.
 
 pub mod fec;
+mod http;
 pub mod ids;
 pub mod openai;
 pub mod wire;

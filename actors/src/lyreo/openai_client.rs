@@ -2,12 +2,15 @@
 //! actor to use an external serving stack (llama.cpp's server, vLLM,
 //! another edgemu gateway) as its backend: one HTTP/1.1 request per
 //! completion, `stream: true`, the answer read as server-sent events.
-//! Every wait has the request's timeout; a malformed answer is an error
-//! that says what was wrong, never a panic.
+//! Every wait has the request's timeout. What the backend sends is decoded
+//! by `edgemu_codec::openai` (response head, chunked body, events), which
+//! bounds what it holds and is fuzzed; a malformed answer is an error that
+//! says what was wrong, never a panic.
 
+use edgemu_codec::openai::response::{parse_response_head, BodyDecoder, RESPONSE_HEAD_LIMIT};
 use edgemu_codec::openai::sse::{parse_event, Event, SseReader};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Where and what to ask.
@@ -112,32 +115,43 @@ pub async fn stream(
         s.write_all(&request_bytes(e, c))
             .await
             .map_err(|err| format!("sending to {}: {err}", e.authority))?;
-        let mut r = BufReader::new(s);
-        let (status, chunked) = read_head(&mut r).await?;
-        if status != 200 {
-            let mut body = String::new();
-            let _ = r.take(4096).read_to_string(&mut body).await;
-            let body: String = body.chars().take(200).collect();
-            return Err(format!("the backend answered {status}: {body}"));
+        // The head, read up to its limit; what came after it is the body's.
+        let mut head = Vec::with_capacity(4096);
+        let h = loop {
+            let room = (RESPONSE_HEAD_LIMIT + 1).saturating_sub(head.len()) as u64;
+            let n = (&mut s)
+                .take(room)
+                .read_buf(&mut head)
+                .await
+                .map_err(|e| format!("reading the answer's head: {e}"))?;
+            if let Some(h) = parse_response_head(&head)? {
+                break h;
+            }
+            if n == 0 {
+                return Err("the backend closed the connection before answering".into());
+            }
+        };
+        let mut body = BodyDecoder::for_head(&h);
+        let mut bytes = Vec::new();
+        let ended = body.push(&head[h.len..], &mut bytes)?;
+        if h.status != 200 {
+            if !ended {
+                let mut raw = Vec::new();
+                let _ = (&mut s).take(4096).read_to_end(&mut raw).await;
+                let _ = body.push(&raw, &mut bytes);
+            }
+            let text: String = String::from_utf8_lossy(&bytes).chars().take(200).collect();
+            return Err(format!("the backend answered {}: {text}", h.status));
         }
         let mut events = SseReader::default();
         let mut texts: u64 = 0;
         // A backend streams about one event per token; one that goes on far
         // past `max_tokens` is not answering this request.
         let most = u64::from(c.max_tokens).saturating_mul(2).saturating_add(16);
-        let mut buf = Vec::new();
+        let mut raw = Vec::with_capacity(16 * 1024);
+        let mut ended = ended;
         loop {
-            buf.clear();
-            let done = if chunked {
-                read_chunk(&mut r, &mut buf).await?
-            } else {
-                let n = r
-                    .read_buf(&mut buf)
-                    .await
-                    .map_err(|err| format!("reading the stream: {err}"))?;
-                n == 0
-            };
-            for data in events.push(&buf)? {
+            for data in events.push(&bytes)? {
                 match parse_event(&data)? {
                     Event::Text(t) => {
                         texts += 1;
@@ -153,77 +167,21 @@ pub async fn stream(
                     Event::Empty => {}
                 }
             }
-            if done {
+            if ended {
                 return Err("the stream ended without [DONE]".into());
             }
+            bytes.clear();
+            raw.clear();
+            let n = s
+                .read_buf(&mut raw)
+                .await
+                .map_err(|err| format!("reading the stream: {err}"))?;
+            ended = body.push(&raw, &mut bytes)? || n == 0;
         }
     };
     tokio::time::timeout(c.timeout, run)
         .await
         .map_err(|_| format!("no end of the stream within {:?}", c.timeout))?
-}
-
-/// Largest answer head.
-const HEAD_LIMIT: usize = 16 * 1024;
-/// Largest chunk-size line read.
-const CHUNK_LINE_LIMIT: u64 = 256;
-
-/// The status and whether the body is chunked.
-async fn read_head(r: &mut BufReader<TcpStream>) -> Result<(u16, bool), String> {
-    let mut head = Vec::new();
-    loop {
-        // A line is read only up to the head's limit, however long it is.
-        let room = (HEAD_LIMIT + 1).saturating_sub(head.len()) as u64;
-        let n = (&mut *r)
-            .take(room)
-            .read_until(b'\n', &mut head)
-            .await
-            .map_err(|e| format!("reading the answer's head: {e}"))?;
-        if n == 0 {
-            return Err("the backend closed the connection before answering".into());
-        }
-        if head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n") {
-            break;
-        }
-        if head.len() > HEAD_LIMIT {
-            return Err("the answer's head is over 16 KiB".into());
-        }
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut resp = httparse::Response::new(&mut headers);
-    resp.parse(&head)
-        .map_err(|e| format!("a malformed HTTP answer: {e}"))?;
-    let status = resp.code.ok_or("an HTTP answer without a status")?;
-    let chunked = resp.headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("transfer-encoding")
-            && String::from_utf8_lossy(h.value)
-                .to_ascii_lowercase()
-                .contains("chunked")
-    });
-    Ok((status, chunked))
-}
-
-/// Appends one chunk's data to `out`; true at the last (empty) chunk.
-async fn read_chunk(r: &mut BufReader<TcpStream>, out: &mut Vec<u8>) -> Result<bool, String> {
-    let mut line = String::new();
-    // A chunk-size line is a few hex digits (and maybe an extension).
-    (&mut *r)
-        .take(CHUNK_LINE_LIMIT)
-        .read_line(&mut line)
-        .await
-        .map_err(|e| format!("reading a chunk size: {e}"))?;
-    let size = line.trim().split(';').next().unwrap_or("");
-    let n = usize::from_str_radix(size, 16).map_err(|_| format!("a bad chunk size {size:?}"))?;
-    if n > 16 << 20 {
-        return Err(format!("a chunk of {n} bytes"));
-    }
-    let start = out.len();
-    out.resize(start + n + 2, 0);
-    r.read_exact(&mut out[start..])
-        .await
-        .map_err(|e| format!("reading a chunk: {e}"))?;
-    out.truncate(start + n);
-    Ok(n == 0)
 }
 
 #[cfg(test)]

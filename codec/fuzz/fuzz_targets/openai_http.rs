@@ -1,11 +1,13 @@
 //! What an OpenAI client or serving stack can send a gateway or an
 //! `openai` server, as any bytes: the HTTP request head, the request body
-//! for both endpoints, and a server-sent event stream split at any point.
-//! Never a panic; a body that checks out renders the responses it needs.
+//! for both endpoints, a backend's response head and (chunked) body, and a
+//! server-sent event stream, each split at any point. Never a panic; a body
+//! that checks out renders the responses it needs.
 #![no_main]
 
 use edgemu_codec::openai::api::{self, Endpoint, Reply, Usage};
 use edgemu_codec::openai::http_head::parse_head;
+use edgemu_codec::openai::response::{parse_response_head, BodyDecoder, RESPONSE_HEAD_LIMIT};
 use edgemu_codec::openai::sse::{parse_event, SseReader};
 use libfuzzer_sys::fuzz_target;
 
@@ -31,4 +33,26 @@ fuzz_target!(|data: &[u8]| {
             let _ = parse_event(&ev);
         }
     }
+    // A backend's answer as the `openai` client reads it: head, body (both
+    // codings), events; a chunked body cut at `cut` decodes as it does whole.
+    if let Ok(Some(h)) = parse_response_head(data) {
+        assert!(h.len <= data.len() && h.len <= RESPONSE_HEAD_LIMIT);
+        let body = &data[h.len..];
+        let mut d = BodyDecoder::for_head(&h);
+        let mut out = Vec::new();
+        if d.push(body, &mut out).is_ok() {
+            let _ = SseReader::default().push(&out);
+        }
+    }
+    let (mut whole, mut split) = (BodyDecoder::chunked(), BodyDecoder::chunked());
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let at_once = whole.push(data, &mut a);
+    let mut in_two = split.push(&data[..cut], &mut b);
+    if matches!(in_two, Ok(false)) {
+        in_two = split.push(&data[cut..], &mut b);
+    }
+    if let (Ok(e1), Ok(e2)) = (&at_once, &in_two) {
+        assert_eq!((e1, &a), (e2, &b));
+    }
+    assert_eq!(at_once.is_ok(), in_two.is_ok());
 });

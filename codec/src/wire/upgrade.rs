@@ -11,6 +11,7 @@
 //! this way. Heads come from peers: every check returns an error, never
 //! panics (fuzzed by `codec/fuzz`'s `ws_upgrade`).
 
+use crate::http::{header, lists};
 use base64::Engine as _;
 use sha1::{Digest, Sha1};
 
@@ -55,19 +56,6 @@ pub fn client_request(host: &str, path: &str, key: &str) -> String {
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
-}
-
-fn header<'a>(headers: &'a [httparse::Header<'a>], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case(name))
-        .and_then(|h| std::str::from_utf8(h.value).ok())
-        .map(str::trim)
-}
-
-/// Whether a comma-separated header value lists `token` (case-insensitive).
-fn lists(value: Option<&str>, token: &str) -> bool {
-    value.is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
 /// A parse of a whole head (`what`: request or response), or why not.
