@@ -15,6 +15,7 @@ pub mod host;
 pub mod kv_retention;
 pub mod mesh;
 pub mod metrics;
+pub mod netns;
 pub mod plots;
 pub mod profile_kv;
 pub mod report;

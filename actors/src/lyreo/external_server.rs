@@ -340,8 +340,11 @@ impl ExternalServerActor {
                 self.streams.remove(id);
             }
             self.lost_in_slot += lost.len();
-            self.early
-                .retain(|_, (_, arrival)| *arrival + 2 * self.s.slot_ns > now);
+            // As a server's `UploadGathering::close_slot`: an upload whose
+            // `Expect` has not come within a slot of its arrival will not be
+            // matched any more.
+            let horizon = now.saturating_sub(self.s.slot_ns);
+            self.early.retain(|_, (_, arrival)| *arrival >= horizon);
             if !self.liveness.is_alive() {
                 self.load.end_slot(self.s.slot_ns, now);
                 continue;

@@ -54,22 +54,7 @@ pub(crate) fn in_netns<T: Send + 'static>(
     netns: &str,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> std::thread::JoinHandle<Result<T>> {
-    let path = std::path::Path::new("/run/netns").join(netns);
-    std::thread::spawn(move || {
-        enter(&path)?;
-        f()
-    })
-}
-
-fn enter(path: &std::path::Path) -> Result<()> {
-    let ns = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: setns on a valid namespace file descriptor changes only
-    // this thread's network namespace.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("entering {} (root is needed)", path.display()));
-    }
-    Ok(())
+    crate::netns::spawn_in(netns, |_| {}, f)
 }
 
 /// [`in_netns`] for a stream: a failure to enter the namespace is
@@ -79,21 +64,17 @@ fn stream_in_netns<T: Send + 'static>(
     progress: Arc<StreamProgress>,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> std::thread::JoinHandle<Result<T>> {
-    let path = std::path::Path::new("/run/netns").join(netns);
-    std::thread::spawn(move || {
-        if let Err(e) = enter(&path) {
+    crate::netns::spawn_in(
+        netns,
+        move |e| {
             progress.fail(format!("{e:#}"));
             progress.finish();
-            return Err(e);
-        }
-        f()
-    })
+        },
+        f,
+    )
 }
 
-pub(crate) fn joined<T>(h: std::thread::JoinHandle<Result<T>>, what: &str) -> Result<T> {
-    h.join()
-        .map_err(|_| anyhow::anyhow!("the {what} thread panicked"))?
-}
+pub(crate) use crate::netns::joined;
 
 /// The sender's kernel counters (`TCP_INFO`).
 fn tcp_info(s: &TcpStream) -> (u64, u64) {

@@ -20,7 +20,7 @@ pub mod kernel_tcp;
 pub mod pair;
 
 use actix::prelude::*;
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use edgemu_actors::clock::Clock;
 use edgemu_actors::messages::{Deliver, Route};
 use edgemu_codec::ids::{ActorId, LinkId};
@@ -38,58 +38,13 @@ pub const DEVICE: &str = "edgemu0";
 /// Packets read from the device per message to the actor, at most.
 const READ_BATCH: usize = 64;
 
-/// A namespace edgemu made; removed by [`AttachGuard::close`] or on drop.
-struct Netns(String);
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .context("running `ip` (iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "`ip {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-impl Netns {
-    fn create(name: &str) -> Result<Netns> {
-        if std::path::Path::new("/run/netns").join(name).exists() {
-            bail!("network namespace {name:?} already exists (from another run?); remove it with `ip netns del {name}` or choose another `netns`");
-        }
-        ip(&["netns", "add", name])?;
-        let ns = Netns(name.to_string());
-        ip(&["-n", name, "link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.0]);
-    }
-}
-
 /// Builds the TUN device inside namespace `netns` (a short-lived thread
 /// enters it: a thread's namespace is its own). The file opened is
 /// `/run/netns/<netns>`, whose name the config checked (letters, digits,
 /// `-`, `_`, `.`; no `/`), at start, on that thread, never an actor's.
 fn device_in(netns: &str, spec: &AttachSpec) -> Result<SyncDevice> {
-    let path = std::path::Path::new("/run/netns").join(netns);
     let (addr, prefix, mtu) = (spec.address, spec.prefix, spec.mtu);
-    std::thread::spawn(move || -> Result<SyncDevice> {
-        let f =
-            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: setns on a valid namespace file descriptor changes only
-        // this thread's network namespace.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("entering {} (root is needed)", path.display()));
-        }
+    crate::netns::run_in(netns, move || -> Result<SyncDevice> {
         let dev = DeviceBuilder::new()
             .name(DEVICE)
             .ipv4(addr, prefix, None)
@@ -101,8 +56,6 @@ fn device_in(netns: &str, spec: &AttachSpec) -> Result<SyncDevice> {
             .context("making the TUN device non-blocking")?;
         Ok(dev)
     })
-    .join()
-    .map_err(|_| anyhow::anyhow!("the namespace thread panicked"))?
 }
 
 /// Counters of one attach point.
@@ -172,7 +125,7 @@ impl Handler<Deliver> for AttachActor {
 pub struct AttachGuard {
     stop: Arc<AtomicBool>,
     reader: Mutex<Option<std::thread::JoinHandle<()>>>,
-    netns: Mutex<Option<Netns>>,
+    netns: Mutex<Option<crate::netns::Netns>>,
     pub name: String,
     pub counters: Arc<AttachCounters>,
 }
@@ -188,7 +141,7 @@ impl AttachGuard {
             let c = &self.counters;
             tracing::info!(
                 attach = %self.name,
-                netns = %ns.0,
+                netns = %ns.name(),
                 read = c.read_packets.load(Ordering::Relaxed),
                 written = c.written_packets.load(Ordering::Relaxed),
                 write_dropped = c.write_dropped.load(Ordering::Relaxed),
@@ -213,7 +166,8 @@ pub fn spawn(
     clock: Clock,
     router: Recipient<Route>,
 ) -> Result<(Recipient<Deliver>, AttachGuard)> {
-    let ns = Netns::create(&spec.netns).with_context(|| format!("attach point {name:?}"))?;
+    let ns = crate::netns::Netns::create(&spec.netns)
+        .with_context(|| format!("attach point {name:?}"))?;
     let dev =
         Arc::new(device_in(&spec.netns, spec).with_context(|| format!("attach point {name:?}"))?);
     let counters = Arc::new(AttachCounters::default());

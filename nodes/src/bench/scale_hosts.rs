@@ -29,6 +29,7 @@
 
 use super::common::{http_get_at, ScratchDir};
 use super::scale::{gpu_classes, router_dropped, Outcomes, LATE_MS};
+use crate::netns::{ip, Netns};
 use anyhow::{bail, Context as _, Result};
 use edgemu_actors::router::RouterCounters;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -49,23 +50,9 @@ fn host_ip(k: usize) -> Ipv4Addr {
 /// Network namespaces for `n` hosts on one bridge; deleted on drop.
 pub struct NetnsHosts {
     prefix: String,
-    created: Vec<String>,
+    /// The bridge's namespace first, then the hosts'.
+    created: Vec<Netns>,
     n: usize,
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .with_context(|| format!("running `ip {}`", args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "`ip {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 impl NetnsHosts {
@@ -92,7 +79,6 @@ impl NetnsHosts {
         };
         let br = me.bridge();
         me.add(&br)?;
-        ip(&["-n", &br, "link", "set", "lo", "up"])?;
         ip(&["-n", &br, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &br, "link", "set", "br0", "up"])?;
         for k in 0..n {
@@ -108,14 +94,12 @@ impl NetnsHosts {
             let addr = format!("{}/24", host_ip(k));
             ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
             ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         }
         Ok(me)
     }
 
     fn add(&mut self, ns: &str) -> Result<()> {
-        ip(&["netns", "add", ns])?;
-        self.created.push(ns.to_string());
+        self.created.push(Netns::create(ns)?);
         Ok(())
     }
 
@@ -131,8 +115,9 @@ impl NetnsHosts {
 
 impl Drop for NetnsHosts {
     fn drop(&mut self) {
-        for ns in self.created.iter().rev() {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        // The hosts' namespaces go before the bridge's.
+        while let Some(ns) = self.created.pop() {
+            drop(ns);
         }
     }
 }
@@ -218,21 +203,11 @@ pub(super) fn spread_toml(n: usize, users: usize, seconds: u64, results: &str) -
 /// Reads `url_path` from host `k`'s control address, from inside its
 /// namespace (on a thread that joins it; the caller's thread stays put).
 fn snapshot_in(ns: &str, k: usize) -> Option<serde_json::Value> {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        use std::os::fd::AsRawFd as _;
-        let f = std::fs::File::open(&path).ok()?;
-        // SAFETY: setns only switches this (short-lived, spawned) thread's
-        // network namespace to the one `f` refers to; `f` stays open for
-        // the call.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return None;
-        }
+    crate::netns::run_in(ns, move || {
         let addr = SocketAddr::from((host_ip(k), CONTROL_PORT));
-        http_get_at(addr, "/api/snapshot", "application/json")
-            .and_then(|(_, body)| serde_json::from_str(&body).ok())
+        Ok(http_get_at(addr, "/api/snapshot", "application/json")
+            .and_then(|(_, body)| serde_json::from_str(&body).ok()))
     })
-    .join()
     .ok()
     .flatten()
 }
