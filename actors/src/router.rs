@@ -52,7 +52,8 @@ pub struct RouterCounters {
 /// Bounds the envelopes from peers waiting in the router's mailbox: the mesh
 /// [`InboundGate::admit`]s each one before sending it and the router lets it
 /// go when handled, so a flood from a peer is dropped and counted, never
-/// queued without limit.
+/// queued without limit. An attach point bounds the packets its reader
+/// thread hands its actor the same way.
 #[derive(Debug)]
 pub struct InboundGate {
     pending: std::sync::atomic::AtomicUsize,

@@ -17,7 +17,8 @@
 //! clock. Every wait has a timeout: a stream ends when every byte has
 //! been read, when it is stopped, or at its horizon (the sender then
 //! resets the connection); the receiver gives up at its own deadline, and
-//! a `connect` or `accept` waits at most [`CONNECT_TIMEOUT`].
+//! a `connect` or `accept` waits at most [`CONNECT_TIMEOUT`] (a `connect`
+//! no longer than the sender's horizon).
 
 use anyhow::{bail, Context as _, Result};
 use edgemu_actors::handoff::stream::{KernelStreams, StreamProgress};
@@ -246,7 +247,12 @@ pub fn spawn_sender(
         let run = || -> Result<()> {
             let dest = SocketAddr::V4(dest);
             let mut s = loop {
-                match TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT) {
+                // A connect never outlasts the horizon (the SYN may be lost).
+                let left = horizon.saturating_sub(t0.elapsed()).min(CONNECT_TIMEOUT);
+                if left.is_zero() {
+                    bail!("no connection to {dest} within {horizon:?}");
+                }
+                match TcpStream::connect_timeout(&dest, left) {
                     Ok(s) => break s,
                     Err(e)
                         if e.kind() == std::io::ErrorKind::ConnectionRefused

@@ -23,6 +23,7 @@ use actix::prelude::*;
 use anyhow::{Context as _, Result};
 use edgemu_actors::clock::Clock;
 use edgemu_actors::messages::{Deliver, Route};
+use edgemu_actors::router::InboundGate;
 use edgemu_codec::ids::{ActorId, LinkId};
 use edgemu_config::attach::AttachSpec;
 use edgemu_protocol::{Envelope, Msg};
@@ -37,6 +38,10 @@ pub const DEVICE: &str = "edgemu0";
 
 /// Packets read from the device per message to the actor, at most.
 const READ_BATCH: usize = 64;
+/// Packets read and not yet taken by the actor, at most: past this the
+/// reader drops what it reads (counted), as a NIC drops when its ring is
+/// full, instead of growing the actor's mailbox without limit.
+const READ_BACKLOG: usize = 4096;
 
 /// Builds the TUN device inside namespace `netns` (a short-lived thread
 /// enters it: a thread's namespace is its own). The file opened is
@@ -59,12 +64,26 @@ fn device_in(netns: &str, spec: &AttachSpec) -> Result<SyncDevice> {
 }
 
 /// Counters of one attach point.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct AttachCounters {
     pub read_packets: AtomicU64,
     pub written_packets: AtomicU64,
     /// Packets the device would not take (its queue full) or that failed.
     pub write_dropped: AtomicU64,
+    /// Packets read and not yet taken by the actor; its drops are the
+    /// packets read while the actor was [`READ_BACKLOG`] behind.
+    pub backlog: InboundGate,
+}
+
+impl Default for AttachCounters {
+    fn default() -> Self {
+        AttachCounters {
+            read_packets: AtomicU64::new(0),
+            written_packets: AtomicU64::new(0),
+            write_dropped: AtomicU64::new(0),
+            backlog: InboundGate::new(READ_BACKLOG),
+        }
+    }
 }
 
 /// Packets read from the device, to send.
@@ -90,6 +109,7 @@ impl Actor for AttachActor {
 impl Handler<Outbound> for AttachActor {
     type Result = ();
     fn handle(&mut self, m: Outbound, _: &mut Context<Self>) {
+        self.counters.backlog.done_many(m.0.len());
         let now = self.clock.now_ns();
         for p in m.0 {
             self.router.do_send(Route(Envelope {
@@ -143,6 +163,7 @@ impl AttachGuard {
                 attach = %self.name,
                 netns = %ns.name(),
                 read = c.read_packets.load(Ordering::Relaxed),
+                read_dropped = c.backlog.dropped(),
                 written = c.written_packets.load(Ordering::Relaxed),
                 write_dropped = c.write_dropped.load(Ordering::Relaxed),
                 "attach point closed (packets read from and written to its device)"
@@ -241,7 +262,10 @@ fn read_loop(
             counters
                 .read_packets
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            out.do_send(Outbound(batch));
+            batch.truncate(counters.backlog.admit_many(batch.len()));
+            if !batch.is_empty() {
+                out.do_send(Outbound(batch));
+            }
         }
     }
 }
