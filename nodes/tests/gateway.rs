@@ -687,6 +687,16 @@ delay = "5ms"
 /// by llama.cpp with the model's own text. Runs where that package and the
 /// model are installed (CI does not build llama.cpp: ~5 min on 2 cores; it
 /// runs the same path against an edgemu gateway above).
+/// A child process killed when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn llama_cpp_serves_as_an_edge_server_where_installed() {
     let has = std::process::Command::new("python3")
@@ -705,14 +715,16 @@ fn llama_cpp_serves_as_an_edge_server_where_installed() {
     }
     let p: Vec<u16> = (0..5).map(|_| free_port()).collect();
     let llama = p[4];
-    let mut server = std::process::Command::new("python3")
-        .args(["-m", "llama_cpp.server", "--model"])
-        .arg(&model)
-        .args(["--port", &llama.to_string(), "--n_ctx", "2048"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start llama.cpp's server");
+    let server = KillOnDrop(
+        std::process::Command::new("python3")
+            .args(["-m", "llama_cpp.server", "--model"])
+            .arg(&model)
+            .args(["--port", &llama.to_string(), "--n_ctx", "2048"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start llama.cpp's server"),
+    );
     let t0 = Instant::now();
     while TcpStream::connect(("127.0.0.1", llama)).is_err() {
         assert!(
@@ -802,8 +814,7 @@ delay = "10ms"
         "/v1/completions",
         Some(json!({"model": "smollm2", "prompt": prompt, "max_tokens": 24, "temperature": 0})),
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     run.stop();
     assert_eq!(r.status, 200, "{}", r.body);
     let answer = r.json()["choices"][0]["message"]["content"]
