@@ -294,14 +294,36 @@ impl Liveness {
     }
 }
 
-/// An actor that `actor.kill … for = D` can kill. Its automatic restart is
-/// scheduled by [`restart_later`], the one place that checks the kill's
-/// epoch (a manual restart and a new kill in between make it stale).
+/// An actor that `actor.kill` can kill and `actor.restart` (or the kill's
+/// own `for = D`) brings back. [`restart`] answers `actor.restart` and
+/// [`restart_later`] schedules the automatic restart: the one place that
+/// checks a kill's epoch (a manual restart and a new kill in between make
+/// it stale). An actor says only what coming back means for it.
 pub trait SelfRestart: Actor<Context = Context<Self>> {
     fn liveness(&mut self) -> &mut Liveness;
-    /// The kill's `for` ran out and that kill is still in force: come back
-    /// as `actor.restart` would, and record it.
-    fn restart_by_itself(&mut self, ctx: &mut Context<Self>);
+    /// Run time now, ns.
+    fn now_ns(&self) -> u64;
+    /// What the actor is after a restart, for the reply and the event log
+    /// (`"restarted, empty"`).
+    fn restarted_detail(&self) -> &'static str;
+    /// Brings the actor back (its liveness already says alive): clears
+    /// what its kill left and shows it up again.
+    fn come_back(&mut self, _ctx: &mut Context<Self>) {}
+    /// Records a restart that took effect at `at_ns` in the event log:
+    /// `by` the command's source, `None` when the kill's `for` ran out. (A
+    /// command is also recorded by the control plane.)
+    fn log_restart(&mut self, at_ns: u64, by: Option<&str>);
+}
+
+/// `actor.restart` of `act`, asked by `by`: nothing when it is alive.
+pub fn restart<A: SelfRestart>(act: &mut A, by: &str, ctx: &mut Context<A>) -> FaultReply {
+    if !act.liveness().restart() {
+        return FaultReply::unchanged(act.now_ns(), "not dead; nothing to restart");
+    }
+    act.come_back(ctx);
+    let at = act.now_ns();
+    act.log_restart(at, Some(by));
+    FaultReply::restarted(at, true, act.restarted_detail())
 }
 
 /// Schedules the automatic restart that ends the kill of `epoch` after
@@ -314,7 +336,9 @@ pub fn restart_later<A: SelfRestart>(
     if let Some(after) = after {
         ctx.run_later(after, move |act, ctx| {
             if act.liveness().auto_restart(epoch) {
-                act.restart_by_itself(ctx);
+                act.come_back(ctx);
+                let at = act.now_ns();
+                act.log_restart(at, None);
             }
         });
     }

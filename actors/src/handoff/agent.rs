@@ -30,7 +30,7 @@ use crate::external::{ExternalDecider, ExternalLive, Outcome};
 use crate::link_actor::{LinkActor, OfferAt};
 use crate::lyreo::records::CsvTable;
 use crate::messages::{
-    restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
+    restart, restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
 use edgemu_config::agent::KERNEL_TCP_SCHEME;
 use edgemu_config::agent::{MAX_CODING_WINDOW, MAX_CONTEXT_TOKENS, MAX_DECODE_TOKENS};
@@ -1228,19 +1228,7 @@ impl Handler<ActorFault> for AgentActor {
                     until_ns,
                 )
             }
-            ActorFault::Restart { by } => {
-                if self.live.restart() {
-                    self.event("agent.restart", serde_json::json!({"by": by}));
-                    FaultReply {
-                        at_ns: now,
-                        changed: true,
-                        dropped: 0,
-                        detail: "idle, ready for the next handoff".into(),
-                    }
-                } else {
-                    FaultReply::unchanged(now, "already alive")
-                }
-            }
+            ActorFault::Restart { by } => restart(self, &by, ctx),
         }
     }
 }
@@ -1249,8 +1237,17 @@ impl SelfRestart for AgentActor {
     fn liveness(&mut self) -> &mut Liveness {
         &mut self.live
     }
-    fn restart_by_itself(&mut self, _: &mut Context<Self>) {
-        self.event("agent.restart", serde_json::json!({"by": "kill for"}));
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn restarted_detail(&self) -> &'static str {
+        "idle, ready for the next handoff"
+    }
+    fn log_restart(&mut self, _: u64, by: Option<&str>) {
+        self.event(
+            "agent.restart",
+            serde_json::json!({"by": by.unwrap_or("kill for")}),
+        );
     }
 }
 

@@ -39,7 +39,7 @@ use super::records::CsvTable;
 use crate::clock::Clock;
 use crate::events::ActorLog;
 use crate::messages::{
-    restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
+    restart, restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
@@ -478,13 +478,7 @@ impl Handler<ActorFault> for ExternalServerActor {
     fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
         match msg {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
-            ActorFault::Restart { .. } => {
-                let changed = self.liveness.restart();
-                if changed {
-                    self.s.live.server(&self.s.name, |l| l.down = false);
-                }
-                FaultReply::restarted(self.clock.now_ns(), changed, "restarted, empty")
-            }
+            ActorFault::Restart { by } => restart(self, &by, ctx),
         }
     }
 }
@@ -493,11 +487,20 @@ impl SelfRestart for ExternalServerActor {
     fn liveness(&mut self) -> &mut Liveness {
         &mut self.liveness
     }
-    fn restart_by_itself(&mut self, _: &mut Context<Self>) {
-        let at = self.clock.now_ns();
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn restarted_detail(&self) -> &'static str {
+        "restarted, empty"
+    }
+    fn come_back(&mut self, _: &mut Context<Self>) {
         self.s.live.server(&self.s.name, |l| l.down = false);
-        self.s
-            .log
-            .self_restart(at, &self.s.name, "restarted by itself (kill `for`)");
+    }
+    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
+        if by.is_none() {
+            self.s
+                .log
+                .self_restart(at_ns, &self.s.name, self.restarted_detail());
+        }
     }
 }

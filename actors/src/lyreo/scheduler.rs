@@ -39,7 +39,7 @@ use crate::external::book::FallbackReason;
 use crate::external::client::PolicyEvent;
 use crate::external::{ExternalDecider, ExternalLive, Outcome};
 use crate::messages::{
-    restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
+    restart, restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
@@ -559,20 +559,6 @@ impl SchedulerActor {
         )
     }
 
-    /// Back from a kill: fresh Lyapunov queues, no reports, every server
-    /// available and seen now, server states as at the start.
-    fn restarted(&mut self) -> u64 {
-        let now = self.clock.now_ns();
-        self.core.restart(now);
-        let me = name(&self.s.names, self.s.id).to_string();
-        self.s.live.scheduler(&me, |l| {
-            for v in l.servers.values_mut() {
-                v.unavailable = false;
-            }
-        });
-        now
-    }
-
     /// Publishes the slot's policy, version and Z_s (see [`super::live`]).
     fn show(&self, t: u64) {
         let z = self.core.queues().z();
@@ -691,18 +677,7 @@ impl Handler<ActorFault> for SchedulerActor {
     fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
         match msg {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
-            ActorFault::Restart { .. } => {
-                if self.liveness.restart() {
-                    FaultReply {
-                        at_ns: self.restarted(),
-                        changed: true,
-                        dropped: 0,
-                        detail: "restarted: fresh Lyapunov queues, every server available".into(),
-                    }
-                } else {
-                    FaultReply::unchanged(self.clock.now_ns(), "not dead; nothing to restart")
-                }
-            }
+            ActorFault::Restart { by } => restart(self, &by, ctx),
         }
     }
 }
@@ -711,11 +686,28 @@ impl SelfRestart for SchedulerActor {
     fn liveness(&mut self) -> &mut Liveness {
         &mut self.liveness
     }
-    fn restart_by_itself(&mut self, _: &mut Context<Self>) {
-        let at = self.restarted();
-        let me = name(&self.s.names, self.s.id);
-        self.s
-            .log
-            .self_restart(at, me, "restarted by itself (kill `for`), fresh queues");
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn restarted_detail(&self) -> &'static str {
+        "restarted: fresh Lyapunov queues, every server available"
+    }
+    /// Back from a kill: fresh Lyapunov queues, no reports, every server
+    /// available and seen now, server states as at the start.
+    fn come_back(&mut self, _: &mut Context<Self>) {
+        let now = self.clock.now_ns();
+        self.core.restart(now);
+        let me = name(&self.s.names, self.s.id).to_string();
+        self.s.live.scheduler(&me, |l| {
+            for v in l.servers.values_mut() {
+                v.unavailable = false;
+            }
+        });
+    }
+    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
+        if by.is_none() {
+            let me = name(&self.s.names, self.s.id).to_string();
+            self.s.log.self_restart(at_ns, &me, self.restarted_detail());
+        }
     }
 }

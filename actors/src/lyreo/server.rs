@@ -29,7 +29,7 @@ use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
 use crate::messages::{
-    restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
+    restart, restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, LinkId};
@@ -310,16 +310,6 @@ impl<B: Backend + 'static> ServerActor<B> {
             ),
             until_ns,
         )
-    }
-
-    /// Back from a kill, empty; returns the run time.
-    fn restarted(&mut self, ctx: &mut Context<Self>) -> u64 {
-        let now = self.clock.now_ns();
-        // A core that had failed comes back usable (it was emptied by the crash).
-        self.failed = self.core.is_none();
-        self.s.live.server(&self.s.name, |l| l.down = false);
-        self.pump(ctx);
-        now
     }
 
     fn expect(&mut self, slot: u64, requests: Vec<Expected>, ctx: &mut Context<Self>) {
@@ -663,19 +653,7 @@ impl<B: Backend + 'static> Handler<ActorFault> for ServerActor<B> {
     fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
         match msg {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
-            ActorFault::Restart { .. } => {
-                if self.liveness.restart() {
-                    let at = self.restarted(ctx);
-                    FaultReply {
-                        at_ns: at,
-                        changed: true,
-                        dropped: 0,
-                        detail: "restarted, empty".into(),
-                    }
-                } else {
-                    FaultReply::unchanged(self.clock.now_ns(), "not dead; nothing to restart")
-                }
-            }
+            ActorFault::Restart { by } => restart(self, &by, ctx),
         }
     }
 }
@@ -684,10 +662,24 @@ impl<B: Backend + 'static> SelfRestart for ServerActor<B> {
     fn liveness(&mut self) -> &mut Liveness {
         &mut self.liveness
     }
-    fn restart_by_itself(&mut self, ctx: &mut Context<Self>) {
-        let at = self.restarted(ctx);
-        self.s
-            .log
-            .self_restart(at, &self.s.name, "restarted by itself (kill `for`), empty");
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn restarted_detail(&self) -> &'static str {
+        "restarted, empty"
+    }
+    /// Back from a kill, empty.
+    fn come_back(&mut self, ctx: &mut Context<Self>) {
+        // A core that had failed comes back usable (it was emptied by the crash).
+        self.failed = self.core.is_none();
+        self.s.live.server(&self.s.name, |l| l.down = false);
+        self.pump(ctx);
+    }
+    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
+        if by.is_none() {
+            self.s
+                .log
+                .self_restart(at_ns, &self.s.name, self.restarted_detail());
+        }
     }
 }

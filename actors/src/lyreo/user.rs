@@ -21,7 +21,7 @@ use super::records::{secs, CsvTable};
 use crate::clock::Clock;
 use crate::events::ActorLog;
 use crate::messages::{
-    restart_later, ActorFault, Deliver, FaultReply, Flush, Liveness, Route, SelfRestart,
+    restart, restart_later, ActorFault, Deliver, FaultReply, Flush, Liveness, Route, SelfRestart,
     StopSending,
 };
 use actix::prelude::*;
@@ -393,14 +393,7 @@ impl Handler<ActorFault> for UserActor {
     fn handle(&mut self, msg: ActorFault, ctx: &mut Context<Self>) -> Self::Result {
         match msg {
             ActorFault::Kill { until_ns, .. } => self.kill(until_ns, ctx),
-            ActorFault::Restart { .. } => {
-                let changed = self.liveness.restart();
-                FaultReply::restarted(
-                    self.clock.now_ns(),
-                    changed,
-                    "restarted; requests resume at the next slot",
-                )
-            }
+            ActorFault::Restart { by } => restart(self, &by, ctx),
         }
     }
 }
@@ -409,11 +402,18 @@ impl SelfRestart for UserActor {
     fn liveness(&mut self) -> &mut Liveness {
         &mut self.liveness
     }
-    fn restart_by_itself(&mut self, _: &mut Context<Self>) {
-        let at = self.clock.now_ns();
-        self.s
-            .log
-            .self_restart(at, &self.s.name, "restarted by itself (kill `for`)");
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+    fn restarted_detail(&self) -> &'static str {
+        "restarted; requests resume at the next slot"
+    }
+    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
+        if by.is_none() {
+            self.s
+                .log
+                .self_restart(at_ns, &self.s.name, self.restarted_detail());
+        }
     }
 }
 
