@@ -16,7 +16,8 @@ pub mod feedback;
 pub mod frame;
 
 pub use blocks::{
-    cell_utilities, placeholder_utilities, source_sequence, BlockLayout, SourceOrder,
+    cell_utilities, check_utilities, placeholder_utilities, source_sequence, BlockLayout,
+    SourceOrder,
 };
 pub use error::HandoffError;
 pub use feedback::Feedback;

@@ -11,7 +11,9 @@ use edgemu_codec::ids::{ActorId, LinkId};
 use edgemu_config::{HandoffDeadline, HandoffTask, RebuildMode};
 use edgemu_gpu::kv_cache::ContextKvCache;
 use edgemu_gpu::MissingRows;
-use edgemu_handoff::{Deadline, HandoffReceiver, HandoffScenario, ReceiverConfig, SchemeSpec};
+use edgemu_handoff::{
+    Deadline, HandoffReceiver, HandoffReport, HandoffScenario, ReceiverConfig, SchemeSpec,
+};
 use edgemu_links::LinkParams;
 use edgemu_policies::slot::{PolicySlot, RepairPolicies, RepairSpec};
 use edgemu_protocol::{Envelope, Msg};
@@ -60,8 +62,8 @@ fn clamp_u32(x: u64) -> u32 {
 
 /// Whether a peer's offer asks for no more than this agent gives: a context
 /// and a decode within cluster.toml's ranges, a coding window within its
-/// range, and KV (which the receiver holds whole until D) within the agent's
-/// `kv_cache` budget of `kv_budget` bytes.
+/// range, one finite utility per block, and KV (which the receiver holds
+/// whole until D) within the agent's `kv_cache` budget of `kv_budget` bytes.
 fn offer_within_limits(offer: &HandoffOffer, kv_budget: u64) -> Result<(), String> {
     let l = &offer.layout;
     if l.n_tokens > MAX_CONTEXT_TOKENS || offer.tokens.len() > l.n_tokens as usize {
@@ -83,6 +85,7 @@ fn offer_within_limits(offer: &HandoffOffer, kv_budget: u64) -> Result<(), Strin
             offer.k
         ));
     }
+    edgemu_handoff::check_utilities(l, &offer.utilities).map_err(|e| e.to_string())?;
     let bytes = l.total_bytes() as u64;
     if bytes > kv_budget {
         return Err(format!(
@@ -197,11 +200,33 @@ struct Streaming {
 struct Receiving {
     offer: HandoffOffer,
     from: ActorId,
-    core: HandoffReceiver,
-    /// `tcp-kernel`: the stream that brings the KV instead of frames.
-    stream: Option<Arc<StreamProgress>>,
+    incoming: Incoming,
     sender_counts: Option<(u32, u32)>,
     close: SpawnHandle,
+}
+
+/// How a handoff's KV arrives.
+enum Incoming {
+    /// Frames of the offer's scheme over the link, into the transport core.
+    Frames(Box<HandoffReceiver>),
+    /// `tcp-kernel`: a byte stream the host reads (no frames, and no
+    /// transport core holding a second copy of the KV).
+    Stream(Arc<StreamProgress>),
+}
+
+impl Receiving {
+    /// The transport core's figures; a stream's before its bytes are
+    /// counted at D.
+    fn report(&self) -> HandoffReport {
+        match &self.incoming {
+            Incoming::Frames(core) => core.report(),
+            Incoming::Stream(_) => HandoffReport {
+                n_blocks: self.offer.layout.n_blocks(),
+                n_source: self.offer.layout.n_source_packets(),
+                ..HandoffReport::default()
+            },
+        }
+    }
 }
 
 pub struct AgentActor {
@@ -866,22 +891,6 @@ impl AgentActor {
             ctx.cancel_future(old.close);
             self.record_aborted(old, "superseded by a newer handoff");
         }
-        let cfg = ReceiverConfig {
-            session: offer.handoff,
-            deadline_ns: offer.deadline_ns,
-            feedback_every: offer.feedback_every,
-            max_repair_count: offer.k,
-        };
-        let core = match HandoffReceiver::new(cfg, offer.layout, offer.utilities.clone().into()) {
-            Ok(c) => c,
-            Err(e) => {
-                self.event(
-                    "handoff.error",
-                    serde_json::json!({"handoff": offer.handoff, "from": self.name_of(from), "error": e.to_string()}),
-                );
-                return;
-            }
-        };
         let grace = if self.s.virtual_time {
             VIRTUAL_CLOSE_GRACE_NS
         } else {
@@ -892,15 +901,42 @@ impl AgentActor {
             .t0_ns
             .saturating_add(offer.deadline_ns)
             .saturating_add(grace);
-        let stream = offer.kernel_tcp.map(|port| match &self.s.streams {
-            Some(streams) => streams.receive(
-                from,
-                port,
-                offer.layout.total_bytes(),
-                self.clock.until(close_at) + STREAM_END_SLACK,
-            ),
-            None => StreamProgress::failed("tcp-kernel needs attach points at both ends of `via`"),
-        });
+        let incoming = match offer.kernel_tcp {
+            Some(port) => Incoming::Stream(match &self.s.streams {
+                Some(streams) => streams.receive(
+                    from,
+                    port,
+                    offer.layout.total_bytes(),
+                    self.clock.until(close_at) + STREAM_END_SLACK,
+                ),
+                None => {
+                    StreamProgress::failed("tcp-kernel needs attach points at both ends of `via`")
+                }
+            }),
+            None => {
+                let cfg = ReceiverConfig {
+                    session: offer.handoff,
+                    deadline_ns: offer.deadline_ns,
+                    feedback_every: offer.feedback_every,
+                    max_repair_count: offer.k,
+                };
+                let core = match HandoffReceiver::new(
+                    cfg,
+                    offer.layout,
+                    offer.utilities.clone().into(),
+                ) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.event(
+                            "handoff.error",
+                            serde_json::json!({"handoff": offer.handoff, "from": self.name_of(from), "error": e.to_string()}),
+                        );
+                        return;
+                    }
+                };
+                Incoming::Frames(Box::new(core))
+            }
+        };
         let close = ctx.run_later(self.clock.until(close_at), move |act, ctx| {
             act.close(from, ctx)
         });
@@ -909,8 +945,7 @@ impl AgentActor {
             Receiving {
                 offer,
                 from,
-                core,
-                stream,
+                incoming,
                 sender_counts: None,
                 close,
             },
@@ -924,10 +959,14 @@ impl AgentActor {
         let Some(r) = self.receiving.get_mut(&from) else {
             return;
         };
+        // A stream's handoff takes no frames.
+        let Incoming::Frames(core) = &mut r.incoming else {
+            return;
+        };
         let t = recv_ns.saturating_sub(r.offer.t0_ns);
         // A rejected frame is counted by the core.
-        let _ = r.core.handle_packet(t, bytes);
-        if let Some(fb) = r.core.poll_transmit(t) {
+        let _ = core.handle_packet(t, bytes);
+        if let Some(fb) = core.poll_transmit(t) {
             if let Some((link, addr)) = self.s.links_out.get(&from) {
                 addr.do_send(OfferAt {
                     envelope: Envelope {
@@ -946,7 +985,7 @@ impl AgentActor {
 
     fn base_record(&self, r: &Receiving) -> HandoffRecord {
         let o = &r.offer;
-        let rep = r.core.report();
+        let rep = r.report();
         HandoffRecord {
             handoff: o.handoff,
             from: self.name_of(r.from),
@@ -978,7 +1017,7 @@ impl AgentActor {
     }
 
     fn record_aborted(&self, r: Receiving, reason: &str) {
-        if let Some(stream) = &r.stream {
+        if let Incoming::Stream(stream) = &r.incoming {
             stream.stop();
         }
         let mut rec = self.base_record(&r);
@@ -1008,9 +1047,9 @@ impl AgentActor {
         let n = r.offer.decode_tokens as usize;
         let t0 = r.offer.t0_ns;
         let context = r.offer.tokens.clone();
-        let received = match &r.stream {
+        let received = match r.incoming {
             // The stream's in-order prefix, in block order.
-            Some(stream) => {
+            Incoming::Stream(stream) => {
                 stream.stop();
                 let bytes = stream.take_bytes();
                 let kv = ReceivedKv::from_prefix(r.offer.layout, &bytes);
@@ -1025,7 +1064,7 @@ impl AgentActor {
                 }
                 kv
             }
-            None => r.core.into_received(),
+            Incoming::Frames(core) => core.into_received(),
         };
         self.compute
             .send(Decode {
@@ -1079,7 +1118,7 @@ impl AgentActor {
                 if matches {
                     if let Some(mut r) = self.receiving.remove(&from) {
                         ctx.cancel_future(r.close);
-                        r.sender_counts = Some((r.core.report().frames_received, repair_sent));
+                        r.sender_counts = Some((r.report().frames_received, repair_sent));
                         self.record_aborted(r, &format!("sender {reason}"));
                     }
                 }
