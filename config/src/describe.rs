@@ -302,16 +302,14 @@ impl Cluster {
             ActorKind::Server(s) => format!(
                 "LYREO server: {} {}, uplink {} MHz, position {}",
                 s.gpu.name(),
-                match s.backend {
+                match &s.backend {
                     ServerBackend::Modeled => "(modeled backend)".to_string(),
                     ServerBackend::Real(RealModel::SmolLm2) =>
                         "(real backend: SmolLM2-135M on the CPU)".to_string(),
                     ServerBackend::Real(RealModel::Tiny) =>
                         "(real backend: tiny random Llama on the CPU)".to_string(),
-                    ServerBackend::OpenAi => match &s.openai {
-                        Some(o) => format!("(OpenAI-compatible backend: model {:?} at {})", o.model, o.url),
-                        None => "(OpenAI-compatible backend)".to_string(),
-                    },
+                    ServerBackend::OpenAi(o) =>
+                        format!("(OpenAI-compatible backend: model {:?} at {})", o.model, o.url),
                 },
                 s.bandwidth_hz / 1e6,
                 match s.position_m {

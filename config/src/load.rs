@@ -368,7 +368,7 @@ impl<'a> Loader<'a> {
         self.agent_references(&actor_entries, &actors, &links);
         if run.time == TimeMode::Virtual {
             for (a, e) in actors.iter().zip(&actor_entries) {
-                if matches!(&a.kind, ActorKind::Server(s) if s.backend == crate::ServerBackend::OpenAi)
+                if matches!(&a.kind, ActorKind::Server(s) if matches!(s.backend, crate::ServerBackend::OpenAi(_)))
                 {
                     self.report(
                         e.node,
@@ -700,12 +700,12 @@ impl<'a> Loader<'a> {
                         self.report(node, ActionError::invalid("server", format!(
                             "server {:?} is on another host; expected a server on this agent's host", s.name)));
                     }
-                    match (ss.backend, spec.model) {
-                        (crate::ServerBackend::Modeled | crate::ServerBackend::OpenAi, None) => {
+                    match (ss.backend.real_model(), spec.model) {
+                        (None, None) => {
                             self.report(node, ActionError::invalid("server", format!(
                                 "server {:?} has the modeled backend, whose cost model has no weights; give the agent `model = \"smollm2\"` (or \"tiny\") or bind it to a server with backend = \"real\"", s.name)));
                         }
-                        (crate::ServerBackend::Real(m), Some(am)) if m != am => {
+                        (Some(m), Some(am)) if m != am => {
                             self.report(node, ActionError::invalid("model", format!(
                                 "server {:?} runs {m:?} but the agent asks for {am:?}; a handed-off KV cache is only meaningful to the same model (remove `model` to use the server's)", s.name)));
                         }

@@ -202,22 +202,36 @@ pub enum RealModel {
 }
 
 /// What computes a server's batches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServerBackend {
     /// The GPU class's cost model (prefill rate, decode time vs. KV).
     Modeled,
     /// The candle Llama on the CPU, wall-clock timed.
     Real(RealModel),
     /// An OpenAI-compatible serving stack outside edgemu (`backend =
-    /// "openai"`, its address in [`ServerSpec::openai`]).
-    OpenAi,
+    /// "openai"`), and where it is.
+    OpenAi(OpenAiBackend),
+}
+
+impl ServerBackend {
+    /// The real model it runs, if it runs one in edgemu.
+    pub fn real_model(&self) -> Option<RealModel> {
+        match self {
+            ServerBackend::Real(m) => Some(*m),
+            ServerBackend::Modeled | ServerBackend::OpenAi(_) => None,
+        }
+    }
 }
 
 /// Where a `backend = "openai"` server sends its requests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenAiBackend {
-    /// Base URL of the API, `http://host:port/v1`.
+    /// Base URL of the API as written, `http://host:port/v1`.
     pub url: String,
+    /// Its `host:port` (port 80 when the URL gives none).
+    pub authority: String,
+    /// Its path, without a trailing `/` (`/v1`; empty for the root).
+    pub base_path: String,
     /// The model id to ask for.
     pub model: String,
     /// Environment variable holding its API key, if it needs one.
@@ -231,8 +245,6 @@ pub struct OpenAiBackend {
 pub struct ServerSpec {
     pub gpu: GpuClass,
     pub backend: ServerBackend,
-    /// With `backend = "openai"`: the serving stack's address and model.
-    pub openai: Option<OpenAiBackend>,
     /// Uplink bandwidth `B_s`, Hz.
     pub bandwidth_hz: f64,
     /// Position in the area, metres; `None`: drawn from the run seed.
@@ -480,6 +492,7 @@ pub(crate) fn server(obj: &Obj, errs: &mut Errs) -> ServerSpec {
         .flatten()
         .unwrap_or("modeled");
     let openai = (backend == "openai").then(|| openai_backend(obj, errs));
+    let backend_name = backend;
     if backend != "openai" {
         for key in ["url", "api_key_env", "timeout"] {
             if obj.contains_key(key) {
@@ -498,11 +511,11 @@ pub(crate) fn server(obj: &Obj, errs: &mut Errs) -> ServerSpec {
         errs.ok(opt_enum(obj, "model", &["smollm2", "tiny"]))
             .flatten()
     };
-    let backend = match (backend, model) {
-        ("openai", _) => ServerBackend::OpenAi,
-        ("real", Some("tiny")) => ServerBackend::Real(RealModel::Tiny),
-        ("real", _) => ServerBackend::Real(RealModel::SmolLm2),
-        (_, Some(_)) => {
+    let backend = match (backend_name, model, openai) {
+        ("openai", _, Some(o)) => ServerBackend::OpenAi(o),
+        ("real", Some("tiny"), _) => ServerBackend::Real(RealModel::Tiny),
+        ("real", _, _) => ServerBackend::Real(RealModel::SmolLm2),
+        (_, Some(_), _) => {
             errs.push(ActionError::invalid(
                 "model",
                 "`model` is only for `backend = \"real\"`; remove it or set the backend",
@@ -531,7 +544,6 @@ pub(crate) fn server(obj: &Obj, errs: &mut Errs) -> ServerSpec {
     ServerSpec {
         gpu,
         backend,
-        openai,
         bandwidth_hz: mhz * 1e6,
         position_m,
     }
@@ -547,12 +559,20 @@ fn openai_backend(obj: &Obj, errs: &mut Errs) -> OpenAiBackend {
         ))
         .unwrap_or("")
         .to_string();
-    if !url.is_empty() && !url.starts_with("http://") {
-        errs.push(ActionError::invalid(
-            "url",
-            format!("expected an http:// URL like \"http://127.0.0.1:8080/v1\", found {url:?} (https is not spoken: put a local proxy in front)"),
-        ));
-    }
+    let (authority, base_path) = if url.is_empty() {
+        Default::default()
+    } else {
+        match parse_http_url(&url) {
+            Ok(parts) => parts,
+            Err(why) => {
+                errs.push(ActionError::invalid(
+                    "url",
+                    format!("{why}; expected an http:// URL like \"http://127.0.0.1:8080/v1\" (https is not spoken: put a local proxy in front)"),
+                ));
+                Default::default()
+            }
+        }
+    };
     let model = errs
         .ok(req_str(
             obj,
@@ -571,10 +591,53 @@ fn openai_backend(obj: &Obj, errs: &mut Errs) -> OpenAiBackend {
         .unwrap_or(120_000_000_000);
     OpenAiBackend {
         url,
+        authority,
+        base_path,
         model,
         api_key_env,
         timeout_ns,
     }
+}
+
+/// An `http://host[:port][/path]` URL's `host:port` (port 80 when none is
+/// given) and path without a trailing `/`; an error says what is wrong.
+pub fn parse_http_url(url: &str) -> Result<(String, String), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
+    if rest.contains(['?', '#']) {
+        return Err(format!(
+            "{url:?} has a query or fragment; give the API's base path only"
+        ));
+    }
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if authority.contains('@') {
+        return Err(format!(
+            "{url:?} has user info; give a key with `api_key_env`"
+        ));
+    }
+    // `host`, `host:port`, `[v6]` or `[v6]:port`.
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && (!h.starts_with('[') || h.ends_with(']')) => (h, Some(p)),
+        _ => (authority, None),
+    };
+    if host.is_empty()
+        || host.contains(char::is_whitespace)
+        || (host.contains(':') && !host.starts_with('['))
+    {
+        return Err(format!("{url:?} has no host"));
+    }
+    let port = match port {
+        None => 80,
+        Some(p) => match p.parse::<u16>() {
+            Ok(p) if p > 0 => p,
+            _ => return Err(format!("{url:?} has port {p:?}, expected 1 to 65535")),
+        },
+    };
+    Ok((
+        format!("{host}:{port}"),
+        path.trim_end_matches('/').to_string(),
+    ))
 }
 
 /// Parses the fields of a `scheduler`; returns the server indices for the

@@ -1485,6 +1485,47 @@ fn gateways_external_servers_and_attach_points_are_checked() {
     assert!(m.contains("http://"), "{m}");
     let m = msgs(&server("url = \"http://x/v1\""));
     assert!(m.contains("only for `backend = \"openai\"`"), "{m}");
+    // The URL is parsed at load, not when the server starts.
+    for (url, says) in [
+        ("http://x:80a/v1", "port \"80a\""),
+        ("http://x:0/v1", "port \"0\""),
+        ("http:///v1", "no host"),
+        ("http://:8080/v1", "no host"),
+        ("http://x/v1?model=m", "query"),
+        ("http://user:pw@x/v1", "api_key_env"),
+    ] {
+        let m = msgs(&server(&format!(
+            "backend = \"openai\"\nurl = \"{url}\"\nmodel = \"m\""
+        )));
+        assert!(m.contains("url") && m.contains(says), "{url}: {m}");
+    }
+    for (url, authority, base) in [
+        ("http://127.0.0.1:8080/v1/", "127.0.0.1:8080", "/v1"),
+        ("http://llm.local", "llm.local:80", ""),
+        ("http://[::1]:9000/v1", "[::1]:9000", "/v1"),
+        ("http://[::1]/v1", "[::1]:80", "/v1"),
+    ] {
+        let c = parse(&server(&format!(
+            "backend = \"openai\"\nurl = \"{url}\"\nmodel = \"m\""
+        )))
+        .expect(url);
+        let o = c
+            .actors
+            .iter()
+            .find_map(|a| match &a.kind {
+                edgemu_config::ActorKind::Server(s) => match &s.backend {
+                    edgemu_config::ServerBackend::OpenAi(o) => Some(o.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .expect("the openai server");
+        assert_eq!(
+            (o.authority.as_str(), o.base_path.as_str()),
+            (authority, base),
+            "{url}"
+        );
+    }
 
     let attach = |a_keys: &str| {
         with(&format!(

@@ -53,10 +53,7 @@ impl Needs {
                 ActorKind::Agent(ag) => {
                     // The agent's model: its own `model`, else its server's.
                     let model = ag.model.or(match &cluster.actor(ag.server).kind {
-                        ActorKind::Server(s) => match s.backend {
-                            ServerBackend::Real(m) => Some(m),
-                            ServerBackend::Modeled | ServerBackend::OpenAi => None,
-                        },
+                        ActorKind::Server(s) => s.backend.real_model(),
                         _ => None,
                     });
                     if model == Some(RealModel::SmolLm2) {

@@ -25,26 +25,13 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// From `http://host:port/base`.
+    /// From `http://host:port/base` (`edgemu_config::parse_http_url`, as
+    /// cluster.toml's `url` is checked).
     pub fn parse(url: &str, model: &str, api_key: Option<String>) -> Result<Endpoint, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if authority.is_empty() {
-            return Err(format!("{url:?} has no host"));
-        }
-        let authority = if authority.contains(':') {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
-        };
+        let (authority, base_path) = edgemu_config::parse_http_url(url)?;
         Ok(Endpoint {
             authority,
-            base_path: path.trim_end_matches('/').to_string(),
+            base_path,
             model: model.to_string(),
             api_key,
         })

@@ -17,7 +17,7 @@ use edgemu_actors::messages::{Deliver, Route};
 use edgemu_codec::ids::{Direction, LinkId};
 use edgemu_config::agent::KERNEL_TCP_SCHEME;
 use edgemu_config::external::{DEFAULT_REPAIR_DEADLINE_NS, EXTERNAL_POLICY};
-use edgemu_config::{ActorKind, ActorSpec, AgentSpec, Cluster, ServerBackend};
+use edgemu_config::{ActorKind, ActorSpec, AgentSpec, Cluster};
 use edgemu_gpu::kv_cache::ContextKvCache;
 use edgemu_policies::slot::{ExternalOptions, PolicySlot, RepairPolicies};
 use std::collections::BTreeMap;
@@ -55,9 +55,9 @@ pub fn spawn(
     let host_name = cluster.host(a.host).name.clone();
     let server = cluster.actor(spec.server);
     let model = match &server.kind {
-        ActorKind::Server(s) => match (s.backend, spec.model) {
-            (_, Some(m)) | (ServerBackend::Real(m), None) => m,
-            (ServerBackend::Modeled | ServerBackend::OpenAi, None) => {
+        ActorKind::Server(s) => match (s.backend.real_model(), spec.model) {
+            (_, Some(m)) | (Some(m), None) => m,
+            (None, None) => {
                 return Err(anyhow!(
                     "agent {:?}: server {:?} has no real backend and the agent names no `model`",
                     a.name,

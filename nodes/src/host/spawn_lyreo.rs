@@ -246,11 +246,11 @@ pub fn spawn(
                 scheduler,
                 slot_ns: sched.slot_ns,
                 gpu: s.gpu.name().to_string(),
-                backend: match s.backend {
+                backend: match &s.backend {
                     ServerBackend::Modeled => "modeled".into(),
                     ServerBackend::Real(RealModel::SmolLm2) => "real".into(),
                     ServerBackend::Real(RealModel::Tiny) => "real-tiny".into(),
-                    ServerBackend::OpenAi => "openai".into(),
+                    ServerBackend::OpenAi(_) => "openai".into(),
                 },
                 wall_clock_compute: !virtual_time && s.backend != ServerBackend::Modeled,
                 live: live.clone(),
@@ -264,19 +264,20 @@ pub fn spawn(
                     .filter_map(|g| link_between(cluster, a.id, g.id).map(|l| (g.id, l)))
                     .collect(),
             };
-            let (addr, fault): (Recipient<Deliver>, Recipient<ActorFault>) = match s.backend {
-                ServerBackend::OpenAi => {
-                    let o = s.openai.as_ref().ok_or_else(|| {
-                        anyhow!("server {:?}: backend = \"openai\" without its url", a.name)
-                    })?;
+            let (addr, fault): (Recipient<Deliver>, Recipient<ActorFault>) = match &s.backend {
+                ServerBackend::OpenAi(o) => {
                     let api_key = match &o.api_key_env {
                         None => None,
                         Some(var) => Some(std::env::var(var).map_err(|_| {
                             anyhow!("server {:?}: `api_key_env` names {var}, which is not set in this node's environment", a.name)
                         })?),
                     };
-                    let endpoint = Endpoint::parse(&o.url, &o.model, api_key)
-                        .map_err(|e| anyhow!("server {:?}: `url`: {e}", a.name))?;
+                    let endpoint = Endpoint {
+                        authority: o.authority.clone(),
+                        base_path: o.base_path.clone(),
+                        model: o.model.clone(),
+                        api_key,
+                    };
                     let ext = ExternalServerSetup {
                         id: a.id,
                         name: a.name.clone(),
@@ -304,7 +305,7 @@ pub fn spawn(
                     let addr = ServerActor::new(setup, core, clock, route.clone(), table).start();
                     (addr.clone().recipient(), addr.recipient())
                 }
-                ServerBackend::Real(model) if virtual_time => {
+                &ServerBackend::Real(model) if virtual_time => {
                     // Inline: in virtual time compute must not race the clock.
                     let mut backend = real_backend(&a.name, model, seed)?;
                     let profile = calibrated(&a.name, &mut backend, &profile);
@@ -314,7 +315,7 @@ pub fn spawn(
                     let addr = ServerActor::new(setup, core, clock, route.clone(), table).start();
                     (addr.clone().recipient(), addr.recipient())
                 }
-                ServerBackend::Real(model) => {
+                &ServerBackend::Real(model) => {
                     // Real time: the model's forward passes run on the
                     // server's own thread, so they never stall the host's
                     // router, links and other servers; the model loads there
