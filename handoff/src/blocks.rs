@@ -167,6 +167,21 @@ impl BlockLayout {
         start..start + self.block_bytes as usize
     }
 
+    /// What an in-order byte stream of the KV (blocks in id order) has
+    /// brought after its first `n` bytes: per block, the range of its bytes
+    /// present (one range, or none).
+    pub fn prefix_present(&self, n: usize) -> Vec<Vec<Range<usize>>> {
+        let n = n.min(self.total_bytes());
+        (0..self.n_blocks())
+            .map(|b| {
+                let range = self.block_range(b);
+                let have = n.saturating_sub(range.start).min(range.len());
+                // One range (a Vec of ranges, not of indices).
+                std::iter::once(0..have).filter(|r| !r.is_empty()).collect()
+            })
+            .collect()
+    }
+
     /// Checks a (block, fragment, payload length) triple read off the wire.
     pub fn check_fragment(
         &self,

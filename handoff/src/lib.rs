@@ -35,7 +35,9 @@ pub mod train;
 pub use harness::{
     run_handoff, run_handoff_timed, synthetic_payload, HandoffPair, HandoffRun, RunOptions,
 };
-pub use receiver::{HandoffReceiver, HandoffReport, ReceivedBlock, ReceivedKv, ReceiverConfig};
+pub use receiver::{
+    utility_of_complete, HandoffReceiver, HandoffReport, ReceivedBlock, ReceivedKv, ReceiverConfig,
+};
 pub use scenario::{Deadline, HandoffScenario};
 pub use scheme::{scheme, Scheme, SchemeSpec, SCHEMES};
 pub use sender::{

@@ -68,21 +68,20 @@ impl ReceivedKv {
     /// to where the prefix ends, the rest missing. Bytes past the payload's
     /// size are ignored.
     pub fn from_prefix(layout: BlockLayout, prefix: &[u8]) -> ReceivedKv {
-        let total = layout.total_bytes();
-        let prefix = &prefix[..prefix.len().min(total)];
-        let blocks = (0..layout.n_blocks())
-            .map(|b| {
+        let blocks = layout
+            .prefix_present(prefix.len())
+            .into_iter()
+            .zip(0..)
+            .map(|(present, b)| {
                 let range = layout.block_range(b);
                 let mut bytes = vec![0u8; range.len()];
-                let have = prefix.len().saturating_sub(range.start).min(range.len());
-                if let Some(got) = prefix.get(range.start..range.start + have) {
-                    bytes[..have].copy_from_slice(got);
+                if let Some(have) = present.first() {
+                    let from = range.start + have.start..range.start + have.end;
+                    if let Some(got) = prefix.get(from) {
+                        bytes[have.clone()].copy_from_slice(got);
+                    }
                 }
-                ReceivedBlock {
-                    bytes,
-                    // One range (a Vec of ranges, not of indices).
-                    present: std::iter::once(0..have).filter(|r| !r.is_empty()).collect(),
-                }
+                ReceivedBlock { bytes, present }
             })
             .collect();
         ReceivedKv { layout, blocks }
@@ -91,15 +90,25 @@ impl ReceivedKv {
     /// Utility of the complete blocks over the total (J^KV), with one
     /// utility per block of the layout.
     pub fn recovered_utility(&self, utilities: &[f64]) -> f64 {
-        let total: f64 = utilities.iter().sum();
-        let got = self
-            .blocks
-            .iter()
-            .zip(utilities)
-            .filter(|(b, _)| b.is_complete())
-            .fold(0.0, |a, (_, u)| a + u);
-        got / total.max(f64::MIN_POSITIVE)
+        utility_of_complete(
+            self.blocks.iter().map(ReceivedBlock::is_complete),
+            utilities,
+        )
     }
+}
+
+/// Utility of the complete blocks over the total (J^KV): `complete` says,
+/// block by block, whether it is complete.
+pub fn utility_of_complete(complete: impl IntoIterator<Item = bool>, utilities: &[f64]) -> f64 {
+    let total: f64 = utilities.iter().sum();
+    // From +0.0: `Sum` for floats starts at −0.0 (an empty handoff's
+    // utility would print as "-0.0").
+    let got = complete
+        .into_iter()
+        .zip(utilities)
+        .filter(|(c, _)| *c)
+        .fold(0.0, |a, (_, u)| a + u);
+    got / total.max(f64::MIN_POSITIVE)
 }
 
 /// The figures of one handoff at the deadline.
@@ -129,7 +138,6 @@ pub struct HandoffReceiver {
     cfg: ReceiverConfig,
     layout: BlockLayout,
     utilities: Arc<[f64]>,
-    total_utility: f64,
     decoder: RlcDecoder,
     /// Block-major payload, zeros where missing.
     data: Vec<u8>,
@@ -177,7 +185,6 @@ impl HandoffReceiver {
         let n_blocks = layout.n_blocks();
         let frags = usize::from(layout.fragments_per_block());
         Ok(HandoffReceiver {
-            total_utility: utilities.iter().sum(),
             decoder,
             data: vec![0; layout.total_bytes()],
             have: vec![false; n_blocks as usize * frags],
@@ -313,16 +320,7 @@ impl HandoffReceiver {
     /// order, like the total, so that all blocks complete give exactly 1.
     pub fn recovered_utility(&self) -> f64 {
         let frags = self.layout.fragments_per_block();
-        let got: f64 = self
-            .have_count
-            .iter()
-            .zip(self.utilities.iter())
-            .filter(|(&c, _)| c == frags)
-            .map(|(_, &u)| u)
-            // From +0.0: `Sum` for floats starts at −0.0, which printed an
-            // empty handoff's utility as "-0.0".
-            .fold(0.0, |a, u| a + u);
-        got / self.total_utility
+        utility_of_complete(self.have_count.iter().map(|&c| c == frags), &self.utilities)
     }
 
     /// The handoff's figures.

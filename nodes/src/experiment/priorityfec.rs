@@ -486,25 +486,10 @@ impl TransportGrid<'_> {
         retransmissions: u64,
     ) -> Transport {
         let got = got.min(self.layout.total_bytes() as u64);
-        let bb = self.layout.block_bytes as u64;
-        let total_u: f64 = self.utilities.iter().sum();
-        let n_complete = (got / bb) as usize;
-        let present: Vec<Vec<Range<usize>>> = (0..self.layout.n_blocks() as u64)
-            .map(|b| {
-                let have = got.saturating_sub(b * bb).min(bb) as usize;
-                if have == 0 {
-                    vec![]
-                } else {
-                    // One byte range per block (a Vec of ranges, not of indices).
-                    std::iter::once(0..have).collect()
-                }
-            })
-            .collect();
-        // `f64` sums start at −0.0; print an empty prefix as 0.
-        let got_u = self.utilities[..n_complete.min(self.utilities.len())]
-            .iter()
-            .fold(0.0, |a, u| a + u);
-        let utility = got_u / total_u.max(f64::MIN_POSITIVE);
+        let bb = self.layout.block_bytes as usize;
+        let present = self.layout.prefix_present(got as usize);
+        let complete = present.iter().map(|p| p.first() == Some(&(0..bb)));
+        let utility = edgemu_handoff::utility_of_complete(complete, &self.utilities);
         finish_transport(
             Transport {
                 scheme: name.to_string(),
@@ -519,7 +504,7 @@ impl TransportGrid<'_> {
                 complete: false,
                 key: 0,
             },
-            bb as usize,
+            bb,
         )
     }
 
