@@ -239,7 +239,7 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
             SCHEMES
                 .iter()
                 .map(|s| s.name.to_string())
-                .chain(RELIABLE.iter().map(|s| s.to_string()))
+                .chain(RELIABLE.iter().map(|r| r.name().to_string()))
                 .collect()
         }),
         mode: a.mode.clone(),
@@ -290,9 +290,7 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
         bail!("--rho {r} must be positive");
     }
     for s in &g.schemes {
-        if !is_reliable(s) {
-            scheme(s).with_context(|| format!("--schemes: `{s}`"))?;
-        }
+        GridRow::resolve(s)?;
     }
     Ok(g)
 }
@@ -300,10 +298,54 @@ fn grid(a: &PriorityFecArgs) -> Result<Grid> {
 /// The kernel's TCP through attached devices (real time).
 pub const KERNEL_TCP: &str = "tcp-kernel";
 /// The reliable baselines, after the FEC schemes.
-const RELIABLE: [&str; 3] = ["tcp", "quic", KERNEL_TCP];
+const RELIABLE: [Reliable; 3] = [Reliable::Tcp, Reliable::Quic, Reliable::KernelTcp];
 
-fn is_reliable(s: &str) -> bool {
-    RELIABLE.contains(&s)
+/// A reliable baseline: a byte stream delivered in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reliable {
+    /// smoltcp over the link model, in virtual time.
+    Tcp,
+    /// quinn-proto over the link model, in virtual time.
+    Quic,
+    /// Linux's TCP through attached devices, in real time.
+    KernelTcp,
+}
+
+impl Reliable {
+    fn name(self) -> &'static str {
+        match self {
+            Reliable::Tcp => "tcp",
+            Reliable::Quic => "quic",
+            Reliable::KernelTcp => KERNEL_TCP,
+        }
+    }
+}
+
+/// A row of the transport grid, resolved once from its name.
+#[derive(Debug, Clone, Copy)]
+enum GridRow {
+    /// A FEC scheme of `edgemu-handoff`, one run per ρ.
+    Fec(&'static SchemeSpec),
+    /// A reliable baseline, one run for every ρ (each reads its prefix at D).
+    Reliable(Reliable),
+}
+
+impl GridRow {
+    fn resolve(name: &str) -> Result<GridRow> {
+        if let Some(r) = RELIABLE.iter().find(|r| r.name() == name) {
+            return Ok(GridRow::Reliable(*r));
+        }
+        Ok(GridRow::Fec(
+            scheme(name).with_context(|| format!("--schemes: `{name}`"))?,
+        ))
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            GridRow::Fec(spec) => spec.name,
+            GridRow::Reliable(r) => r.name(),
+        }
+    }
 }
 
 pub(crate) fn missing_rows(mode: &str) -> Result<MissingRows> {
@@ -439,7 +481,8 @@ impl TransportGrid<'_> {
     /// One reliable run per realization answers every ρ (the protocols do not
     /// know the deadline): the in-order prefix read by each D, cut into FIFO
     /// blocks.
-    fn reliable(&self, name: &str, rhos: &[f64], r: u64, seed: u64) -> Result<Vec<Transport>> {
+    fn reliable(&self, which: Reliable, rhos: &[f64], r: u64, seed: u64) -> Result<Vec<Transport>> {
+        let name = which.name();
         let deadlines: Vec<u64> = rhos
             .iter()
             .map(|&rho| self.scenario(rho).deadline_ns())
@@ -447,7 +490,7 @@ impl TransportGrid<'_> {
         let horizon = deadlines.iter().copied().max().unwrap_or(0);
         let total = self.layout.total_bytes() as u64;
         let (forward, reverse) = (paper_link(self.loss.clone()), paper_link(LossSpec::None));
-        let (delivery, packets, retransmissions) = if name == KERNEL_TCP {
+        let (delivery, packets, retransmissions) = if which == Reliable::KernelTcp {
             // A little past the last deadline: what arrives later is not read.
             let horizon = std::time::Duration::from_nanos(horizon + 50_000_000);
             let out: KernelTcpOutcome =
@@ -456,8 +499,8 @@ impl TransportGrid<'_> {
             (out.delivery, out.segments_out, out.retransmissions)
         } else {
             let run = ReliableRun::new(total, forward, reverse, seed, horizon);
-            let out = match name {
-                "tcp" => run_tcp(&run),
+            let out = match which {
+                Reliable::Tcp => run_tcp(&run),
                 _ => run_quic(&run),
             }
             .with_context(|| format!("{name}, realization {r}"))?;
@@ -1062,9 +1105,10 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     };
     let kernel_stored = (0..g.realizations).all(|r| stored_kernel.contains_key(&r));
     let mut skipped = Vec::new();
-    let mut schemes = Vec::new();
+    let mut schemes: Vec<GridRow> = Vec::new();
     for s in &g.schemes {
-        if s == KERNEL_TCP && !kernel_stored {
+        let row = GridRow::resolve(s)?;
+        if matches!(row, GridRow::Reliable(Reliable::KernelTcp)) && !kernel_stored {
             let why = crate::attach::pair::available()
                 .err()
                 .map(|e| format!("the kernel's TCP through attached devices {e}"))
@@ -1085,7 +1129,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
                 continue;
             }
         }
-        let needs_weights = !is_reliable(s) && scheme(s)?.needs_external();
+        let needs_weights = matches!(row, GridRow::Fec(spec) if spec.needs_external());
         if needs_weights && !a.weights.is_available() {
             let reason = format!(
                 "no weights at {} (train with `edgemu train repair` or pass --weights)",
@@ -1097,36 +1141,33 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
                 reason,
             });
         } else {
-            schemes.push(s.clone());
+            schemes.push(row);
         }
     }
     let n_runs = schemes
         .iter()
-        .map(|s| {
-            if is_reliable(s) {
-                1
-            } else {
-                g.rho.len() as u64
-            }
+        .map(|row| match row {
+            GridRow::Reliable(_) => 1,
+            GridRow::Fec(_) => g.rho.len() as u64,
         })
         .sum::<u64>()
         * g.realizations;
+    let scheme_names: Vec<String> = schemes.iter().map(|r| r.name().to_string()).collect();
     let pb = bar(n_runs, "transport", quiet);
     let mut transports: Vec<Transport> = Vec::new();
-    for s in &schemes {
+    for &row in &schemes {
         for r in 0..g.realizations {
             let seed = realization_seed(g.seed, r);
-            let stored = (s == KERNEL_TCP)
+            let stored = matches!(row, GridRow::Reliable(Reliable::KernelTcp))
                 .then(|| stored_kernel.remove(&r))
                 .flatten();
             if let Some(stored) = stored {
                 transports.extend(stored);
                 pb.inc(1);
-            } else if is_reliable(s) {
-                transports.extend(tg.reliable(s, &g.rho, r, seed)?);
+            } else if let GridRow::Reliable(which) = row {
+                transports.extend(tg.reliable(which, &g.rho, r, seed)?);
                 pb.inc(1);
-            } else {
-                let spec = scheme(s)?;
+            } else if let GridRow::Fec(spec) = row {
                 for &rho in &g.rho {
                     transports.push(tg.fec(spec, rho, r, seed)?);
                     pb.inc(1);
@@ -1150,7 +1191,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
     let transport_csv = csv_of(&transport_rows)?;
 
     // The results folder: a new one, or the stopped run to continue.
-    let settings = run_settings(a, &g, &w, &schemes, profile_contexts)?;
+    let settings = run_settings(a, &g, &w, &scheme_names, profile_contexts)?;
     let (run_dir, done) = match &a.resume {
         Some(d) => RunDir::resume(d, &settings, &transport_csv)?,
         None => {
@@ -1254,7 +1295,7 @@ pub fn report(a: &PriorityFecArgs) -> Result<serde_json::Value> {
         .map(|r| row_of(&handoffs, r))
         .collect::<Result<_>>()
         .with_context(|| format!("reading {}", run_dir.handoffs_path().display()))?;
-    let cells = summarize(&rows, &g.rho, &schemes);
+    let cells = summarize(&rows, &g.rho, &scheme_names);
     let text = table(&cells);
     let wall_s = started.elapsed().as_secs_f64();
     write_file(&dir.join("summary.csv"), csv_of(&cells)?.as_bytes())?;
