@@ -380,6 +380,12 @@ delay = "10ms"
         ("0".into(), "0".into()),
         "{csv}"
     );
+    // Its sender's counts come after the receiver closed at D; the row
+    // waits for them.
+    assert!(
+        at(c, "source_sent").parse::<u64>().is_ok(),
+        "the sender's counts of a deadline-bound stream: {csv}"
+    );
     let row = from("a");
     let col = |k: &str| at(row, k);
     let num = |k: &str| -> f64 { col(k).parse().unwrap_or_else(|_| panic!("{k}: {csv}")) };

@@ -53,6 +53,14 @@ pub const VIRTUAL_CLOSE_GRACE_NS: u64 = 2_000_000;
 /// receiver (closing at D) takes its prefix before the sender resets.
 const STREAM_END_SLACK: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How long a decoded handoff's row waits for its sender's counts
+/// (`SenderDone`), which a sender that was still sending at D sends just
+/// after it: a deadline-bound stream's, or frames paced up to D.
+const SENDER_COUNTS_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+/// Sender counts kept for handoffs still decoding, at most (a peer's
+/// messages cannot grow it further).
+const LATE_COUNTS: usize = 64;
+
 /// How often a `tcp-kernel` sender looks whether its stream has ended.
 const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
@@ -242,6 +250,13 @@ pub struct AgentActor {
     streaming: Option<Streaming>,
     wake: Option<(u64, SpawnHandle)>,
     receiving: BTreeMap<ActorId, Receiving>,
+    /// Decoded handoffs whose sender's counts have not come yet, by
+    /// (sender, handoff): written when they come or after
+    /// [`SENDER_COUNTS_GRACE`].
+    awaiting_counts: BTreeMap<(ActorId, u32), HandoffRecord>,
+    /// Sender counts that came after their handoff closed and before its
+    /// decode ended (at most [`LATE_COUNTS`] kept).
+    late_counts: BTreeMap<(ActorId, u32), (u32, u32)>,
     /// While the repair slot's version is external: connection and counters.
     external: Option<ExternalDecider>,
     asking: Option<Asking>,
@@ -270,6 +285,8 @@ impl AgentActor {
             setup: None,
             sending: None,
             streaming: None,
+            awaiting_counts: BTreeMap::new(),
+            late_counts: BTreeMap::new(),
             wake: None,
             receiving: BTreeMap::new(),
             external: None,
@@ -1074,7 +1091,7 @@ impl AgentActor {
                 tokens: n,
             })
             .into_actor(self)
-            .map(move |res, act, _| {
+            .map(move |res, act, ctx| {
                 let res: Result<Decoded, AgentError> =
                     res.map_err(AgentError::Compute).and_then(|r| r);
                 let mut rec = rec;
@@ -1091,16 +1108,55 @@ impl AgentActor {
                     }
                     Err(e) => rec.outcome = format!("aborted:decode failed: {e}"),
                 }
-                rec.write(&act.table);
-                act.event(
-                    "handoff.done",
-                    serde_json::json!({
-                        "handoff": rec.handoff, "from": rec.from, "utility": rec.recovered_utility,
-                        "ttft_ms": rec.ttft_ms, "tokens": rec.tokens_decoded, "outcome": rec.outcome,
-                    }),
-                );
+                act.finish_record(from, rec, ctx);
             })
             .spawn(ctx);
+    }
+
+    /// A decoded handoff's row: written now if the sender's counts are in,
+    /// else when they come, or after [`SENDER_COUNTS_GRACE`] without them.
+    fn finish_record(&mut self, from: ActorId, mut rec: HandoffRecord, ctx: &mut Context<Self>) {
+        let key = (from, rec.handoff);
+        if rec.source_sent.is_none() {
+            if let Some((source, repair)) = self.late_counts.remove(&key) {
+                rec.source_sent = Some(source);
+                rec.repair_sent = Some(repair);
+            } else if !self.s.virtual_time {
+                self.awaiting_counts.insert(key, rec);
+                ctx.run_later(SENDER_COUNTS_GRACE, move |act, _| {
+                    if let Some(rec) = act.awaiting_counts.remove(&key) {
+                        act.write_record(rec);
+                    }
+                });
+                return;
+            }
+        }
+        self.write_record(rec);
+    }
+
+    fn write_record(&self, rec: HandoffRecord) {
+        rec.write(&self.table);
+        self.event(
+            "handoff.done",
+            serde_json::json!({
+                "handoff": rec.handoff, "from": rec.from, "utility": rec.recovered_utility,
+                "ttft_ms": rec.ttft_ms, "tokens": rec.tokens_decoded, "outcome": rec.outcome,
+            }),
+        );
+    }
+
+    /// A sender's counts for a handoff this agent no longer receives.
+    fn late_sender_counts(&mut self, from: ActorId, handoff: u32, counts: (u32, u32)) {
+        let key = (from, handoff);
+        if let Some(mut rec) = self.awaiting_counts.remove(&key) {
+            (rec.source_sent, rec.repair_sent) = (Some(counts.0), Some(counts.1));
+            self.write_record(rec);
+            return;
+        }
+        if self.late_counts.len() >= LATE_COUNTS {
+            self.late_counts.pop_first();
+        }
+        self.late_counts.insert(key, counts);
     }
 
     fn control(&mut self, from: ActorId, msg: AgentMsg, ctx: &mut Context<Self>) {
@@ -1127,13 +1183,12 @@ impl AgentActor {
                 handoff,
                 source_sent,
                 repair_sent,
-            } => {
-                if let Some(r) = self.receiving.get_mut(&from) {
-                    if r.offer.handoff == handoff {
-                        r.sender_counts = Some((source_sent, repair_sent));
-                    }
+            } => match self.receiving.get_mut(&from) {
+                Some(r) if r.offer.handoff == handoff => {
+                    r.sender_counts = Some((source_sent, repair_sent));
                 }
-            }
+                _ => self.late_sender_counts(from, handoff, (source_sent, repair_sent)),
+            },
         }
     }
 }
@@ -1219,6 +1274,11 @@ impl Handler<crate::messages::Flush> for AgentActor {
     type Result = Vec<crate::probes::FlowSummary>;
     fn handle(&mut self, _: crate::messages::Flush, ctx: &mut Context<Self>) -> Self::Result {
         self.external_closed = true;
+        // The run is over: rows still waiting for their sender's counts are
+        // written without them.
+        for (_, rec) in std::mem::take(&mut self.awaiting_counts) {
+            self.write_record(rec);
+        }
         if self.asking.take().is_some() {
             if let Some(ext) = self.external.as_mut() {
                 ext.abandon();
