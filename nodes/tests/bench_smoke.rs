@@ -177,6 +177,16 @@ fn bench_mesh_quick_moves_envelopes_and_keeps_the_session_up() {
     assert_eq!(num("sessions_down"), 0.0, "{v}");
     let ratios = v["ratios_1400"].as_array().expect("ratios_1400");
     assert_eq!(ratios.len(), 2, "{v}");
+    // Every side's CPU per GB was measured (its own threads, in the window).
+    for k in [
+        "ws_sender_cpu_s_per_gb",
+        "ws_receiver_cpu_s_per_gb",
+        "tcp_sender_cpu_s_per_gb",
+        "tcp_receiver_cpu_s_per_gb",
+    ] {
+        assert!(num(k).is_finite() && num(k) >= 0.0, "{k}: {v}");
+    }
+    assert!(num("ws_sender_cpu_s_per_gb") > 0.0, "{v}");
 }
 
 /// `edgemu bench gateway --quick` through the library: OpenAI's Python

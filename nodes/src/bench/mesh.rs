@@ -15,6 +15,12 @@
 //! second figure, of one 1400-byte payload per write) to a reader on
 //! another thread that reads into a 256 KiB buffer.
 //!
+//! Beside the rates, each side's CPU seconds per GB of payload moved in
+//! the same windows (the sending and receiving host threads for the
+//! websocket, the writer and reader threads for TCP): on a shared machine
+//! they vary far less than the rates, and they say which side bounds the
+//! mesh and by how much it costs more than the kernel's own copy.
+//!
 //! Aim: `ratio_1400` = websocket / TCP (1 MiB writes) ≥ 0.5.
 
 use super::common::{free_ports, print_json};
@@ -29,6 +35,7 @@ use edgemu_actors::router::{InboundBatch, InboundGate, PeerSendError, PeerSender
 use edgemu_codec::ids::{ActorId, HostId};
 use edgemu_config::command::CommandReply;
 use edgemu_config::{Cluster, ControlError};
+use edgemu_gpu::handoff_quality::{current_thread_id, CpuClock};
 use edgemu_protocol::{Envelope, Msg};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -134,13 +141,59 @@ kind = "sink"
 struct Phase {
     envelopes_per_s: f64,
     mbps: f64,
+    /// CPU seconds per GB of payload of the sending and receiving threads.
+    sender_cpu_s_per_gb: f64,
+    receiver_cpu_s_per_gb: f64,
 }
 
-fn window(before: (u64, u64), after: (u64, u64), dt: Duration) -> Phase {
+/// The CPU clocks of a sending and a receiving thread, each set by its
+/// thread when it starts.
+#[derive(Clone, Default)]
+struct SideClocks {
+    sender: Arc<std::sync::Mutex<Vec<u64>>>,
+    receiver: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl SideClocks {
+    /// Registers the calling thread as one side.
+    fn join(ids: &Arc<std::sync::Mutex<Vec<u64>>>) {
+        if let (Some(id), Ok(mut v)) = (current_thread_id(), ids.lock()) {
+            v.push(id);
+        }
+    }
+
+    /// CPU seconds used so far by (sender, receiver).
+    fn now(&self) -> (f64, f64) {
+        (
+            CpuClock::Threads(self.sender.clone()).seconds(),
+            CpuClock::Threads(self.receiver.clone()).seconds(),
+        )
+    }
+}
+
+/// CPU seconds per GB of `bytes` payload over a window.
+fn per_gb(cpu_s: f64, bytes: u64) -> f64 {
+    if bytes == 0 {
+        f64::NAN
+    } else {
+        cpu_s / (bytes as f64 / 1e9)
+    }
+}
+
+fn window(
+    before: (u64, u64),
+    after: (u64, u64),
+    dt: Duration,
+    cpu: ((f64, f64), (f64, f64)),
+) -> Phase {
     let s = dt.as_secs_f64().max(1e-9);
+    let bytes = after.1.saturating_sub(before.1);
+    let ((s0, r0), (s1, r1)) = cpu;
     Phase {
         envelopes_per_s: after.0.saturating_sub(before.0) as f64 / s,
-        mbps: after.1.saturating_sub(before.1) as f64 * 8.0 / s / 1e6,
+        mbps: bytes as f64 * 8.0 / s / 1e6,
+        sender_cpu_s_per_gb: per_gb(s1 - s0, bytes),
+        receiver_cpu_s_per_gb: per_gb(r1 - r0, bytes),
     }
 }
 
@@ -149,6 +202,7 @@ fn window(before: (u64, u64), after: (u64, u64), dt: Duration) -> Phase {
 async fn drive(
     peer: &dyn PeerSender,
     counts: &Counts,
+    clocks: &SideClocks,
     size: usize,
     warmup: Duration,
     secs: Duration,
@@ -162,15 +216,18 @@ async fn drive(
         payload: Msg::KvFrame(vec![0u8; size]),
     };
     let t0 = Instant::now();
-    let mut mark: Option<(Instant, (u64, u64))> = None;
+    // The window's start: when, the receiver's counts, the CPU clocks.
+    type Mark = (Instant, (u64, u64), (f64, f64));
+    let mut mark: Option<Mark> = None;
     loop {
         let now = Instant::now();
         if mark.is_none() && now >= t0 + warmup {
-            mark = Some((now, counts.snapshot()));
+            mark = Some((now, counts.snapshot(), clocks.now()));
         }
-        if let Some((m, before)) = mark {
+        if let Some((m, before, cpu0)) = mark {
             if now >= m + secs {
-                return Ok(window(before, counts.snapshot(), now - m));
+                let (after, cpu1) = (counts.snapshot(), clocks.now());
+                return Ok(window(before, after, now - m, (cpu0, cpu1)));
             }
         }
         // One allocation and copy per envelope, as an actor producing the
@@ -198,14 +255,17 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
     let cluster = mesh_cluster(dir.path(), free_ports()?)?;
     let counts = Arc::new(Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let clocks = SideClocks::default();
 
     let b = {
         let cluster = cluster.clone();
         let counts = counts.clone();
         let stop = stop.clone();
+        let receiver = clocks.receiver.clone();
         std::thread::Builder::new()
             .name("bench-host-b".into())
             .spawn(move || -> Result<()> {
+                SideClocks::join(&receiver);
                 actix::System::new().block_on(async move {
                     let targets = MeshTargets::default();
                     let mesh = Mesh::start(cluster, HostId(1), Vec::new(), targets.clone()).await?;
@@ -233,6 +293,7 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
         .spawn({
             let counts = counts.clone();
             move || -> Result<WsFigures> {
+                SideClocks::join(&clocks.sender);
                 actix::System::new().block_on(async move {
                     let mesh =
                         Mesh::start(cluster, HostId(0), Vec::new(), MeshTargets::default()).await?;
@@ -245,8 +306,8 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
                     }
                     let senders = mesh.peer_senders();
                     let (_, peer) = senders.first().context("no peer sender")?;
-                    let small = drive(peer.as_ref(), &counts, 64, warmup, secs).await?;
-                    let large = drive(peer.as_ref(), &counts, 1400, warmup, secs).await?;
+                    let small = drive(peer.as_ref(), &counts, &clocks, 64, warmup, secs).await?;
+                    let large = drive(peer.as_ref(), &counts, &clocks, 1400, warmup, secs).await?;
                     mesh.say_goodbye("bench over");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     Ok(WsFigures { small, large })
@@ -263,17 +324,20 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
 }
 
 /// Raw TCP over loopback: `write_len`-byte `write_all`s of 1400-byte payloads.
-fn tcp_bench(write_len: usize, warmup: Duration, secs: Duration) -> Result<f64> {
+fn tcp_bench(write_len: usize, warmup: Duration, secs: Duration) -> Result<Phase> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").context("binding the TCP bench listener")?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let bytes = Arc::new(AtomicU64::new(0));
+    let clocks = SideClocks::default();
     let reader = {
         let bytes = bytes.clone();
+        let receiver = clocks.receiver.clone();
         std::thread::Builder::new()
             .name("bench-tcp-rx".into())
             .spawn(move || -> Result<()> {
+                SideClocks::join(&receiver);
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
@@ -295,7 +359,8 @@ fn tcp_bench(write_len: usize, warmup: Duration, secs: Duration) -> Result<f64> 
         let bytes = bytes.clone();
         std::thread::Builder::new()
             .name("bench-tcp-tx".into())
-            .spawn(move || -> Result<f64> {
+            .spawn(move || -> Result<Phase> {
+                SideClocks::join(&clocks.sender);
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
@@ -304,33 +369,31 @@ fn tcp_bench(write_len: usize, warmup: Duration, secs: Duration) -> Result<f64> 
                     s.set_nodelay(true)?;
                     let chunk = vec![0u8; write_len.max(1)];
                     let t0 = Instant::now();
-                    let mut mark: Option<(Instant, u64)> = None;
+                    let mut mark: Option<(Instant, u64, (f64, f64))> = None;
                     loop {
                         s.write_all(&chunk).await?;
                         let now = Instant::now();
                         if mark.is_none() && now >= t0 + warmup {
-                            mark = Some((now, bytes.load(Ordering::Acquire)));
+                            mark = Some((now, bytes.load(Ordering::Acquire), clocks.now()));
                         }
-                        if let Some((m, b0)) = mark {
+                        if let Some((m, b0, cpu0)) = mark {
                             if now >= m + secs {
-                                let b1 = bytes.load(Ordering::Acquire);
+                                let (b1, cpu1) = (bytes.load(Ordering::Acquire), clocks.now());
                                 let _ = s.shutdown().await;
-                                return Ok(b1.saturating_sub(b0) as f64 * 8.0
-                                    / (now - m).as_secs_f64()
-                                    / 1e6);
+                                return Ok(window((0, b0), (0, b1), now - m, (cpu0, cpu1)));
                             }
                         }
                     }
                 })
             })?
     };
-    let mbps = writer
+    let phase = writer
         .join()
         .map_err(|_| anyhow::anyhow!("TCP writer panicked"))??;
     reader
         .join()
         .map_err(|_| anyhow::anyhow!("TCP reader panicked"))??;
-    Ok(mbps)
+    Ok(phase)
 }
 
 /// `edgemu bench mesh`'s options.
@@ -371,6 +434,8 @@ pub fn report(args: &MeshArgs) -> Result<serde_json::Value> {
     let (mut ws_large, mut ws_small, mut ws_env_small, mut ws_env_large) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut tcp_large, mut tcp_small, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    // CPU s/GB: websocket sender, receiver; TCP (1 MiB writes) writer, reader.
+    let mut cpu: [Vec<f64>; 4] = Default::default();
     let mut sessions_down = 0u64;
     // Loopback TCP's own rate swings by ±30 % between windows on a shared
     // machine, so websocket and TCP windows alternate and each round gives
@@ -392,9 +457,21 @@ pub fn report(args: &MeshArgs) -> Result<serde_json::Value> {
         ws_small.push(ws.small.mbps);
         ws_env_small.push(ws.small.envelopes_per_s);
         ws_env_large.push(ws.large.envelopes_per_s);
-        tcp_large.push(tcp);
-        tcp_small.push(tcp_1400);
-        ratios.push(if tcp > 0.0 { ws.large.mbps / tcp } else { 0.0 });
+        tcp_large.push(tcp.mbps);
+        tcp_small.push(tcp_1400.mbps);
+        ratios.push(if tcp.mbps > 0.0 {
+            ws.large.mbps / tcp.mbps
+        } else {
+            0.0
+        });
+        for (all, v) in cpu.iter_mut().zip([
+            ws.large.sender_cpu_s_per_gb,
+            ws.large.receiver_cpu_s_per_gb,
+            tcp.sender_cpu_s_per_gb,
+            tcp.receiver_cpu_s_per_gb,
+        ]) {
+            all.push(v);
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -410,6 +487,10 @@ pub fn report(args: &MeshArgs) -> Result<serde_json::Value> {
         "envelopes_per_s_1400": median(ws_env_large),
         "tcp_mbps_1400_per_write": median(tcp_small),
         "tcp_write_bytes": batch,
+        "ws_sender_cpu_s_per_gb": median(cpu[0].clone()),
+        "ws_receiver_cpu_s_per_gb": median(cpu[1].clone()),
+        "tcp_sender_cpu_s_per_gb": median(cpu[2].clone()),
+        "tcp_receiver_cpu_s_per_gb": median(cpu[3].clone()),
         "window_s": secs.as_secs_f64(),
         "rounds": rounds,
         "sessions_down": sessions_down,
@@ -467,6 +548,38 @@ pub fn run(args: &MeshArgs) -> Result<()> {
         render(
             &["path", "envelopes/s", "Mb/s", "ws/TCP", "ratio/aim (0.5)"],
             &rows
+        )
+    );
+    let cpu_row = |side: &str, ws: &str, tcp: &str| {
+        vec![
+            side.to_string(),
+            format!("{:.3}", f(ws)),
+            format!("{:.3}", f(tcp)),
+            format!("{:.2}", f(ws) / f(tcp)),
+        ]
+    };
+    println!("\nCPU seconds per GB of payload (the same windows; medians):\n");
+    print!(
+        "{}",
+        render(
+            &[
+                "side",
+                "websocket, 1400 B",
+                "raw TCP, 1 MiB writes",
+                "ws/TCP"
+            ],
+            &[
+                cpu_row(
+                    "sending thread",
+                    "ws_sender_cpu_s_per_gb",
+                    "tcp_sender_cpu_s_per_gb"
+                ),
+                cpu_row(
+                    "receiving thread",
+                    "ws_receiver_cpu_s_per_gb",
+                    "tcp_receiver_cpu_s_per_gb"
+                ),
+            ]
         )
     );
     println!(
