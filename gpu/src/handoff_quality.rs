@@ -39,6 +39,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::Instant;
 
+use edgemu_stats::cpu::CpuClock;
+
 use candle_core::Device;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -262,62 +264,6 @@ pub struct Quality {
     pub tokens: Vec<u32>,
     pub f1: f64,
     pub top1: f64,
-}
-
-/// CPU seconds (user + system, all threads) this process has used so far, from
-/// `/proc/self/stat`; 0 where that is not available. On a shared machine it
-/// tells work from waiting for a core.
-pub fn process_cpu_s() -> f64 {
-    stat_cpu_s("/proc/self/stat")
-}
-
-/// Where CPU seconds are counted: the whole process, or a set of threads —
-/// e.g. the thread pool of one of several streams that run side by side
-/// (then the process's CPU time would count the others' work too).
-#[derive(Debug, Clone, Default)]
-pub enum CpuClock {
-    #[default]
-    Process,
-    /// Threads by Linux thread id ([`current_thread_id`]); a pool's start
-    /// handler adds its threads.
-    Threads(std::sync::Arc<std::sync::Mutex<Vec<u64>>>),
-}
-
-impl CpuClock {
-    /// CPU seconds used so far (0 where `/proc` is not available).
-    pub fn seconds(&self) -> f64 {
-        match self {
-            CpuClock::Process => process_cpu_s(),
-            CpuClock::Threads(ids) => {
-                let ids = ids.lock().map(|g| g.clone()).unwrap_or_default();
-                ids.iter()
-                    .map(|t| stat_cpu_s(&format!("/proc/self/task/{t}/stat")))
-                    .sum()
-            }
-        }
-    }
-}
-
-/// This thread's Linux thread id, from `/proc/thread-self` (`None` where
-/// there is no `/proc`).
-pub fn current_thread_id() -> Option<u64> {
-    let link = std::fs::read_link("/proc/thread-self").ok()?;
-    link.file_name()?.to_str()?.parse().ok()
-}
-
-/// User + system CPU seconds of a `/proc/…/stat` file (0 if unreadable).
-fn stat_cpu_s(path: &str) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(path) else {
-        return 0.0;
-    };
-    // Fields after the parenthesized command name; utime and stime are the
-    // 14th and 15th fields of the line, in clock ticks (100 per second on Linux).
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    (tick(11) + tick(12)) / 100.0
 }
 
 impl EvalStats {

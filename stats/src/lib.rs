@@ -8,11 +8,13 @@
 //! - [`mean_ci95`]: the mean with its two-sided 95 % Student-t confidence
 //!   interval, and [`cluster_means`] for taking that interval over units that
 //!   vary independently;
-//! - [`mean`] and [`sorted_finite`], the two steps the others share.
+//! - [`mean`] and [`sorted_finite`], the two steps the others share;
+//! - [`cpu`]: CPU seconds of the process or of some of its threads.
 //!
 //! Functions take plain slices and return `None` for an empty sample, so a
 //! caller decides what an empty cell prints.
 
+pub mod cpu;
 mod interval;
 mod quantile;
 

@@ -266,14 +266,6 @@ fn steady_rate(server: &serde_json::Value) -> f64 {
     }
 }
 
-fn cpu_s() -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
 /// One-way delays of `n` small UDP datagrams from namespace `from` to
 /// `to_addr` in namespace `to`, 10 ms apart, less `fixed_ms`: each
 /// datagram carries its send time on the process's monotonic clock, which
@@ -381,9 +373,9 @@ pub fn measure(args: &BenchArgs) -> Result<AttachFigures> {
         // 1400-byte datagrams are 1428 bytes on the link.
         let offer = |f: f64| format!("{:.0}", rate as f64 * 1e6 * f * 1400.0 / 1428.0);
         let (udp, cpu, tcp, one_way_delays) = with_link(rate, false, |a, b| {
-            let c0 = cpu_s();
+            let c0 = edgemu_stats::cpu::process_cpu_s();
             let (_, udp) = iperf(a, b, &["-u", "-l", "1400", "-b", &offer(1.05)], secs)?;
-            let cpu = cpu_s() - c0;
+            let cpu = edgemu_stats::cpu::process_cpu_s() - c0;
             let (_, tcp) = iperf(a, b, &[], secs)?;
             let delays = if rate == 100 {
                 // 10 ms and the serialization of a 92-byte IP packet at 100 Mb/s.

@@ -35,8 +35,8 @@ use edgemu_actors::router::{InboundBatch, InboundGate, PeerSendError, PeerSender
 use edgemu_codec::ids::{ActorId, HostId};
 use edgemu_config::command::CommandReply;
 use edgemu_config::{Cluster, ControlError};
-use edgemu_gpu::handoff_quality::{current_thread_id, CpuClock};
 use edgemu_protocol::{Envelope, Msg};
+use edgemu_stats::cpu::{current_thread_id, CpuClock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

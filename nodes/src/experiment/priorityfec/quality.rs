@@ -17,11 +17,10 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{anyhow, Context as _, Result};
-use edgemu_gpu::handoff_quality::{
-    current_thread_id, CpuClock, EvalStats, HandoffCase, PartialBlock, QualityEvaluator,
-};
+use edgemu_gpu::handoff_quality::{EvalStats, HandoffCase, PartialBlock, QualityEvaluator};
 use edgemu_gpu::model::llama::Llama;
 use edgemu_gpu::MissingRows;
+use edgemu_stats::cpu::{current_thread_id, CpuClock};
 use indicatif::ProgressBar;
 
 use super::{context_blocks, context_rows, csv_of, Transport};
