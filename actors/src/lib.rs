@@ -13,6 +13,7 @@ pub mod events;
 pub mod external;
 pub mod handoff;
 pub mod host_load;
+pub mod inbound_gate;
 pub mod link_actor;
 pub mod link_overrides;
 pub mod lyreo;

@@ -21,6 +21,8 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use crate::inbound_gate::{InboundGate, INBOUND_LIMIT};
+
 /// Why a peer did not take an envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerSendError {
@@ -49,18 +51,6 @@ pub struct RouterCounters {
     pub dropped_inbound_full: u64,
 }
 
-/// Bounds the envelopes from peers waiting in the router's mailbox: the mesh
-/// [`InboundGate::admit`]s each one before sending it and the router lets it
-/// go when handled, so a flood from a peer is dropped and counted, never
-/// queued without limit. An attach point bounds the packets its reader
-/// thread hands its actor the same way.
-#[derive(Debug)]
-pub struct InboundGate {
-    pending: std::sync::atomic::AtomicUsize,
-    limit: usize,
-    dropped: std::sync::atomic::AtomicU64,
-}
-
 /// One partition from a peer: `[from_ns, until_ns)`, open while `until_ns`
 /// is None.
 #[derive(Debug, Clone, Copy)]
@@ -73,61 +63,6 @@ struct PartitionWindow {
 impl PartitionWindow {
     fn contains(&self, t_ns: u64) -> bool {
         t_ns >= self.from_ns && self.until_ns.is_none_or(|u| t_ns < u)
-    }
-}
-
-/// Envelopes from peers that may wait in a router's mailbox.
-pub const INBOUND_LIMIT: usize = 65_536;
-
-impl InboundGate {
-    pub fn new(limit: usize) -> Self {
-        InboundGate {
-            pending: std::sync::atomic::AtomicUsize::new(0),
-            limit,
-            dropped: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-
-    /// True if one more envelope may be queued (and counts it); false drops it.
-    pub fn admit(&self) -> bool {
-        self.admit_many(1) == 1
-    }
-
-    /// Admits as many of `n` envelopes as there is room for (counting
-    /// them) and returns how many; the rest are counted as dropped.
-    pub fn admit_many(&self, n: usize) -> usize {
-        use std::sync::atomic::Ordering;
-        let mut admitted = 0;
-        let _ = self
-            .pending
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
-                admitted = n.min(self.limit.saturating_sub(p));
-                (admitted > 0).then_some(p + admitted)
-            });
-        if admitted < n {
-            self.dropped
-                .fetch_add((n - admitted) as u64, Ordering::Relaxed);
-        }
-        admitted
-    }
-
-    /// One admitted envelope was handled.
-    pub fn done(&self) {
-        self.done_many(1);
-    }
-
-    /// `n` admitted envelopes were handled.
-    pub fn done_many(&self, n: usize) {
-        use std::sync::atomic::Ordering;
-        let _ = self
-            .pending
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
-                Some(p.saturating_sub(n))
-            });
-    }
-
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -494,26 +429,5 @@ impl Handler<GetRouterCounters> for Router {
         let mut c = self.counters.clone();
         c.dropped_inbound_full = self.inbound.dropped();
         MessageResult(c)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::InboundGate;
-
-    #[test]
-    fn the_gate_admits_a_batch_up_to_its_room_and_counts_the_rest() {
-        let gate = InboundGate::new(10);
-        assert_eq!(gate.admit_many(4), 4);
-        assert_eq!(gate.admit_many(8), 6, "room for 6 of 8");
-        assert_eq!(gate.dropped(), 2);
-        assert!(!gate.admit(), "full");
-        assert_eq!(gate.dropped(), 3);
-        gate.done_many(5);
-        assert_eq!(gate.admit_many(0), 0);
-        assert_eq!(gate.admit_many(7), 5);
-        assert_eq!(gate.dropped(), 5);
-        gate.done_many(100);
-        assert!(gate.admit(), "done never goes below zero");
     }
 }

@@ -177,6 +177,14 @@ fn bench_mesh_quick_moves_envelopes_and_keeps_the_session_up() {
     assert_eq!(num("sessions_down"), 0.0, "{v}");
     let ratios = v["ratios_1400"].as_array().expect("ratios_1400");
     assert_eq!(ratios.len(), 2, "{v}");
+    // Every round moved envelopes: a saturated receiver pushes back on the
+    // sender rather than decoding frames only to drop them while its
+    // router starves (rounds with nothing delivered in the window, and
+    // hundreds of thousands dropped, before the reader waited for room).
+    for r in ratios {
+        assert!(r.as_f64().is_some_and(|r| r > 0.0), "{v}");
+    }
+    assert!(num("receiver_dropped") >= 0.0, "{v}");
     // Every side's CPU per GB was measured (its own threads, in the window).
     for k in [
         "ws_sender_cpu_s_per_gb",

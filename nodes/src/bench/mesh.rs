@@ -248,6 +248,9 @@ async fn drive(
 struct WsFigures {
     small: Phase,
     large: Phase,
+    /// Envelopes host b's gate refused (its router was behind past the
+    /// reader's wait).
+    receiver_dropped: u64,
 }
 
 fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
@@ -264,12 +267,13 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
         let receiver = clocks.receiver.clone();
         std::thread::Builder::new()
             .name("bench-host-b".into())
-            .spawn(move || -> Result<()> {
+            .spawn(move || -> Result<u64> {
                 SideClocks::join(&receiver);
                 actix::System::new().block_on(async move {
                     let targets = MeshTargets::default();
                     let mesh = Mesh::start(cluster, HostId(1), Vec::new(), targets.clone()).await?;
                     let gate = Arc::new(InboundGate::new(INBOUND_LIMIT));
+                    let gate_b = gate.clone();
                     let r = CountingRouter(counts, gate.clone()).start();
                     targets.set(
                         (r.clone().recipient(), gate),
@@ -280,9 +284,10 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
                     while !stop.load(Ordering::Acquire) {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
+                    let dropped = gate_b.dropped();
                     mesh.say_goodbye("bench over");
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    Ok(())
+                    Ok(dropped)
                 })
             })
             .context("starting host b")?
@@ -310,7 +315,11 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
                     let large = drive(peer.as_ref(), &counts, &clocks, 1400, warmup, secs).await?;
                     mesh.say_goodbye("bench over");
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    Ok(WsFigures { small, large })
+                    Ok(WsFigures {
+                        small,
+                        large,
+                        receiver_dropped: 0,
+                    })
                 })
             }
         })
@@ -318,8 +327,8 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
         .join();
     stop.store(true, Ordering::Release);
     let b_result = b.join();
-    let figures = a_result.map_err(|_| anyhow::anyhow!("host a panicked"))??;
-    b_result.map_err(|_| anyhow::anyhow!("host b panicked"))??;
+    let mut figures = a_result.map_err(|_| anyhow::anyhow!("host a panicked"))??;
+    figures.receiver_dropped = b_result.map_err(|_| anyhow::anyhow!("host b panicked"))??;
     Ok(figures)
 }
 
@@ -436,7 +445,7 @@ pub fn report(args: &MeshArgs) -> Result<serde_json::Value> {
     let (mut tcp_large, mut tcp_small, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     // CPU s/GB: websocket sender, receiver; TCP (1 MiB writes) writer, reader.
     let mut cpu: [Vec<f64>; 4] = Default::default();
-    let mut sessions_down = 0u64;
+    let (mut sessions_down, mut receiver_dropped) = (0u64, 0u64);
     // Loopback TCP's own rate swings by ±30 % between windows on a shared
     // machine, so websocket and TCP windows alternate and each round gives
     // its own ratio.
@@ -453,6 +462,7 @@ pub fn report(args: &MeshArgs) -> Result<serde_json::Value> {
         };
         let tcp = tcp_bench(batch, warmup, secs)?;
         let tcp_1400 = tcp_bench(1400, warmup, secs)?;
+        receiver_dropped += ws.receiver_dropped;
         ws_large.push(ws.large.mbps);
         ws_small.push(ws.small.mbps);
         ws_env_small.push(ws.small.envelopes_per_s);
@@ -494,6 +504,7 @@ pub fn report(args: &MeshArgs) -> Result<serde_json::Value> {
         "window_s": secs.as_secs_f64(),
         "rounds": rounds,
         "sessions_down": sessions_down,
+        "receiver_dropped": receiver_dropped,
     }))
 }
 
@@ -583,11 +594,13 @@ pub fn run(args: &MeshArgs) -> Result<()> {
         )
     );
     println!(
-        "\nws/TCP per round: {:.3} to {:.3}; saturated sessions down: {} of {} rounds",
+        "\nws/TCP per round: {:.3} to {:.3}; saturated sessions down: {} of {} rounds; \
+         envelopes the receiver dropped (its router behind): {}",
         f("ratio_1400_min"),
         f("ratio_1400_max"),
         f("sessions_down"),
-        f("rounds")
+        f("rounds"),
+        f("receiver_dropped")
     );
     Ok(())
 }

@@ -32,6 +32,11 @@ fn encoded_estimate(e: &Envelope) -> usize {
     32 + e.payload.bulk_bytes()
 }
 
+/// Longest the reader waits for a router that is behind before it reads
+/// on (and drops what finds no room): far below the peer's write timeout
+/// and silence limit, so a slow router never ends a session.
+const ROUTER_WAIT: Duration = Duration::from_millis(100);
+
 /// Longest a single websocket write may take. A peer that stops reading
 /// fills the socket's buffers; its session ends after this instead of
 /// blocking forever (and with it, everything queued for the peer).
@@ -92,6 +97,15 @@ async fn read_loop(
     pong_tx: &mpsc::Sender<Answer>,
 ) -> String {
     loop {
+        // A router behind on this thread gets its turn before more is read
+        // (see InboundGate): waiting pushes back on the peer through TCP
+        // instead of decoding frames only to drop them.
+        let router = ctx.targets.router();
+        if let Some((_, gate)) = &router {
+            if !gate.room(ROUTER_WAIT).await {
+                tracing::debug!(peer = %peer.name, pending = gate.pending(), "the router is behind; reading on, dropping what has no room");
+            }
+        }
         // The frame is decoded where it was read (no copy of its bytes).
         let read = rx
             .next(|m| match m {
@@ -138,7 +152,7 @@ async fn read_loop(
         };
         match frame {
             Frame::Envelopes(mut envs) => {
-                if let Some((router, gate)) = ctx.targets.router() {
+                if let Some((router, gate)) = router {
                     // The frame goes to the router as one message. When the
                     // router is far behind, the envelopes past the gate's
                     // room are dropped (counted by the gate).
