@@ -309,10 +309,23 @@ pub trait SelfRestart: Actor<Context = Context<Self>> {
     /// Brings the actor back (its liveness already says alive): clears
     /// what its kill left and shows it up again.
     fn come_back(&mut self, _ctx: &mut Context<Self>) {}
+    /// The log and the name under which an automatic restart is recorded;
+    /// `None` for an actor that records its restarts its own way
+    /// (overriding [`Self::log_restart`]).
+    fn restart_log(&self) -> Option<(&crate::events::ActorLog, &str)> {
+        None
+    }
     /// Records a restart that took effect at `at_ns` in the event log:
-    /// `by` the command's source, `None` when the kill's `for` ran out. (A
-    /// command is also recorded by the control plane.)
-    fn log_restart(&mut self, at_ns: u64, by: Option<&str>);
+    /// `by` the command's source, `None` when the kill's `for` ran out.
+    /// By default only the automatic one is recorded here (a command is
+    /// recorded by the control plane).
+    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
+        if by.is_none() {
+            if let Some((log, name)) = self.restart_log() {
+                log.self_restart(at_ns, name, self.restarted_detail());
+            }
+        }
+    }
 }
 
 /// `actor.restart` of `act`, asked by `by`: nothing when it is alive.

@@ -496,11 +496,7 @@ impl SelfRestart for ExternalServerActor {
     fn come_back(&mut self, _: &mut Context<Self>) {
         self.s.live.server(&self.s.name, |l| l.down = false);
     }
-    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
-        if by.is_none() {
-            self.s
-                .log
-                .self_restart(at_ns, &self.s.name, self.restarted_detail());
-        }
+    fn restart_log(&self) -> Option<(&crate::events::ActorLog, &str)> {
+        Some((&self.s.log, &self.s.name))
     }
 }

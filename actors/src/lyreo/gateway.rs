@@ -546,12 +546,8 @@ impl SelfRestart for GatewayActor {
     fn restarted_detail(&self) -> &'static str {
         "restarted; requests are taken again"
     }
-    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
-        if by.is_none() {
-            self.s
-                .log
-                .self_restart(at_ns, &self.s.name, self.restarted_detail());
-        }
+    fn restart_log(&self) -> Option<(&crate::events::ActorLog, &str)> {
+        Some((&self.s.log, &self.s.name))
     }
 }
 

@@ -704,10 +704,7 @@ impl SelfRestart for SchedulerActor {
             }
         });
     }
-    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
-        if by.is_none() {
-            let me = name(&self.s.names, self.s.id).to_string();
-            self.s.log.self_restart(at_ns, &me, self.restarted_detail());
-        }
+    fn restart_log(&self) -> Option<(&crate::events::ActorLog, &str)> {
+        Some((&self.s.log, name(&self.s.names, self.s.id)))
     }
 }

@@ -675,11 +675,7 @@ impl<B: Backend + 'static> SelfRestart for ServerActor<B> {
         self.s.live.server(&self.s.name, |l| l.down = false);
         self.pump(ctx);
     }
-    fn log_restart(&mut self, at_ns: u64, by: Option<&str>) {
-        if by.is_none() {
-            self.s
-                .log
-                .self_restart(at_ns, &self.s.name, self.restarted_detail());
-        }
+    fn restart_log(&self) -> Option<(&crate::events::ActorLog, &str)> {
+        Some((&self.s.log, &self.s.name))
     }
 }
