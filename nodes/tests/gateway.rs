@@ -672,7 +672,9 @@ delay = "5ms"
         user.iter()
             .all(|r| r.outcome == "served" && r.server == "ext"),
         "{:?}",
-        user.iter().map(|r| &r.outcome).collect::<Vec<_>>()
+        user.iter()
+            .map(|r| (r.slot, &r.outcome, &r.server, &r.reason))
+            .collect::<Vec<_>>()
     );
     let slots =
         std::fs::read_to_string(dir.join("results/e/edge/server_slots.csv")).expect("slots");

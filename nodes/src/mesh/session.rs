@@ -100,8 +100,9 @@ async fn read_loop(
         // A router behind on this thread gets its turn before more is read
         // (see InboundGate): waiting pushes back on the peer through TCP
         // instead of decoding frames only to drop them.
-        let router = ctx.targets.router();
-        if let Some((_, gate)) = &router {
+        // (The router is looked up again once a frame is read: targets set
+        // while this read waits must see that frame.)
+        if let Some((_, gate)) = ctx.targets.router() {
             if !gate.room(ROUTER_WAIT).await {
                 tracing::debug!(peer = %peer.name, pending = gate.pending(), "the router is behind; reading on, dropping what has no room");
             }
@@ -152,7 +153,7 @@ async fn read_loop(
         };
         match frame {
             Frame::Envelopes(mut envs) => {
-                if let Some((router, gate)) = router {
+                if let Some((router, gate)) = ctx.targets.router() {
                     // The frame goes to the router as one message. When the
                     // router is far behind, the envelopes past the gate's
                     // room are dropped (counted by the gate).
