@@ -44,14 +44,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const AIM_RATIO: f64 = 0.5;
 
+/// What a [`CountingRouter`] got: envelopes and their payload bytes.
 #[derive(Default)]
-struct Counts {
+pub(crate) struct Counts {
     envelopes: AtomicU64,
     bytes: AtomicU64,
 }
 
 impl Counts {
-    fn snapshot(&self) -> (u64, u64) {
+    pub(crate) fn snapshot(&self) -> (u64, u64) {
         (
             self.envelopes.load(Ordering::Acquire),
             self.bytes.load(Ordering::Acquire),
@@ -60,7 +61,7 @@ impl Counts {
 }
 
 /// Stands in for host `b`'s router and supervisor: counts what arrives.
-struct CountingRouter(Arc<Counts>, Arc<InboundGate>);
+pub(crate) struct CountingRouter(pub(crate) Arc<Counts>, pub(crate) Arc<InboundGate>);
 
 impl Actor for CountingRouter {
     type Context = Context<Self>;
@@ -273,10 +274,9 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
                     let targets = MeshTargets::default();
                     let mesh = Mesh::start(cluster, HostId(1), Vec::new(), targets.clone()).await?;
                     let gate = Arc::new(InboundGate::new(INBOUND_LIMIT));
-                    let gate_b = gate.clone();
                     let r = CountingRouter(counts, gate.clone()).start();
                     targets.set(
-                        (r.clone().recipient(), gate),
+                        (r.clone().recipient(), gate.clone()),
                         r.clone().recipient(),
                         vec![r.clone().recipient()],
                         r.recipient(),
@@ -284,7 +284,7 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
                     while !stop.load(Ordering::Acquire) {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
-                    let dropped = gate_b.dropped();
+                    let dropped = gate.dropped();
                     mesh.say_goodbye("bench over");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     Ok(dropped)
@@ -297,7 +297,7 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
         .name("bench-host-a".into())
         .spawn({
             let counts = counts.clone();
-            move || -> Result<WsFigures> {
+            move || -> Result<(Phase, Phase)> {
                 SideClocks::join(&clocks.sender);
                 actix::System::new().block_on(async move {
                     let mesh =
@@ -315,11 +315,7 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
                     let large = drive(peer.as_ref(), &counts, &clocks, 1400, warmup, secs).await?;
                     mesh.say_goodbye("bench over");
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    Ok(WsFigures {
-                        small,
-                        large,
-                        receiver_dropped: 0,
-                    })
+                    Ok((small, large))
                 })
             }
         })
@@ -327,9 +323,13 @@ fn ws_bench(warmup: Duration, secs: Duration) -> Result<WsFigures> {
         .join();
     stop.store(true, Ordering::Release);
     let b_result = b.join();
-    let mut figures = a_result.map_err(|_| anyhow::anyhow!("host a panicked"))??;
-    figures.receiver_dropped = b_result.map_err(|_| anyhow::anyhow!("host b panicked"))??;
-    Ok(figures)
+    let (small, large) = a_result.map_err(|_| anyhow::anyhow!("host a panicked"))??;
+    let receiver_dropped = b_result.map_err(|_| anyhow::anyhow!("host b panicked"))??;
+    Ok(WsFigures {
+        small,
+        large,
+        receiver_dropped,
+    })
 }
 
 /// Raw TCP over loopback: `write_len`-byte `write_all`s of 1400-byte payloads.

@@ -97,16 +97,6 @@ async fn read_loop(
     pong_tx: &mpsc::Sender<Answer>,
 ) -> String {
     loop {
-        // A router behind on this thread gets its turn before more is read
-        // (see InboundGate): waiting pushes back on the peer through TCP
-        // instead of decoding frames only to drop them.
-        // (The router is looked up again once a frame is read: targets set
-        // while this read waits must see that frame.)
-        if let Some((_, gate)) = ctx.targets.router() {
-            if !gate.room(ROUTER_WAIT).await {
-                tracing::debug!(peer = %peer.name, pending = gate.pending(), "the router is behind; reading on, dropping what has no room");
-            }
-        }
         // The frame is decoded where it was read (no copy of its bytes).
         let read = rx
             .next(|m| match m {
@@ -161,6 +151,13 @@ async fn read_loop(
                     envs.truncate(admitted);
                     if !envs.is_empty() {
                         router.do_send(InboundBatch(envs, peer.id));
+                    }
+                    // A router behind on this thread gets its turn before
+                    // the next frame is read (see InboundGate): waiting
+                    // pushes back on the peer through TCP instead of
+                    // decoding frames only to drop them.
+                    if !gate.room(ROUTER_WAIT).await {
+                        tracing::debug!(peer = %peer.name, pending = gate.pending(), "the router is behind; reading on, dropping what has no room");
                     }
                 }
             }
@@ -488,6 +485,47 @@ mod tests {
                 why.contains("closed by peer") || why.contains("receive"),
                 "{why}"
             );
+        });
+    }
+
+    /// A frame read while the host is still setting its targets (the read
+    /// began before they existed) reaches the router set meanwhile: the
+    /// reader looks the router up once the frame is read.
+    #[test]
+    fn a_frame_read_while_the_targets_are_set_reaches_the_router() {
+        use crate::bench::mesh::{CountingRouter, Counts};
+        use actix::Actor as _;
+        use edgemu_actors::router::InboundGate;
+        actix::System::new().block_on(async {
+            let (a, b) = socket_pair().await;
+            let (_b_rx, mut b_tx) = b.split();
+            let ctx = context(0);
+            let (p, mut env_rx, mut ctrl_rx) = peer(1);
+            let counts = Arc::new(Counts::default());
+            let peer_side = async {
+                // The session is reading by now, with no targets yet.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let gate = Arc::new(InboundGate::new(16));
+                let r = CountingRouter(counts.clone(), gate.clone()).start();
+                ctx.targets.set(
+                    (r.clone().recipient(), gate),
+                    r.clone().recipient(),
+                    vec![r.clone().recipient()],
+                    r.recipient(),
+                );
+                b_tx.send(&Frame::Envelopes(vec![big_envelope()]))
+                    .await
+                    .expect("send");
+                let t0 = Instant::now();
+                while counts.snapshot().0 == 0 && t0.elapsed() < Duration::from_secs(5) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            tokio::select! {
+                why = run_session(&ctx, &p, a, &mut env_rx, &mut ctrl_rx) => panic!("the session ended: {why}"),
+                () = peer_side => {}
+            }
+            assert_eq!(counts.snapshot(), (1, 64 * 1024));
         });
     }
 
