@@ -6,6 +6,10 @@
 //! actually *holds* grows by one token per iteration; the server's occupancy in
 //! iteration `k` is `m(k) = α · Σ_j (l_in_j + l_gen_j(k))`, recorded after the
 //! iteration's tokens were appended (its largest value within the iteration).
+//! The engine tells the ledger how many tokens an iteration added across its
+//! running requests ([`KvLedger::hold`]) and how many a request held when it
+//! leaves ([`KvLedger::release`]): one addition per iteration rather than one
+//! map update per running request, which was most of a modeled iteration.
 //! From the per-iteration occupancies and durations `τ(k)` the ledger keeps the
 //! peak, the memory-time `∫ m dt = Σ_k m(k)·τ(k)` (byte·seconds), and the same
 //! over a window that the caller resets every slot, giving the workload
@@ -30,7 +34,6 @@ pub struct KvLedger {
     capacity_bytes: u64,
     reserved: HashMap<u64, u64>,
     reserved_total: u64,
-    held: HashMap<u64, u64>,
     occupancy: u64,
     peak: u64,
     memory_time: f64,
@@ -88,7 +91,6 @@ impl KvLedger {
             capacity_bytes,
             reserved: HashMap::default(),
             reserved_total: 0,
-            held: HashMap::default(),
             occupancy: 0,
             peak: 0,
             memory_time: 0.0,
@@ -139,32 +141,23 @@ impl KvLedger {
         let b = self.bytes_for(tokens);
         self.reserved.insert(id, b);
         self.reserved_total += b;
-        self.held.insert(id, 0);
         Ok(())
     }
 
-    /// Sets how many tokens request `id` holds now.
-    pub fn set_tokens(&mut self, id: u64, tokens: u64) {
-        let b = self.bytes_for(tokens);
-        // Every iteration of a running request lands here: update in place.
-        let old = match self.held.get_mut(&id) {
-            Some(v) => std::mem::replace(v, b),
-            None => {
-                self.held.insert(id, b);
-                0
-            }
-        };
-        self.occupancy = self.occupancy - old + b;
+    /// The running requests hold `tokens` more tokens between them (an
+    /// iteration's: each prefilled prompt with its first token, one for
+    /// each decoded request).
+    pub fn hold(&mut self, tokens: u64) {
+        self.occupancy = self.occupancy.saturating_add(self.bytes_for(tokens));
     }
 
-    /// Frees everything request `id` holds and reserved.
-    pub fn release(&mut self, id: u64) {
+    /// Request `id` leaves holding `held_tokens`: its reservation and what
+    /// it held are freed.
+    pub fn release(&mut self, id: u64, held_tokens: u64) {
         if let Some(b) = self.reserved.remove(&id) {
             self.reserved_total -= b;
         }
-        if let Some(b) = self.held.remove(&id) {
-            self.occupancy -= b;
-        }
+        self.occupancy = self.occupancy.saturating_sub(self.bytes_for(held_tokens));
     }
 
     /// Records one iteration of `duration_s` at the current occupancy.
@@ -248,12 +241,10 @@ mod tests {
         l.reserve(2, 30).unwrap(); // 20 in + 10 out
         assert_eq!(l.reserved_bytes(), 90_000);
         // Iteration 1 (prefill): 11 and 21 tokens held, 0.5 s.
-        l.set_tokens(1, 11);
-        l.set_tokens(2, 21);
+        l.hold(11 + 21);
         l.record_iteration(0.5);
         // Iteration 2: 12 and 22 tokens, 0.25 s.
-        l.set_tokens(1, 12);
-        l.set_tokens(2, 22);
+        l.hold(2);
         l.record_iteration(0.25);
         let s = l.snapshot();
         assert_eq!(s.occupancy_bytes, 34_000);
@@ -265,13 +256,13 @@ mod tests {
         assert!((w.eta - 24_500.0 / 100_000.0).abs() < 1e-12);
         assert_eq!(w.iterations, 2);
         // Request 2 leaves; request 3 (60 tokens) now fits.
-        l.release(2);
+        l.release(2, 22);
         assert_eq!(l.occupancy_bytes(), 12_000);
         assert_eq!(l.reserved_bytes(), 60_000);
         assert!(l.fits(40));
         l.reserve(3, 40).unwrap();
-        l.set_tokens(3, 40);
-        l.set_tokens(1, 51);
+        // Request 3's 40 tokens in, request 1 from 12 to 51.
+        l.hold(40 + 39);
         l.record_iteration(2.0);
         let s = l.snapshot();
         assert_eq!(s.peak_bytes, 91_000);
@@ -283,7 +274,7 @@ mod tests {
         // Exactly 90 % is not high.
         let mut l = KvLedger::new(1, 100);
         l.reserve(1, 90).unwrap();
-        l.set_tokens(1, 90);
+        l.hold(90);
         l.record_iteration(1.0);
         assert!(!l.snapshot().high_kv);
     }

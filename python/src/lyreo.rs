@@ -151,7 +151,7 @@ impl LyreoEnv {
     }
 
     fn start(&mut self, seed: u64) -> PyResult<()> {
-        let st = Self::stepper(&self.opts, seed)?;
+        let mut st = Self::stepper(&self.opts, seed)?;
         self.arrays.fill_from(st.observation());
         self.stepper = Some(st);
         Ok(())

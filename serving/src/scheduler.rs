@@ -5,7 +5,8 @@
 //! ([`ServerSite`]), its capability and its latest report — and, each slot,
 //! turns the requests its users sent ([`SlotRequest`]) into placements
 //! ([`Placement`]): it builds the policy's [`SlotObservation`] (each
-//! request's full-band Shannon rate to every server), asks its
+//! request's full-band Shannon rate to every server, left out for a policy
+//! that does not read rates), asks its
 //! [`SchedulingPolicy`] for one server per request, and gives each request
 //! the rate of its server's cell shared by the slot's requests there, and
 //! its upload time. After the slot it updates the virtual queues (paper §IV-A)
@@ -133,6 +134,8 @@ pub struct SchedulerCore {
     /// The observation of the slot being decided and its requests.
     observed: Option<SlotObservation>,
     observed_requests: Vec<SlotRequest>,
+    /// The held observation's solo rates are not computed yet.
+    rates_pending: bool,
 }
 
 /// The slot length and the policy parameters a scheduler runs with.
@@ -167,6 +170,7 @@ impl SchedulerCore {
             nu: settings.nu,
             observed: None,
             observed_requests: Vec::new(),
+            rates_pending: false,
         }
     }
 
@@ -265,67 +269,87 @@ impl SchedulerCore {
     }
 
     /// Builds and keeps slot `slot`'s observation of `requests` (the
-    /// servers' latest reports, each request's solo rate to every server,
-    /// the queues); a decision for it follows with
-    /// [`SchedulerCore::decide_observed`] or [`SchedulerCore::place`]. The
-    /// split lets a shell ask a policy outside the process and fall back to
-    /// the core's own policy on the same observation.
-    pub fn observe(&mut self, slot: u64, requests: &[SlotRequest]) -> &SlotObservation {
+    /// servers' latest reports, the queues, and each request's solo rate to
+    /// every server, computed when first needed: by
+    /// [`SchedulerCore::observation`], or by a policy that reads rates); a
+    /// decision for it follows with [`SchedulerCore::decide_observed`] or
+    /// [`SchedulerCore::place`]. The split lets a shell ask a policy outside
+    /// the process and fall back to the core's own policy on the same
+    /// observation.
+    pub fn observe(&mut self, slot: u64, requests: &[SlotRequest]) {
         for (site, r) in self.sites.iter_mut().zip(&self.reports) {
             if let Some((_, load)) = r {
                 site.obs.load = *load;
             }
         }
-        let sites = &self.sites;
-        let request_obs = |q: &SlotRequest| RequestObs {
-            id: q.id,
-            user: q.user,
-            input_len: q.input_len,
-            output_len: q.output_len,
-            solo_rate_bps: sites
-                .iter()
-                .map(|s| {
-                    let d2 = q.position.distance_squared(&s.position);
-                    radio::uplink_rate_bps(s.obs.bandwidth_hz, 1, q.power_w, d2)
-                })
-                .collect(),
-        };
-        // R×S rates are most of a large slot's decision; they are independent,
-        // so a large slot computes them on every core (in request order: the
-        // observation is the same as computed on one).
-        let requests_obs: Vec<RequestObs> = if requests.len() * sites.len() >= PARALLEL_RATES {
-            requests
-                .par_iter()
-                .with_min_len(64)
-                .map(request_obs)
-                .collect()
-        } else {
-            requests.iter().map(request_obs).collect()
-        };
-        let obs = SlotObservation {
+        let mut obs = SlotObservation {
             slot,
             slot_s: self.slot_s,
-            requests: requests_obs,
+            requests: requests
+                .iter()
+                .map(|q| RequestObs {
+                    id: q.id,
+                    user: q.user,
+                    input_len: q.input_len,
+                    output_len: q.output_len,
+                    solo_rate_bps: Vec::new(),
+                })
+                .collect(),
             servers: self.sites.iter().map(|s| s.obs.clone()).collect(),
             z: self.queues.z().to_vec(),
             epsilon: self.epsilon,
             nu: self.nu,
         };
-        let mut obs = obs;
         self.mask_unavailable(&mut obs);
         self.observed_requests.clear();
         self.observed_requests.extend_from_slice(requests);
-        &*self.observed.insert(obs)
+        self.observed = Some(obs);
+        self.rates_pending = true;
     }
 
-    /// The observation kept by the last [`SchedulerCore::observe`].
-    pub fn observation(&self) -> Option<&SlotObservation> {
+    /// The observation kept by the last [`SchedulerCore::observe`], its
+    /// solo rates computed.
+    pub fn observation(&mut self) -> Option<&SlotObservation> {
+        self.compute_rates();
         self.observed.as_ref()
+    }
+
+    /// Fills the held observation's solo rates if they are not yet: R×S
+    /// Shannon rates, most of a large slot's decision when a policy reads
+    /// them, and wasted when it does not (Least-Loaded, Random).
+    fn compute_rates(&mut self) {
+        let Some(obs) = self.observed.as_mut().filter(|_| self.rates_pending) else {
+            return;
+        };
+        self.rates_pending = false;
+        let sites = &self.sites;
+        let rates_of = |(o, q): (&mut RequestObs, &SlotRequest)| {
+            o.solo_rate_bps.clear();
+            o.solo_rate_bps.extend(sites.iter().map(|s| {
+                let d2 = q.position.distance_squared(&s.position);
+                radio::uplink_rate_bps(s.obs.bandwidth_hz, 1, q.power_w, d2)
+            }));
+        };
+        // The rates are independent, so a large slot computes them on every
+        // core (each request's own row: the same as computed on one).
+        let requests = &self.observed_requests;
+        if requests.len() * sites.len() >= PARALLEL_RATES {
+            obs.requests
+                .par_iter_mut()
+                .zip(requests.par_iter())
+                .with_min_len(64)
+                .for_each(rates_of);
+        } else {
+            obs.requests.iter_mut().zip(requests).for_each(rates_of);
+        }
     }
 
     /// The core's own policy decides the observed slot (no observation: an
     /// empty decision).
     pub fn decide_observed(&mut self) -> SlotDecision {
+        if self.policy.reads_rates() {
+            self.compute_rates();
+        }
         let Some(obs) = self.observed.take() else {
             return SlotDecision::default();
         };

@@ -197,7 +197,7 @@ impl SlotStepper {
     }
 
     /// The current slot's observation (the last slot's once done).
-    pub fn observation(&self) -> &SlotObservation {
+    pub fn observation(&mut self) -> &SlotObservation {
         self.sched
             .observation()
             .expect("a stepper always holds an observation")

@@ -93,6 +93,25 @@ struct Running {
     hit_eos: bool,
 }
 
+impl Running {
+    /// Tokens of KV the request holds: its prompt and what it generated.
+    fn held_tokens(&self) -> u64 {
+        (self.req.input_len() + self.generated.len()) as u64
+    }
+
+    /// After a token: marks the request done at `end` if it reached its
+    /// output length or, when it stops there, `eos`; returns whether it did.
+    fn finish_if_done(&mut self, end: u64, eos: Option<u32>) -> bool {
+        let eos_hit = self.req.stop_at_eos && eos.is_some() && Some(self.generated.last()) == eos;
+        let done = self.generated.len() >= self.req.output_len || eos_hit;
+        if done {
+            self.done_at = Some(end);
+            self.hit_eos = eos_hit && self.generated.len() < self.req.output_len;
+        }
+        done
+    }
+}
+
 /// Tokens of work an engine holds ([`BatchEngine::pending_work`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PendingWork {
@@ -274,8 +293,8 @@ impl<B: Backend> BatchEngine<B> {
             return true;
         }
         if let Some(i) = self.running.iter().position(|r| r.req.id == id) {
-            self.running.remove(i);
-            self.forget(id);
+            let r = self.running.remove(i);
+            self.forget(id, r.held_tokens());
             self.backend.release(id);
             return true;
         }
@@ -341,8 +360,8 @@ impl<B: Backend> BatchEngine<B> {
 
     /// A request leaves the engine: its KV is freed and its id may be used
     /// again.
-    fn forget(&mut self, id: RequestId) {
-        self.ledger.release(id);
+    fn forget(&mut self, id: RequestId, held_tokens: u64) {
+        self.ledger.release(id, held_tokens);
         self.ids.remove(&id);
     }
 
@@ -376,7 +395,14 @@ impl<B: Backend> BatchEngine<B> {
         // Decode batch: running requests that still generate.
         let mut decode_idx = std::mem::take(&mut self.scratch_idx);
         decode_idx.clear();
-        decode_idx.extend((0..self.running.len()).filter(|&i| self.running[i].done_at.is_none()));
+        match self.config.mode {
+            // Done requests leave at the end of their iteration: every
+            // running one still generates.
+            BatchMode::Continuous => decode_idx.extend(0..self.running.len()),
+            BatchMode::Static => decode_idx
+                .extend((0..self.running.len()).filter(|&i| self.running[i].done_at.is_none())),
+        }
+        debug_assert!(decode_idx.iter().all(|&i| self.running[i].done_at.is_none()));
         let out = self.step_with(now, admitted, &decode_idx);
         self.scratch_idx = decode_idx;
         out
@@ -406,6 +432,9 @@ impl<B: Backend> BatchEngine<B> {
             return Ok(out);
         }
         self.iteration += 1;
+        let eos = self.backend.eos_token();
+        // Requests that reached their end in this iteration.
+        let mut finishing = 0usize;
 
         // Prefill the newly admitted together.
         let mut new_running = Vec::with_capacity(admitted.len());
@@ -422,13 +451,13 @@ impl<B: Backend> BatchEngine<B> {
                     if let Err(e) = self.backend.adopt(req.id, c) {
                         // Nothing of this iteration ran: free every admitted
                         // request's reservation and adopted state.
-                        self.forget(req.id);
+                        self.forget(req.id, 0);
                         for (r, _) in &adopted {
-                            self.forget(r.id);
+                            self.forget(r.id, 0);
                             self.backend.release(r.id);
                         }
                         for w in admitted {
-                            self.forget(w.req.id);
+                            self.forget(w.req.id, 0);
                         }
                         return Err(EngineError::backend(e));
                     }
@@ -463,7 +492,7 @@ impl<B: Backend> BatchEngine<B> {
                 Err(e) => {
                     let ids: Vec<RequestId> = adopted.iter().map(|(r, _)| r.id).collect();
                     for &id in &ids {
-                        self.forget(id);
+                        self.forget(id, 0);
                         self.backend.release(id);
                     }
                     return Err(EngineError::State(format!(
@@ -523,10 +552,8 @@ impl<B: Backend> BatchEngine<B> {
                     // The prefill succeeded: keep those requests (first token
                     // in, KV reserved) instead of dropping them with their
                     // reservations; the running ones are untouched.
-                    for r in &new_running {
-                        let held = r.req.input_len() + r.generated.len();
-                        self.ledger.set_tokens(r.req.id, held as u64);
-                    }
+                    self.ledger
+                        .hold(new_running.iter().map(Running::held_tokens).sum());
                     let ids: Vec<RequestId> = new_running.iter().map(|r| r.req.id).collect();
                     self.running.extend(new_running);
                     return Err(EngineError::State(format!(
@@ -537,37 +564,33 @@ impl<B: Backend> BatchEngine<B> {
                 }
             };
             out.decode_ns = secs_to_ns(step.duration_s);
+            let end = now + out.prefill_ns + out.decode_ns;
             for (&i, tok) in decode_idx.iter().zip(step.tokens) {
                 let r = &mut self.running[i];
                 r.generated.push(tok);
                 out.tokens.push((r.req.id, tok));
+                finishing += usize::from(r.finish_if_done(end, eos));
             }
         }
         out.duration_ns = out.prefill_ns + out.decode_ns;
         let end = now + out.duration_ns;
-        self.running.extend(new_running);
-
-        // Accounting: held tokens after this iteration (input + generated).
-        let eos = self.backend.eos_token();
-        for r in &mut self.running {
-            if r.done_at.is_some() {
-                continue;
-            }
-            let held = r.req.input_len() + r.generated.len();
-            self.ledger.set_tokens(r.req.id, held as u64);
-            let last = Some(r.generated.last());
-            let eos_hit = r.req.stop_at_eos && eos.is_some() && last == eos;
-            if r.generated.len() >= r.req.output_len || eos_hit {
-                r.done_at = Some(end);
-                r.hit_eos = eos_hit && r.generated.len() < r.req.output_len;
-            }
+        for r in &mut new_running {
+            finishing += usize::from(r.finish_if_done(end, eos));
         }
+        // Accounting: the tokens this iteration added are held (each
+        // prefilled prompt with its first token, one per decoded request).
+        let prefilled: u64 = new_running.iter().map(Running::held_tokens).sum();
+        self.ledger.hold(prefilled + decode_idx.len() as u64);
+        let generating = decode_idx.len() + new_running.len();
+        self.running.extend(new_running);
         self.ledger.record_iteration(ns_to_secs(out.duration_ns));
 
-        // Exit.
-        let leave_all = self.running.iter().all(|r| r.done_at.is_some());
+        // Exit. Requests done before this iteration (static mode only) did
+        // not generate in it: all are done when every generating one
+        // finished.
+        let leave_all = finishing == generating;
         let any_leaves = match self.config.mode {
-            BatchMode::Continuous => self.running.iter().any(|r| r.done_at.is_some()),
+            BatchMode::Continuous => finishing > 0,
             BatchMode::Static => leave_all,
         };
         if !any_leaves {
@@ -587,7 +610,7 @@ impl<B: Backend> BatchEngine<B> {
             })
             .collect();
         for r in leaving {
-            self.forget(r.req.id);
+            self.forget(r.req.id, r.held_tokens());
             let cache = if r.req.keep_cache {
                 self.backend.take(r.req.id)
             } else {

@@ -351,3 +351,56 @@ fn an_id_is_refused_while_held_and_free_again_once_it_left() {
     f.backend_mut().short_prefill = false;
     f.submit(Request::with_lengths(1, 10, 5), 0).unwrap();
 }
+
+/// The ledger's occupancy, kept as one addition per iteration, equals the
+/// tokens each live request holds (its prompt once admitted, plus every
+/// token it was given), counted from the steps' outputs through
+/// submissions, aborts and exits in both modes.
+#[test]
+fn occupancy_is_what_the_live_requests_hold() {
+    for mode in [BatchMode::Continuous, BatchMode::Static] {
+        let mut e = modeled(2_000, mode);
+        let mut held: std::collections::HashMap<u64, u64> = Default::default();
+        let input = |id: u64| 5 + id % 17;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut now, mut next_id) = (0u64, 0u64);
+        for _ in 0..400 {
+            match rand() % 5 {
+                0 | 1 => {
+                    let out = 1 + (rand() % 30) as usize;
+                    let r = Request::with_lengths(next_id, input(next_id) as usize, out);
+                    e.submit(r, now).unwrap();
+                    next_id += 1;
+                }
+                2 if next_id > 0 => {
+                    let id = rand() % next_id;
+                    if e.abort(id) {
+                        held.remove(&id);
+                    }
+                }
+                _ => {
+                    let o = e.step(now).unwrap();
+                    for id in &o.admitted {
+                        held.insert(*id, input(*id));
+                    }
+                    for (id, _) in &o.tokens {
+                        *held.get_mut(id).expect("a token of an admitted request") += 1;
+                    }
+                    for f in &o.finished {
+                        let h = held.remove(&f.id).expect("an admitted request finished");
+                        assert_eq!(h, (f.input_len + f.tokens.len()) as u64);
+                    }
+                    now = o.ended_at();
+                }
+            }
+            let want: u64 = held.values().sum::<u64>() * 10;
+            assert_eq!(e.ledger().occupancy_bytes(), want, "{mode:?}");
+        }
+    }
+}

@@ -48,6 +48,10 @@ impl SchedulingPolicy for LeastLoaded {
         "least-loaded"
     }
 
+    fn reads_rates(&self) -> bool {
+        false
+    }
+
     fn assign(&mut self, obs: &SlotObservation, out: &mut Vec<usize>) {
         out.clear();
         self.load.clear();
@@ -82,6 +86,10 @@ impl RandomPolicy {
 impl SchedulingPolicy for RandomPolicy {
     fn name(&self) -> &str {
         "random"
+    }
+
+    fn reads_rates(&self) -> bool {
+        false
     }
 
     fn assign(&mut self, obs: &SlotObservation, out: &mut Vec<usize>) {

@@ -51,6 +51,13 @@ pub trait SchedulingPolicy {
     fn fallbacks(&self) -> u64 {
         0
     }
+
+    /// Whether the policy reads [`RequestObs::solo_rate_bps`]. A scheduler
+    /// leaves the rates out of the observation it gives a policy that says
+    /// no: R×S Shannon rates are most of a large slot's decision.
+    fn reads_rates(&self) -> bool {
+        true
+    }
 }
 
 /// How servers batch decode for an experiment arm.

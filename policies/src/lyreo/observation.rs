@@ -14,7 +14,9 @@ pub struct RequestObs {
     /// Known output length `l_out`, tokens.
     pub output_len: u32,
     /// Upload rate to each server if it were the only request there (bit/s):
-    /// the full-band Shannon rate, an upper bound on the shared one.
+    /// the full-band Shannon rate, an upper bound on the shared one. Empty in
+    /// what a scheduler shows a policy that does not read rates
+    /// ([`super::SchedulingPolicy::reads_rates`]).
     pub solo_rate_bps: Vec<f64>,
 }
 
