@@ -402,7 +402,9 @@ impl<B: Backend> BatchEngine<B> {
             BatchMode::Static => decode_idx
                 .extend((0..self.running.len()).filter(|&i| self.running[i].done_at.is_none())),
         }
-        debug_assert!(decode_idx.iter().all(|&i| self.running[i].done_at.is_none()));
+        debug_assert!(decode_idx
+            .iter()
+            .all(|&i| self.running[i].done_at.is_none()));
         let out = self.step_with(now, admitted, &decode_idx);
         self.scratch_idx = decode_idx;
         out
