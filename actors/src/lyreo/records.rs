@@ -62,6 +62,19 @@ impl CsvTable {
         }
     }
 
+    /// Appends several lines at once (`text`: whole lines, each ending in a
+    /// newline), as one piece; buffered like [`CsvTable::row`].
+    pub fn rows(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let Some(out) = &self.out else { return };
+        let Ok(mut out) = out.lock() else { return };
+        if let Err(e) = out.write_all(text.as_bytes()) {
+            tracing::warn!(error = %e, "writing results rows");
+        }
+    }
+
     /// Writes the buffered rows to the file.
     pub fn flush(&self) {
         let Some(out) = &self.out else { return };
@@ -92,15 +105,17 @@ mod tests {
         let long = "3,".to_string() + &"4".repeat(10_000);
         b.row(&long);
         b.row("5,6");
+        a.rows("7,8\n9,10\n");
+        a.rows("");
         let read = || std::fs::read_to_string(dir.join("t.csv")).unwrap();
         assert!(!read().contains("5,6"), "no write per row");
         a.flush();
         let text = read();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines, ["x,y", "1,2", long.as_str(), "5,6"]);
+        assert_eq!(lines, ["x,y", "1,2", long.as_str(), "5,6", "7,8", "9,10"]);
         // Reopened (another actor of the host): no second header.
         CsvTable::open(&dir, "t.csv", "x,y").unwrap().flush();
-        assert_eq!(read().lines().count(), 4);
+        assert_eq!(read().lines().count(), 6);
         CsvTable::discard().row("ignored");
         let _ = std::fs::remove_dir_all(&dir);
     }
