@@ -64,7 +64,11 @@ impl Clock {
 
     /// Duration from now until run time `t_ns` (zero if past).
     pub fn until(&self, t_ns: u64) -> Duration {
-        Duration::from_nanos(t_ns.saturating_sub(self.now_ns()))
+        // From the instant itself, not from `now_ns`, which is 0 all
+        // before the epoch: an actor started ahead of the run still wakes at
+        // its run time.
+        self.instant_at(t_ns)
+            .saturating_duration_since(Instant::now())
     }
 }
 
@@ -239,5 +243,28 @@ fn precise_timer_loop(rx: mpsc::Receiver<(std::time::Instant, Recipient<Wake>, u
                 generation,
             }));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before the epoch, a timer still points at its run time: an actor
+    /// spawned ahead of the run wakes when the run says, not that long
+    /// after it was spawned.
+    #[test]
+    fn until_counts_from_the_epoch_also_before_it() {
+        let hour = Duration::from_secs(3600);
+        let c = Clock::new(Instant::now() + hour);
+        assert_eq!(c.now_ns(), 0);
+        assert!(c.until(0) > hour - Duration::from_secs(60));
+        assert!(c.until(0) <= hour);
+        let five_s = 5_000_000_000;
+        assert!(c.until(five_s) > hour + Duration::from_secs(4));
+        // From it on: the time left, zero once past.
+        let c = Clock::new(Instant::now());
+        assert_eq!(c.until(0), Duration::ZERO);
+        assert!(c.until(3600 * 1_000_000_000) > hour - Duration::from_secs(60));
     }
 }

@@ -163,8 +163,10 @@ pub async fn run_host_real(
     );
     let timer =
         Timer::Precise(PreciseTimer::start(&host_name).context("starting the timer thread")?);
-    tokio::time::sleep_until(clock.epoch()).await;
 
+    // The actors are in place before the epoch, and their timers count
+    // from it: spawning hundreds of them after it would make every host's
+    // first slot late by its own start-up time.
     let probes = res.probes.clone();
     let actors = spawn_host_actors(
         &cluster,
@@ -183,6 +185,7 @@ pub async fn run_host_real(
         });
     }
     actors.policies.extend_from(&opts.policies);
+    tokio::time::sleep_until(clock.epoch()).await;
     let (done_tx, done_rx) = oneshot::channel();
     let sup = Supervisor::new(
         cluster.clone(),
