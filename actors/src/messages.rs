@@ -12,6 +12,14 @@ use serde::Serialize;
 #[rtype(result = "()")]
 pub struct Route(pub Envelope);
 
+/// [`Route`] for several envelopes at once, routed in order: an actor on a
+/// thread of its own that sends many in a burst (the LYREO scheduler's
+/// placements of a slot) hands them to the router's thread in one message
+/// instead of one per envelope.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct RouteBatch(pub Vec<Envelope>);
+
 /// An envelope that reached its destination actor. `recv_ns` is the run time
 /// of arrival (in virtual time the link model's exact arrival, since the
 /// paused clock is millisecond-quantized).

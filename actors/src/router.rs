@@ -12,7 +12,7 @@
 use crate::clock::Clock;
 use crate::events::{Event, EventLog};
 use crate::link_actor::LinkActor;
-use crate::messages::{Deliver, PeerControl, PeerStatus, Route};
+use crate::messages::{Deliver, PeerControl, PeerStatus, Route, RouteBatch};
 use actix::prelude::*;
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_config::Cluster;
@@ -283,6 +283,15 @@ impl Handler<Route> for Router {
     type Result = ();
     fn handle(&mut self, msg: Route, _: &mut Context<Self>) {
         self.route(msg.0, false);
+    }
+}
+
+impl Handler<RouteBatch> for Router {
+    type Result = ();
+    fn handle(&mut self, msg: RouteBatch, _: &mut Context<Self>) {
+        for env in msg.0 {
+            self.route(env, false);
+        }
     }
 }
 

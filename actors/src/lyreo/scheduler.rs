@@ -39,7 +39,7 @@ use crate::external::book::FallbackReason;
 use crate::external::client::PolicyEvent;
 use crate::external::{ExternalDecider, ExternalLive, Outcome};
 use crate::messages::{
-    restart, restart_later, ActorFault, Deliver, FaultReply, Liveness, Route, SelfRestart,
+    restart, restart_later, ActorFault, Deliver, FaultReply, Liveness, RouteBatch, SelfRestart,
 };
 use actix::prelude::*;
 use edgemu_codec::ids::ActorId;
@@ -124,8 +124,13 @@ pub struct SchedulerActor {
     core: SchedulerCore,
     policy: SchedulerPolicy,
     clock: Clock,
-    router: Recipient<Route>,
+    /// The host's router, on the host's thread: a slot's placements go to
+    /// it in one message.
+    router: Recipient<RouteBatch>,
     table: CsvTable,
+    /// When the last dispatch handed its placements to the router (run
+    /// time), for the decision's lateness.
+    dispatched_ns: Option<u64>,
     /// Requests waiting for the next decision, by id.
     held: std::collections::BTreeMap<u64, Held>,
     slot: u64,
@@ -148,7 +153,7 @@ impl SchedulerActor {
         core: SchedulerCore,
         policy: SchedulerPolicy,
         clock: Clock,
-        router: Recipient<Route>,
+        router: Recipient<RouteBatch>,
         table: CsvTable,
     ) -> Self {
         SchedulerActor {
@@ -165,20 +170,21 @@ impl SchedulerActor {
             router,
             table,
             held: Default::default(),
+            dispatched_ns: None,
             slot: 0,
             ignored: 0,
         }
     }
 
-    fn send(&self, dst: ActorId, msg: LyreoMsg) {
-        self.router.do_send(Route(Envelope {
+    fn envelope(&self, dst: ActorId, msg: LyreoMsg) -> Envelope {
+        Envelope {
             src: self.s.id,
             dst,
             via: None,
             sent_at_ns: self.clock.now_ns(),
             due_ns: None,
             payload: msg.into(),
-        }));
+        }
     }
 
     fn decide_at(&self, slot: u64) -> u64 {
@@ -205,12 +211,18 @@ impl SchedulerActor {
             self.core.end_slot();
         }
         let held = std::mem::take(&mut self.held);
+        self.dispatched_ns = None;
         if !held.is_empty() {
             self.assign(t, held, ctx);
         }
         // From the planned decision time to the placements leaving (an
-        // external policy's answer comes later, within its deadline).
-        let late = self.clock.now_ns().saturating_sub(self.decide_at(t));
+        // external policy's answer comes later, within its deadline; with
+        // no placements, to now).
+        let left = self
+            .dispatched_ns
+            .take()
+            .unwrap_or_else(|| self.clock.now_ns());
+        let late = left.saturating_sub(self.decide_at(t));
         self.lateness.push(late);
         self.show(t);
         self.slot += 1;
@@ -453,10 +465,41 @@ impl SchedulerActor {
         let policy = policy.to_string();
         let version = self.policy.seen.version.clone();
         let mut expect: Vec<Vec<Expected>> = vec![Vec::new(); self.s.servers.len()];
-        // The slot's rows, written to the table at once: a row at a time,
-        // a 2000-request slot spent most of its dispatch there.
-        let mut rows = String::with_capacity(decision.placements.len() * 80);
+        // The slot's envelopes, to the router in one message (in the order
+        // they were sent one at a time: users' assignments, then servers'
+        // expectations).
+        let mut out = Vec::with_capacity(decision.placements.len() + self.s.servers.len());
         let z = self.core.queues().z().to_vec();
+        for ((&id, h), p) in held.iter().zip(&decision.placements) {
+            let server = self.s.servers[p.server];
+            expect[p.server].push(Expected {
+                id,
+                user: h.user,
+                input_len: h.input_len,
+                output_len: h.output_len,
+                upload_ns: p.upload_ns,
+            });
+            out.push(self.envelope(
+                h.user,
+                LyreoMsg::Assign {
+                    id,
+                    slot: h.slot,
+                    server,
+                    rate_bps: p.rate_bps,
+                    upload_ns: p.upload_ns,
+                    policy: policy.clone(),
+                    policy_version: version.clone(),
+                },
+            ));
+        }
+        for (s, requests) in expect.into_iter().enumerate() {
+            if !requests.is_empty() {
+                let dst = self.s.servers[s];
+                out.push(self.envelope(dst, LyreoMsg::Expect { slot: t, requests }));
+            }
+        }
+        self.router.do_send(RouteBatch(out));
+        self.dispatched_ns = Some(self.clock.now_ns());
         let me = name(&self.s.names, self.s.id);
         // One live-view entry per server that got requests, not one per
         // placement: a large slot places thousands.
@@ -472,45 +515,22 @@ impl SchedulerActor {
                 l.servers.entry(server).or_default().assigned += n as u64;
             }
         });
+        // The slot's `decisions.csv` rows, once the placements are on
+        // their way (formatting them is most of a large slot's dispatch);
+        // `upload_s` as `secs` writes it.
+        let mut rows = String::with_capacity(decision.placements.len() * 80);
         for ((&id, h), p) in held.iter().zip(&decision.placements) {
-            let server = self.s.servers[p.server];
-            expect[p.server].push(Expected {
-                id,
-                user: h.user,
-                input_len: h.input_len,
-                output_len: h.output_len,
-                upload_ns: p.upload_ns,
-            });
-            self.send(
-                h.user,
-                LyreoMsg::Assign {
-                    id,
-                    slot: h.slot,
-                    server,
-                    rate_bps: p.rate_bps,
-                    upload_ns: p.upload_ns,
-                    policy: policy.clone(),
-                    policy_version: version.clone(),
-                },
-            );
-            // `decisions.csv`'s row; `upload_s` as `secs` writes it.
             let _ = writeln!(
                 rows,
                 "{t},{id},{},{},{policy},{version},{:.0},{:.6},{:.6}",
                 name(&self.s.names, h.user),
-                name(&self.s.names, server),
+                name(&self.s.names, self.s.servers[p.server]),
                 p.rate_bps,
                 p.upload_ns as f64 / 1e9,
                 z[p.server]
             );
         }
         self.table.rows(&rows);
-        for (s, requests) in expect.into_iter().enumerate() {
-            if !requests.is_empty() {
-                let dst = self.s.servers[s];
-                self.send(dst, LyreoMsg::Expect { slot: t, requests });
-            }
-        }
     }
 }
 

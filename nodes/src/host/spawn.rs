@@ -256,7 +256,7 @@ pub fn spawn_host_actors(
                 a,
                 virtual_time,
                 clock,
-                &route,
+                &router,
                 &mut tables,
                 &shared,
             )?

@@ -18,7 +18,8 @@ use edgemu_actors::lyreo::scheduler::{SchedulerActor, SchedulerPolicy, Scheduler
 use edgemu_actors::lyreo::server::{ServerActor, ServerSetup};
 use edgemu_actors::lyreo::user::{UserActor, UserSetup};
 use edgemu_actors::lyreo::{link_between, scheduler_of, server_position};
-use edgemu_actors::messages::{ActorFault, Deliver, Flush, Route, StopSending};
+use edgemu_actors::messages::{ActorFault, Deliver, Flush, Route, RouteBatch, StopSending};
+use edgemu_actors::router::Router;
 use edgemu_codec::ids::ActorId;
 use edgemu_config::external::{DEFAULT_SLOT_DEADLINE_NS, EXTERNAL_POLICY};
 use edgemu_config::{
@@ -171,10 +172,11 @@ pub fn spawn(
     a: &ActorSpec,
     virtual_time: bool,
     clock: Clock,
-    route: &Recipient<Route>,
+    router: &Addr<Router>,
     tables: &mut Tables,
     host: &HostShared,
 ) -> Result<Option<Spawned>> {
+    let route: &Recipient<Route> = &router.clone().recipient();
     let (policies, live) = (&host.policies, &host.live);
     let log = edgemu_actors::events::ActorLog::new(
         cluster.host(a.host).name.clone(),
@@ -424,7 +426,7 @@ pub fn spawn(
                 external: host.external.clone(),
                 external_allowed: !virtual_time,
             };
-            let route = route.clone();
+            let route = router.clone().recipient::<RouteBatch>();
             let addr = if virtual_time {
                 let core = make_core(&sched_policy);
                 SchedulerActor::new(setup, core, sched_policy, clock, route, table).start()
