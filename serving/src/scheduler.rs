@@ -134,8 +134,6 @@ pub struct SchedulerCore {
     /// The observation of the slot being decided and its requests.
     observed: Option<SlotObservation>,
     observed_requests: Vec<SlotRequest>,
-    /// The held observation's solo rates are not computed yet.
-    rates_pending: bool,
 }
 
 /// The slot length and the policy parameters a scheduler runs with.
@@ -170,7 +168,6 @@ impl SchedulerCore {
             nu: settings.nu,
             observed: None,
             observed_requests: Vec::new(),
-            rates_pending: false,
         }
     }
 
@@ -275,8 +272,24 @@ impl SchedulerCore {
     /// decision for it follows with [`SchedulerCore::decide_observed`] or
     /// [`SchedulerCore::place`]. The split lets a shell ask a policy outside
     /// the process and fall back to the core's own policy on the same
-    /// observation.
+    /// observation ([`SchedulerCore::observe_with_rates`]).
     pub fn observe(&mut self, slot: u64, requests: &[SlotRequest]) {
+        let obs = self.build_observation(slot, requests);
+        self.observed = Some(obs);
+    }
+
+    /// [`SchedulerCore::observe`], then the observation with its solo rates
+    /// (what a policy outside the process is shown).
+    pub fn observe_with_rates(&mut self, slot: u64, requests: &[SlotRequest]) -> &SlotObservation {
+        let obs = self.build_observation(slot, requests);
+        let obs = self.observed.insert(obs);
+        fill_rates(obs, &self.observed_requests, &self.sites);
+        obs
+    }
+
+    /// Slot `slot`'s observation of `requests`, without solo rates; keeps
+    /// the requests for the rates and the placements.
+    fn build_observation(&mut self, slot: u64, requests: &[SlotRequest]) -> SlotObservation {
         for (site, r) in self.sites.iter_mut().zip(&self.reports) {
             if let Some((_, load)) = r {
                 site.obs.load = *load;
@@ -303,56 +316,26 @@ impl SchedulerCore {
         self.mask_unavailable(&mut obs);
         self.observed_requests.clear();
         self.observed_requests.extend_from_slice(requests);
-        self.observed = Some(obs);
-        self.rates_pending = true;
+        obs
     }
 
     /// The observation kept by the last [`SchedulerCore::observe`], its
     /// solo rates computed.
     pub fn observation(&mut self) -> Option<&SlotObservation> {
-        self.compute_rates();
-        self.observed.as_ref()
-    }
-
-    /// Fills the held observation's solo rates if they are not yet: R×S
-    /// Shannon rates, most of a large slot's decision when a policy reads
-    /// them, and wasted when it does not (Least-Loaded, Random).
-    fn compute_rates(&mut self) {
-        let Some(obs) = self.observed.as_mut().filter(|_| self.rates_pending) else {
-            return;
-        };
-        self.rates_pending = false;
-        let sites = &self.sites;
-        let rates_of = |(o, q): (&mut RequestObs, &SlotRequest)| {
-            o.solo_rate_bps.clear();
-            o.solo_rate_bps.extend(sites.iter().map(|s| {
-                let d2 = q.position.distance_squared(&s.position);
-                radio::uplink_rate_bps(s.obs.bandwidth_hz, 1, q.power_w, d2)
-            }));
-        };
-        // The rates are independent, so a large slot computes them on every
-        // core (each request's own row: the same as computed on one).
-        let requests = &self.observed_requests;
-        if requests.len() * sites.len() >= PARALLEL_RATES {
-            obs.requests
-                .par_iter_mut()
-                .zip(requests.par_iter())
-                .with_min_len(64)
-                .for_each(rates_of);
-        } else {
-            obs.requests.iter_mut().zip(requests).for_each(rates_of);
-        }
+        let obs = self.observed.as_mut()?;
+        fill_rates(obs, &self.observed_requests, &self.sites);
+        Some(obs)
     }
 
     /// The core's own policy decides the observed slot (no observation: an
     /// empty decision).
     pub fn decide_observed(&mut self) -> SlotDecision {
-        if self.policy.reads_rates() {
-            self.compute_rates();
-        }
-        let Some(obs) = self.observed.take() else {
+        let Some(mut obs) = self.observed.take() else {
             return SlotDecision::default();
         };
+        if self.policy.reads_rates() {
+            fill_rates(&mut obs, &self.observed_requests, &self.sites);
+        }
         let moved = self.assign_available(&obs);
         self.observed = Some(obs);
         self.placements(moved)
@@ -493,6 +476,38 @@ impl SchedulerCore {
             }
         }
         moved
+    }
+}
+
+/// Fills `obs`'s solo rates (each of `requests` to every one of `sites`)
+/// unless they are there: R×S Shannon rates, most of a large slot's
+/// decision when a policy reads them, and wasted when it does not
+/// (Least-Loaded, Random). An observation holds all of them or none.
+fn fill_rates(obs: &mut SlotObservation, requests: &[SlotRequest], sites: &[ServerSite]) {
+    if obs
+        .requests
+        .first()
+        .is_none_or(|r| r.solo_rate_bps.len() == sites.len())
+    {
+        return;
+    }
+    let rates_of = |(o, q): (&mut RequestObs, &SlotRequest)| {
+        o.solo_rate_bps.clear();
+        o.solo_rate_bps.extend(sites.iter().map(|s| {
+            let d2 = q.position.distance_squared(&s.position);
+            radio::uplink_rate_bps(s.obs.bandwidth_hz, 1, q.power_w, d2)
+        }));
+    };
+    // The rates are independent, so a large slot computes them on every
+    // core (each request's own row: the same as computed on one).
+    if requests.len() * sites.len() >= PARALLEL_RATES {
+        obs.requests
+            .par_iter_mut()
+            .zip(requests.par_iter())
+            .with_min_len(64)
+            .for_each(rates_of);
+    } else {
+        obs.requests.iter_mut().zip(requests).for_each(rates_of);
     }
 }
 
@@ -752,5 +767,46 @@ mod tests {
             q.update(&[0.2, 0.2]);
         }
         assert_eq!(q.z(), &[0.0, 0.0]);
+    }
+
+    /// Records how many solo rates each request showed it.
+    struct SeesRates(std::rc::Rc<std::cell::Cell<Option<usize>>>);
+    impl SchedulingPolicy for SeesRates {
+        fn name(&self) -> &str {
+            "sees-rates"
+        }
+        fn assign(&mut self, obs: &SlotObservation, out: &mut Vec<usize>) {
+            self.0
+                .set(obs.requests.first().map(|r| r.solo_rate_bps.len()));
+            out.clear();
+            out.resize(obs.requests.len(), 0);
+        }
+    }
+
+    #[test]
+    fn solo_rates_are_computed_for_a_policy_or_a_shell_that_reads_them_only() {
+        let seen = std::rc::Rc::new(std::cell::Cell::new(None));
+        let mut c = core(3, Box::new(SeesRates(seen.clone())));
+        c.decide(0, &requests(4));
+        assert_eq!(seen.get(), Some(3), "a policy reads rates by default");
+
+        let mut c = core(3, Box::new(edgemu_policies::lyreo::LeastLoaded::new()));
+        c.decide(0, &requests(4));
+        let held = c.observed.as_ref().expect("observed");
+        assert!(held.requests.iter().all(|r| r.solo_rate_bps.is_empty()));
+        // Shown outside, the same observation has every rate.
+        let sites = c.sites().to_vec();
+        let obs = c.observation().expect("observed");
+        let q = &requests(1)[0];
+        assert_eq!(obs.requests[0].solo_rate_bps.len(), 3);
+        for (r, s) in obs.requests[0].solo_rate_bps.iter().zip(&sites) {
+            let d2 = q.position.distance_squared(&s.position);
+            assert_eq!(
+                *r,
+                radio::uplink_rate_bps(s.obs.bandwidth_hz, 1, q.power_w, d2)
+            );
+        }
+        let obs = c.observe_with_rates(1, &requests(2));
+        assert!(obs.requests.iter().all(|r| r.solo_rate_bps.len() == 3));
     }
 }

@@ -255,11 +255,7 @@ impl SchedulerActor {
         }
         self.sync_external(ctx);
         if let Some(ext) = self.external.as_mut() {
-            self.core.observe(t, &requests);
-            let obs = self
-                .core
-                .observation()
-                .expect("a slot was observed just above");
+            let obs = self.core.observe_with_rates(t, &requests);
             let (n, servers) = (obs.requests.len(), obs.servers.len());
             let wire = WireObs::Lyreo(LyreoArrays::from_observation(obs));
             match ext.ask(self.clock.now_ns(), wire) {

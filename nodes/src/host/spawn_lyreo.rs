@@ -176,7 +176,7 @@ pub fn spawn(
     tables: &mut Tables,
     host: &HostShared,
 ) -> Result<Option<Spawned>> {
-    let route: &Recipient<Route> = &router.clone().recipient();
+    let route: Recipient<Route> = router.clone().recipient();
     let (policies, live) = (&host.policies, &host.live);
     let log = edgemu_actors::events::ActorLog::new(
         cluster.host(a.host).name.clone(),
