@@ -46,8 +46,11 @@ pub enum Msg {
     Probe(Probe),
     Ping(Ping),
     Pong(Pong),
-    /// Users, edge servers and the request scheduler.
-    Lyreo(LyreoMsg),
+    /// Users, edge servers and the request scheduler. Boxed: the largest
+    /// of these is several times any other message, and every envelope
+    /// is moved through queues and mailboxes by value (the same bytes on
+    /// the wire).
+    Lyreo(Box<LyreoMsg>),
     /// Handoff control between agents (offer, abort, sender done).
     Agent(AgentMsg),
     /// One KV handoff frame (`edgemu_handoff::KvFrame`'s encoding), sender
@@ -92,6 +95,14 @@ impl BulkBytes for Msg {
             _ => 0,
         }
     }
+
+    fn take_trailing_bulk(&mut self) -> Option<Vec<u8>> {
+        // Each of these variants holds only its byte string.
+        match self {
+            Msg::KvFrame(b) | Msg::KvFeedback(b) | Msg::IpPacket(b) => Some(std::mem::take(b)),
+            _ => None,
+        }
+    }
 }
 
 /// A control command forwarded to the host that owns its target (the
@@ -118,6 +129,17 @@ pub fn encode_frame(frame: &Frame) -> Result<Vec<u8>, WireError> {
 /// `edgemu_codec::wire::encode_frame_into`).
 pub fn encode_frame_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), WireError> {
     wire::encode_frame_into(frame, out)
+}
+
+/// Encodes `Frame::Envelopes` of `envs` (drained) as parts for a vectored
+/// write: KV frames, feedback and packets are written from their own
+/// buffers (see `edgemu_codec::wire::GatheredFrame`). The bytes are
+/// [`encode_frame`]'s.
+pub fn gather_envelopes(
+    envs: &mut Vec<Envelope>,
+    out: &mut wire::GatheredFrame,
+) -> Result<(), WireError> {
+    out.encode_envelopes::<Msg, ForwardedCommand, ForwardedReply>(envs)
 }
 
 /// Decodes one frame from a peer; never panics (see

@@ -148,7 +148,7 @@ pub enum LyreoMsg {
 
 impl From<LyreoMsg> for crate::Msg {
     fn from(m: LyreoMsg) -> Self {
-        crate::Msg::Lyreo(m)
+        crate::Msg::Lyreo(Box::new(m))
     }
 }
 
@@ -157,7 +157,7 @@ impl LyreoMsg {
     /// (counted by callers).
     pub fn from_msg(msg: crate::Msg) -> Option<LyreoMsg> {
         match msg {
-            crate::Msg::Lyreo(m) => Some(m),
+            crate::Msg::Lyreo(m) => Some(*m),
             _ => None,
         }
     }

@@ -824,3 +824,115 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------- gathered frames
+
+/// Every message kind, and byte strings on both sides of the gathering
+/// threshold, under random envelope fields.
+fn arb_gatherable() -> impl Strategy<Value = Envelope> {
+    let n = all_messages().len();
+    let bytes = || proptest::collection::vec(any::<u8>(), 0..3000);
+    let payload = prop_oneof![
+        (0..n).prop_map(|i| all_messages().swap_remove(i)),
+        bytes().prop_map(Msg::KvFrame),
+        bytes().prop_map(Msg::KvFeedback),
+        bytes().prop_map(Msg::IpPacket),
+    ];
+    (
+        payload,
+        any::<u32>(),
+        any::<u32>(),
+        proptest::option::of(any::<u32>()),
+        any::<u64>(),
+        proptest::option::of(any::<u64>()),
+    )
+        .prop_map(|(payload, src, dst, via, sent_at_ns, due_ns)| Envelope {
+            src: ActorId(src),
+            dst: ActorId(dst),
+            via: via.map(LinkId),
+            sent_at_ns,
+            due_ns,
+            payload,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A gathered frame's parts, in order, are `encode_frame`'s bytes, and
+    /// decode to the envelopes it was given.
+    #[test]
+    fn prop_a_gathered_frame_is_the_encoded_frame(
+        envs in proptest::collection::vec(arb_gatherable(), 0..12)
+    ) {
+        let frame = Frame::Envelopes(envs.clone());
+        let expected = encode_frame(&frame).expect("encodes");
+        let mut batch = envs;
+        let mut gathered = edgemu_codec::wire::GatheredFrame::new();
+        gather_envelopes(&mut batch, &mut gathered).expect("gathers");
+        prop_assert!(batch.is_empty());
+        prop_assert_eq!(gathered.len(), expected.len());
+        let bytes = gathered.to_vec();
+        prop_assert_eq!(&bytes, &expected);
+        prop_assert!(decode_frame(&bytes).is_ok());
+        // Masking part by part at each part's offset is masking the whole.
+        let key = [0x12u8, 0x34, 0x56, 0x78];
+        gathered.for_each_part_mut(|offset, part| {
+            for (i, b) in part.iter_mut().enumerate() {
+                *b ^= key[(offset + i) % 4];
+            }
+        });
+        let masked: Vec<u8> = expected.iter().enumerate().map(|(i, b)| b ^ key[i % 4]).collect();
+        prop_assert_eq!(gathered.to_vec(), masked);
+    }
+}
+
+#[test]
+fn large_byte_strings_are_gathered_and_small_ones_copied() {
+    let small = edgemu_codec::wire::GATHER_MIN_BYTES - 1;
+    let mut batch = vec![
+        envelope(Msg::KvFrame(vec![1; 1400])),
+        envelope(Msg::KvFeedback(vec![2; small])),
+        envelope(Msg::IpPacket(vec![3; 1500])),
+    ];
+    let mut gathered = edgemu_codec::wire::GatheredFrame::new();
+    gather_envelopes(&mut batch, &mut gathered).expect("gathers");
+    assert_eq!(gathered.gathered_parts(), 2);
+    let mut slices = Vec::new();
+    gathered.io_slices(&mut slices);
+    let big: Vec<usize> = slices
+        .iter()
+        .map(|s| s.len())
+        .filter(|&n| n >= 1400)
+        .collect();
+    assert_eq!(big, vec![1400, 1500]);
+}
+
+#[test]
+fn a_gathered_frame_over_the_limit_is_refused_as_encode_frame_refuses_it() {
+    let part = MAX_FRAME_BYTES / 4;
+    let envs: Vec<Envelope> = (0..5)
+        .map(|_| envelope(Msg::KvFrame(vec![0; part])))
+        .collect();
+    assert!(matches!(
+        encode_frame(&Frame::Envelopes(envs.clone())),
+        Err(WireError::TooLarge { .. })
+    ));
+    let mut batch = envs;
+    let mut gathered = edgemu_codec::wire::GatheredFrame::new();
+    assert!(matches!(
+        gather_envelopes(&mut batch, &mut gathered),
+        Err(WireError::TooLarge { .. })
+    ));
+    assert!(gathered.is_empty() && batch.is_empty());
+}
+/// Envelopes are moved by value through every queue and mailbox on the
+/// data path; a large message kind belongs in a box.
+#[test]
+fn an_envelope_stays_small() {
+    let size = std::mem::size_of::<Envelope>();
+    assert!(
+        size <= 96,
+        "an Envelope takes {size} bytes; box the large message kind"
+    );
+}

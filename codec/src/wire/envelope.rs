@@ -28,4 +28,12 @@ pub struct Envelope<M> {
 /// size; the rest of a message encodes to a few dozen bytes).
 pub trait BulkBytes {
     fn bulk_bytes(&self) -> usize;
+
+    /// Takes the message's byte string out (leaving it empty) when that
+    /// string is the last thing the message encodes, so a sender can write
+    /// it from where it lies (see [`super::GatheredFrame`]); `None` (the
+    /// default) when the message has no such string.
+    fn take_trailing_bulk(&mut self) -> Option<Vec<u8>> {
+        None
+    }
 }

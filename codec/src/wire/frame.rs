@@ -98,7 +98,7 @@ const DECODE_LIMIT: usize = 8 * MAX_FRAME_BYTES;
 /// bincode configuration of the frame body: standard (little endian, varint
 /// integers) with a decode limit, so a hostile length prefix inside a small
 /// frame cannot make the decoder reserve gigabytes.
-fn body_config() -> impl bincode::config::Config {
+pub(super) fn body_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
 }
 

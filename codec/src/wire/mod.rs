@@ -16,6 +16,7 @@ pub mod byte_field;
 mod envelope;
 mod error;
 mod frame;
+mod gather;
 mod handshake;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ pub use frame::{
     decode_frame, encode_frame, encode_frame_into, encoded_len, Frame, Heartbeat, MAGIC,
     MAX_FRAME_BYTES, WIRE_VERSION,
 };
+pub use gather::{GatheredFrame, GATHER_MIN_BYTES};
 pub use handshake::{
     auth_mac, config_digest, Auth, Handshake, HandshakeError, HandshakeOutcome, Hello,
     PROTOCOL_VERSION,

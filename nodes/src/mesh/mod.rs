@@ -15,6 +15,7 @@
 //! configured delay.
 
 mod peer;
+mod queue;
 mod session;
 mod socket;
 mod upgrade;
@@ -27,7 +28,7 @@ use edgemu_codec::ids::HostId;
 use edgemu_codec::wire::{Hello, PROTOCOL_VERSION};
 use edgemu_config::command::{Command, CommandReply};
 use edgemu_config::{Cluster, ControlError};
-use edgemu_protocol::{Envelope, Frame};
+use edgemu_protocol::Frame;
 use futures_util::future::BoxFuture;
 use peer::PeerShared;
 use rand::RngCore;
@@ -119,9 +120,8 @@ impl Mesh {
         let mut peers = BTreeMap::new();
         let mut incoming = BTreeMap::new();
         for h in cluster.hosts.iter().filter(|h| h.id != host) {
-            let (env_tx, env_rx) = mpsc::channel::<Envelope>(PEER_QUEUE);
             let (ctrl_tx, ctrl_rx) = mpsc::channel::<Frame>(peer::CONTROL_QUEUE);
-            let shared = Arc::new(PeerShared::new(h.id, h.name.clone(), env_tx, ctrl_tx));
+            let shared = Arc::new(PeerShared::new(h.id, h.name.clone(), PEER_QUEUE, ctrl_tx));
             let (in_tx, in_rx) = mpsc::channel(4);
             let dial = if spec.name < h.name {
                 Some(h.advertise.clone())
@@ -131,7 +131,6 @@ impl Mesh {
             actix_rt::spawn(peer::peer_task(
                 ctx.clone(),
                 shared.clone(),
-                env_rx,
                 ctrl_rx,
                 in_rx,
                 dial,

@@ -1,6 +1,7 @@
 //! One peer: its shared state, the task that keeps a session to it alive,
 //! and the accept loop that hands dialed-in sessions to their peer task.
 
+use super::queue::OutboundQueue;
 use super::session::run_session;
 use super::socket::MeshSocket;
 use super::upgrade;
@@ -125,7 +126,8 @@ pub(crate) struct PeerShared {
     pub id: HostId,
     pub name: String,
     pub up: AtomicBool,
-    pub env_tx: mpsc::Sender<Envelope>,
+    /// Envelopes for the peer, taken by the session's writer.
+    pub out: OutboundQueue,
     pub ctrl_tx: mpsc::Sender<Frame>,
     pub counters: PeerCounters,
     pub rtt_min_ns: AtomicU64,
@@ -137,14 +139,14 @@ impl PeerShared {
     pub fn new(
         id: HostId,
         name: String,
-        env_tx: mpsc::Sender<Envelope>,
+        queue_capacity: usize,
         ctrl_tx: mpsc::Sender<Frame>,
     ) -> Self {
         PeerShared {
             id,
             name,
             up: AtomicBool::new(false),
-            env_tx,
+            out: OutboundQueue::new(queue_capacity),
             ctrl_tx,
             counters: PeerCounters::default(),
             rtt_min_ns: AtomicU64::new(u64::MAX),
@@ -218,10 +220,7 @@ impl PeerSender for QueueSender {
         if !self.0.up.load(Ordering::Acquire) {
             return Err(PeerSendError::Down);
         }
-        self.0.env_tx.try_send(envelope).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => PeerSendError::Full,
-            mpsc::error::TrySendError::Closed(_) => PeerSendError::Down,
-        })
+        self.0.out.try_push(envelope)
     }
 }
 
@@ -359,7 +358,6 @@ async fn dial(
 pub(crate) async fn peer_task(
     ctx: Arc<MeshContext>,
     peer: Arc<PeerShared>,
-    mut env_rx: mpsc::Receiver<Envelope>,
     mut ctrl_rx: mpsc::Receiver<Frame>,
     mut incoming: mpsc::Receiver<(MeshSocket, HandshakeOutcome, Duration)>,
     dial_addr: Option<PeerAddr>,
@@ -382,11 +380,11 @@ pub(crate) async fn peer_task(
             ctx.targets.base_rtt(peer.id, rtt_ns);
         }
         // Discard what was queued for an earlier session.
-        while env_rx.try_recv().is_ok() {}
+        peer.out.clear();
         peer.up.store(true, Ordering::Release);
         ctx.targets.peer_status(peer.id, true, false);
         tracing::info!(peer = %peer.name, rtt_us = rtt.as_micros() as u64, "mesh session up");
-        let reason = run_session(&ctx, &peer, ws, &mut env_rx, &mut ctrl_rx).await;
+        let reason = run_session(&ctx, &peer, ws, &mut ctrl_rx).await;
         peer.up.store(false, Ordering::Release);
         peer.fail_pending();
         // The end of a run is a goodbye from one side or the other, not a

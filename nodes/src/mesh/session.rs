@@ -5,7 +5,7 @@ use super::socket::{Incoming, MeshReader, MeshSocket, MeshWriter};
 use super::{MeshContext, HEARTBEAT, PEER_TIMEOUT};
 use crate::host::supervisor::Control;
 use edgemu_actors::router::InboundBatch;
-use edgemu_codec::wire::{BulkBytes, Heartbeat, MAX_FRAME_BYTES};
+use edgemu_codec::wire::{BulkBytes, Heartbeat};
 use edgemu_config::command::Command;
 use edgemu_config::ControlError;
 use edgemu_protocol::{decode_frame, Envelope, ForwardedReply, Frame};
@@ -24,7 +24,7 @@ fn mono_ns() -> u64 {
 
 /// Most envelopes batched into one frame, and their budget in declared bytes.
 const BATCH_ENVELOPES: usize = 1024;
-const BATCH_BYTES: usize = MAX_FRAME_BYTES / 4;
+const BATCH_BYTES: usize = 64 * 1024;
 
 /// Bytes an envelope adds to a frame: its real payload, not the declared
 /// size a link charges (a probe of 1400 declared bytes encodes to ~30).
@@ -55,10 +55,12 @@ pub(crate) async fn run_session(
     ctx: &MeshContext,
     peer: &PeerShared,
     ws: MeshSocket,
-    env_rx: &mut mpsc::Receiver<Envelope>,
     ctrl_rx: &mut mpsc::Receiver<Frame>,
 ) -> String {
-    let (rx, tx) = ws.split();
+    let (rx, tx) = match ws.split() {
+        Ok(halves) => halves,
+        Err(e) => return format!("{e:#}"),
+    };
     let last_seen = Cell::new(Instant::now());
     // Peer's last heartbeat stamp, and when we got it.
     let echo: Cell<Option<(u64, u64)>> = Cell::new(None);
@@ -66,7 +68,7 @@ pub(crate) async fn run_session(
     let (pong_tx, mut pong_rx) = mpsc::channel::<Answer>(4);
     tokio::select! {
         why = read_loop(ctx, peer, rx, &last_seen, &echo, &pong_tx) => why,
-        why = write_loop(ctx, peer, tx, env_rx, ctrl_rx, &mut pong_rx, &last_seen, &echo) => why,
+        why = write_loop(ctx, peer, tx, ctrl_rx, &mut pong_rx, &last_seen, &echo) => why,
     }
 }
 
@@ -204,7 +206,6 @@ async fn write_loop(
     ctx: &MeshContext,
     peer: &PeerShared,
     mut tx: MeshWriter,
-    env_rx: &mut mpsc::Receiver<Envelope>,
     ctrl_rx: &mut mpsc::Receiver<Frame>,
     pong_rx: &mut mpsc::Receiver<Answer>,
     last_seen: &Cell<Instant>,
@@ -289,26 +290,13 @@ async fn write_loop(
             r = start_rx.changed(), if ctx.coordinator && !start_sent => {
                 if r.is_err() { return "mesh stopped".into(); }
             }
-            Some(first) = env_rx.recv() => {
-                let mut bytes = encoded_estimate(&first);
+            () = peer.out.ready() => {
                 let mut batch = std::mem::take(&mut spare_batch);
-                batch.push(first);
-                while batch.len() < BATCH_ENVELOPES && bytes < BATCH_BYTES {
-                    match env_rx.try_recv() {
-                        Ok(e) => {
-                            bytes += encoded_estimate(&e);
-                            batch.push(e);
-                        }
-                        Err(_) => break,
-                    }
-                }
-                let frame = Frame::Envelopes(batch);
-                write!(tx.send(&frame));
+                peer.out.take(&mut batch, BATCH_ENVELOPES, BATCH_BYTES, encoded_estimate);
+                write!(tx.send_envelopes(&mut batch));
                 // The list's room serves the next frame.
-                if let Frame::Envelopes(mut sent) = frame {
-                    sent.clear();
-                    spare_batch = sent;
-                }
+                batch.clear();
+                spare_batch = batch;
             }
         }
     }
@@ -400,17 +388,19 @@ mod tests {
         }
     }
 
-    /// Keeps `tx` full until `stop`.
-    async fn flood(tx: mpsc::Sender<Envelope>) {
-        while tx.send(big_envelope()).await.is_ok() {}
+    /// Keeps `peer`'s outbound queue full.
+    async fn flood(peer: Arc<PeerShared>) {
+        loop {
+            if peer.out.try_push(big_envelope()).is_err() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
     }
 
-    fn peer(id: u16) -> (PeerShared, mpsc::Receiver<Envelope>, mpsc::Receiver<Frame>) {
-        let (env_tx, env_rx) = mpsc::channel(256);
+    fn peer(id: u16) -> (Arc<PeerShared>, mpsc::Receiver<Frame>) {
         let (ctrl_tx, ctrl_rx) = mpsc::channel(16);
         (
-            PeerShared::new(HostId(id), format!("h{id}"), env_tx, ctrl_tx),
-            env_rx,
+            Arc::new(PeerShared::new(HostId(id), format!("h{id}"), 256, ctrl_tx)),
             ctrl_rx,
         )
     }
@@ -421,7 +411,7 @@ mod tests {
     fn a_peer_that_stops_reading_is_declared_down() {
         actix::System::new().block_on(async {
             let (a, b) = socket_pair().await;
-            let (_b_rx, mut b_tx) = b.split();
+            let (_b_rx, mut b_tx) = b.split().expect("split");
             actix_rt::spawn(async move {
                 let mut seq = 0;
                 loop {
@@ -440,11 +430,11 @@ mod tests {
                 }
             });
             let ctx = context(0);
-            let (p, mut env_rx, mut ctrl_rx) = peer(1);
-            actix_rt::spawn(flood(p.env_tx.clone()));
+            let (p, mut ctrl_rx) = peer(1);
+            actix_rt::spawn(flood(p.clone()));
             let why = tokio::time::timeout(
                 Duration::from_secs(30),
-                run_session(&ctx, &p, a, &mut env_rx, &mut ctrl_rx),
+                run_session(&ctx, &p, a, &mut ctrl_rx),
             )
             .await
             .expect("the session must end, not block");
@@ -458,9 +448,9 @@ mod tests {
     fn a_peer_close_is_echoed_and_ends_the_session() {
         actix::System::new().block_on(async {
             let (a, b) = socket_pair().await;
-            let (mut b_rx, mut b_tx) = b.split();
+            let (mut b_rx, mut b_tx) = b.split().expect("split");
             let ctx = context(0);
-            let (p, mut env_rx, mut ctrl_rx) = peer(1);
+            let (p, mut ctrl_rx) = peer(1);
             let peer_side = async move {
                 b_tx.close().await.expect("close");
                 loop {
@@ -474,10 +464,7 @@ mod tests {
                 }
             };
             let (why, ()) = tokio::time::timeout(Duration::from_secs(10), async {
-                tokio::join!(
-                    run_session(&ctx, &p, a, &mut env_rx, &mut ctrl_rx),
-                    peer_side
-                )
+                tokio::join!(run_session(&ctx, &p, a, &mut ctrl_rx), peer_side)
             })
             .await
             .expect("the session must end");
@@ -498,9 +485,9 @@ mod tests {
         use edgemu_actors::router::InboundGate;
         actix::System::new().block_on(async {
             let (a, b) = socket_pair().await;
-            let (_b_rx, mut b_tx) = b.split();
+            let (_b_rx, mut b_tx) = b.split().expect("split");
             let ctx = context(0);
-            let (p, mut env_rx, mut ctrl_rx) = peer(1);
+            let (p, mut ctrl_rx) = peer(1);
             let counts = Arc::new(Counts::default());
             let peer_side = async {
                 // The session is reading by now, with no targets yet.
@@ -522,7 +509,7 @@ mod tests {
                 }
             };
             tokio::select! {
-                why = run_session(&ctx, &p, a, &mut env_rx, &mut ctrl_rx) => panic!("the session ended: {why}"),
+                why = run_session(&ctx, &p, a, &mut ctrl_rx) => panic!("the session ended: {why}"),
                 () = peer_side => {}
             }
             assert_eq!(counts.snapshot(), (1, 64 * 1024));
@@ -537,14 +524,14 @@ mod tests {
         actix::System::new().block_on(async {
             let (a, b) = socket_pair().await;
             let (ctx_a, ctx_b) = (context(0), context(1));
-            let (pa, mut a_env, mut a_ctrl) = peer(1);
-            let (pb, mut b_env, mut b_ctrl) = peer(0);
-            actix_rt::spawn(flood(pa.env_tx.clone()));
-            actix_rt::spawn(flood(pb.env_tx.clone()));
+            let (pa, mut a_ctrl) = peer(1);
+            let (pb, mut b_ctrl) = peer(0);
+            actix_rt::spawn(flood(pa.clone()));
+            actix_rt::spawn(flood(pb.clone()));
             let both = async {
                 tokio::select! {
-                    why = run_session(&ctx_a, &pa, a, &mut a_env, &mut a_ctrl) => Some(format!("a: {why}")),
-                    why = run_session(&ctx_b, &pb, b, &mut b_env, &mut b_ctrl) => Some(format!("b: {why}")),
+                    why = run_session(&ctx_a, &pa, a, &mut a_ctrl) => Some(format!("a: {why}")),
+                    why = run_session(&ctx_b, &pb, b, &mut b_ctrl) => Some(format!("b: {why}")),
                 }
             };
             // Longer than the 3 s silence limit.

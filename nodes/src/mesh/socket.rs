@@ -1,18 +1,22 @@
-//! The mesh's websocket: RFC 6455 framing (fastwebsockets) over a TCP
-//! stream opened by [`super::upgrade`].
+//! The mesh's websocket: RFC 6455 framing over a TCP stream opened by
+//! [`super::upgrade`]; fastwebsockets reads, and a session's writer frames
+//! what it sends itself.
 //!
 //! Every mesh frame ([`edgemu_protocol::Frame`]) travels as one binary
-//! websocket message. The data path copies a frame's bytes once in user
-//! space on each side: the sender encodes into one buffer, masks it in place
-//! (the dialing side is the websocket client, which masks) and hands header
-//! and payload to one vectored write; the receiver reads into one reused
-//! buffer and decodes the payload where it lies (unmasking in place). The
-//! framing checks what a peer sends: reserved bits, opcodes, control frame
-//! sizes and a message size limit; fragmented messages are refused (no
-//! mesh peer sends them). It does not check that a client's frames are
-//! masked and a server's are not (fastwebsockets keeps that bit to
-//! itself): a frame masked the wrong way decodes as garbage, which the
-//! frame decoder refuses and counts; peers are authenticated anyway.
+//! websocket message. A frame of envelopes is written without copying its
+//! envelopes' byte strings (KV frames, tunnelled packets): the rest of the
+//! frame is encoded into one small buffer and the byte strings, taken out
+//! of the envelopes being sent, are handed to the kernel from where they
+//! lie in one vectored write ([`edgemu_codec::wire::GatheredFrame`]); the
+//! dialing side (the websocket client, which masks) masks each part in
+//! place. The receiver reads into one reused buffer and decodes the
+//! payload where it lies (unmasking in place). The framing checks what a
+//! peer sends: reserved bits, opcodes, control frame sizes and a message
+//! size limit; fragmented messages are refused (no mesh peer sends them).
+//! It does not check that a client's frames are masked and a server's are
+//! not (fastwebsockets keeps that bit to itself): a frame masked the wrong
+//! way decodes as garbage, which the frame decoder refuses and counts;
+//! peers are authenticated anyway.
 //!
 //! Before the mesh handshake is done a message may be at most
 //! [`HANDSHAKE_MESSAGE_BYTES`] (the framing reserves room for a frame's
@@ -25,9 +29,12 @@
 //! answered by the writer (the session passes it on).
 
 use anyhow::{bail, Context as _, Result};
+use edgemu_codec::wire::GatheredFrame;
 use edgemu_codec::wire::MAX_FRAME_BYTES;
-use edgemu_protocol::{encode_frame, encode_frame_into, Frame};
-use fastwebsockets::{OpCode, Payload, Role, WebSocket, WebSocketRead, WebSocketWrite};
+use edgemu_protocol::{encode_frame, encode_frame_into, gather_envelopes, Envelope, Frame};
+use fastwebsockets::{OpCode, Payload, Role, WebSocket, WebSocketRead};
+use std::io::IoSlice;
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -58,6 +65,8 @@ fn binary(frame: &Frame) -> Result<fastwebsockets::Frame<'static>> {
 /// A mesh websocket after its HTTP upgrade.
 pub(crate) struct MeshSocket {
     ws: WebSocket<TcpStream>,
+    /// This side dialed (a websocket client): what it sends is masked.
+    masks: bool,
 }
 
 impl MeshSocket {
@@ -69,7 +78,10 @@ impl MeshSocket {
         ws.set_auto_pong(true);
         ws.set_auto_close(true);
         ws.set_writev(true);
-        MeshSocket { ws }
+        MeshSocket {
+            ws,
+            masks: matches!(role, Role::Client),
+        }
     }
 
     /// Sends one mesh frame.
@@ -97,9 +109,19 @@ impl MeshSocket {
         }
     }
 
-    /// Splits the socket for a session.
-    pub(crate) fn split(self) -> (MeshReader, MeshWriter) {
-        let (mut r, mut w) = self.ws.split(TcpStream::into_split);
+    /// Splits the socket for a session: fastwebsockets keeps reading (with
+    /// whatever it has already buffered); the writer takes the TCP stream's
+    /// write half.
+    pub(crate) fn split(self) -> Result<(MeshReader, MeshWriter)> {
+        let write_half = std::cell::Cell::new(None);
+        let (mut r, _) = self.ws.split(|tcp: TcpStream| {
+            let (r, w) = tcp.into_split();
+            write_half.set(Some(w));
+            (r, tokio::io::sink())
+        });
+        let tcp = write_half
+            .into_inner()
+            .context("the websocket split gave no write half")?;
         // Pongs and the echo of a peer's close are the session's to send:
         // the reader has no writer after a split (a whole socket answers
         // them itself).
@@ -107,14 +129,15 @@ impl MeshSocket {
         r.set_auto_close(false);
         // The handshake is done: a session carries whole mesh frames.
         r.set_max_message_size(MAX_MESSAGE_BYTES);
-        w.set_writev(true);
-        (
+        Ok((
             MeshReader { ws: r },
             MeshWriter {
-                ws: w,
+                tcp,
+                masks: self.masks,
                 buf: Vec::new(),
+                gathered: GatheredFrame::new(),
             },
-        )
+        ))
     }
 }
 
@@ -152,38 +175,133 @@ impl MeshReader {
 
 /// The writing half of a session's socket.
 pub(crate) struct MeshWriter {
-    ws: WebSocketWrite<OwnedWriteHalf>,
-    /// Every frame is encoded into this one buffer (and masked there).
+    tcp: OwnedWriteHalf,
+    /// Whether this side masks (it dialed: a websocket client).
+    masks: bool,
+    /// Frames other than envelope lists are encoded into this one buffer.
     buf: Vec<u8>,
+    /// Envelope lists are gathered here.
+    gathered: GatheredFrame,
+}
+
+/// Opcodes of the frames a writer sends.
+const BINARY: u8 = 0x2;
+const CLOSE: u8 = 0x8;
+const PONG: u8 = 0xA;
+
+/// An RFC 6455 frame header (FIN set) for a `len`-byte payload.
+fn frame_head(opcode: u8, len: usize, mask: Option<[u8; 4]>) -> ([u8; 14], usize) {
+    let mut head = [0u8; 14];
+    head[0] = 0x80 | opcode;
+    let mut n = if len < 126 {
+        head[1] = len as u8;
+        2
+    } else if let Ok(len16) = u16::try_from(len) {
+        head[1] = 126;
+        head[2..4].copy_from_slice(&len16.to_be_bytes());
+        4
+    } else {
+        head[1] = 127;
+        head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        10
+    };
+    if let Some(key) = mask {
+        head[1] |= 0x80;
+        head[n..n + 4].copy_from_slice(&key);
+        n += 4;
+    }
+    (head, n)
+}
+
+/// Masks `part`, which starts `offset` bytes into a payload masked with `key`.
+fn mask_part(key: [u8; 4], offset: usize, part: &mut [u8]) {
+    let k = [
+        key[offset % 4],
+        key[(offset + 1) % 4],
+        key[(offset + 2) % 4],
+        key[(offset + 3) % 4],
+    ];
+    fastwebsockets::unmask(part, k);
+}
+
+/// Writes all of `slices` (advancing through partial writes).
+async fn write_all_vectored(
+    tcp: &mut OwnedWriteHalf,
+    mut slices: &mut [IoSlice<'_>],
+) -> Result<()> {
+    while !slices.is_empty() {
+        let n = tcp
+            .write_vectored(slices)
+            .await
+            .context("websocket write")?;
+        if n == 0 {
+            bail!("websocket write: the connection took no bytes");
+        }
+        IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
 }
 
 impl MeshWriter {
+    /// A fresh masking key when this side masks (RFC 6455 asks a client for
+    /// an unpredictable one per frame).
+    fn key(&self) -> Option<[u8; 4]> {
+        self.masks.then(rand::random::<[u8; 4]>)
+    }
+
+    /// Sends one small message: header and payload in one write.
+    async fn send_small(&mut self, opcode: u8, payload: &[u8]) -> Result<()> {
+        let key = self.key();
+        let (head, n) = frame_head(opcode, payload.len(), key);
+        let mut bytes = Vec::with_capacity(n + payload.len());
+        bytes.extend_from_slice(&head[..n]);
+        bytes.extend_from_slice(payload);
+        if let Some(key) = key {
+            mask_part(key, 0, &mut bytes[n..]);
+        }
+        self.tcp.write_all(&bytes).await.context("websocket write")
+    }
+
     /// Sends one mesh frame: encoded into the writer's buffer, masked there
     /// when this side is the client, header and payload in one vectored
     /// write.
     pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
         encode_frame_into(frame, &mut self.buf)?;
-        let message = fastwebsockets::Frame::binary(Payload::BorrowedMut(&mut self.buf));
-        self.ws
-            .write_frame(message)
-            .await
-            .context("websocket write")
+        let key = self.key();
+        let (head, n) = frame_head(BINARY, self.buf.len(), key);
+        if let Some(key) = key {
+            mask_part(key, 0, &mut self.buf);
+        }
+        let mut slices = [IoSlice::new(&head[..n]), IoSlice::new(&self.buf)];
+        write_all_vectored(&mut self.tcp, &mut slices).await
+    }
+
+    /// Sends the envelopes in `batch` (drained) as one frame, their byte
+    /// strings written from their own buffers.
+    pub(crate) async fn send_envelopes(&mut self, batch: &mut Vec<Envelope>) -> Result<()> {
+        gather_envelopes(batch, &mut self.gathered)?;
+        let key = self.key();
+        let (head, n) = frame_head(BINARY, self.gathered.len(), key);
+        if let Some(key) = key {
+            self.gathered
+                .for_each_part_mut(|offset, part| mask_part(key, offset, part));
+        }
+        let mut slices = Vec::with_capacity(2 * self.gathered.gathered_parts() + 2);
+        slices.push(IoSlice::new(&head[..n]));
+        self.gathered.io_slices(&mut slices);
+        let r = write_all_vectored(&mut self.tcp, &mut slices).await;
+        self.gathered.clear();
+        r
     }
 
     /// Answers a ping.
     pub(crate) async fn pong(&mut self, payload: Vec<u8>) -> Result<()> {
-        self.ws
-            .write_frame(fastwebsockets::Frame::pong(Payload::Owned(payload)))
-            .await
-            .context("websocket write")
+        self.send_small(PONG, &payload).await
     }
 
     /// Sends a close frame (normal closure).
     pub(crate) async fn close(&mut self) -> Result<()> {
-        self.ws
-            .write_frame(fastwebsockets::Frame::close(1000, b""))
-            .await
-            .context("websocket write")
+        self.send_small(CLOSE, &1000u16.to_be_bytes()).await
     }
 }
 
@@ -219,7 +337,7 @@ mod tests {
         super::super::upgrade::server(&mut tcp)
             .await
             .expect("upgrade");
-        MeshSocket::new(tcp, Role::Server).split()
+        MeshSocket::new(tcp, Role::Server).split().expect("split")
     }
 
     #[tokio::test]
