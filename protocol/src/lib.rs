@@ -96,12 +96,19 @@ impl BulkBytes for Msg {
         }
     }
 
-    fn take_trailing_bulk(&mut self) -> Option<Vec<u8>> {
-        // Each of these variants holds only its byte string.
-        match self {
-            Msg::KvFrame(b) | Msg::KvFeedback(b) | Msg::IpPacket(b) => Some(std::mem::take(b)),
-            _ => None,
-        }
+    fn take_trailing_bulk(&mut self) -> Option<wire::TrailingBulk> {
+        // The variants' indexes in declaration order, as serde numbers them
+        // (the gathered-frame tests compare the bytes with encode_frame's).
+        let (variant, bytes) = match self {
+            Msg::KvFrame(b) => (5, b),
+            Msg::KvFeedback(b) => (6, b),
+            Msg::IpPacket(b) => (7, b),
+            _ => return None,
+        };
+        Some(wire::TrailingBulk {
+            variant,
+            bytes: std::mem::take(bytes),
+        })
     }
 }
 
@@ -131,12 +138,12 @@ pub fn encode_frame_into(frame: &Frame, out: &mut Vec<u8>) -> Result<(), WireErr
     wire::encode_frame_into(frame, out)
 }
 
-/// Encodes `Frame::Envelopes` of `envs` (drained) as parts for a vectored
+/// Encodes `Frame::Envelopes` of `envs` (consumed) as parts for a vectored
 /// write: KV frames, feedback and packets are written from their own
 /// buffers (see `edgemu_codec::wire::GatheredFrame`). The bytes are
 /// [`encode_frame`]'s.
 pub fn gather_envelopes(
-    envs: &mut Vec<Envelope>,
+    envs: impl ExactSizeIterator<Item = Envelope>,
     out: &mut wire::GatheredFrame,
 ) -> Result<(), WireError> {
     out.encode_envelopes::<Msg, ForwardedCommand, ForwardedReply>(envs)

@@ -29,11 +29,20 @@ pub struct Envelope<M> {
 pub trait BulkBytes {
     fn bulk_bytes(&self) -> usize;
 
-    /// Takes the message's byte string out (leaving it empty) when that
-    /// string is the last thing the message encodes, so a sender can write
-    /// it from where it lies (see [`super::GatheredFrame`]); `None` (the
-    /// default) when the message has no such string.
-    fn take_trailing_bulk(&mut self) -> Option<Vec<u8>> {
+    /// For a message that is an enum variant holding only a byte string:
+    /// the string, taken out (leaving it empty), with the variant's index,
+    /// so a sender can write the string from where it lies (see
+    /// [`super::GatheredFrame`]). bincode encodes such a message as the
+    /// index and the string (a varint length, then the bytes). `None` (the
+    /// default) for any other message.
+    fn take_trailing_bulk(&mut self) -> Option<TrailingBulk> {
         None
     }
+}
+
+/// A message's byte string and the index of the enum variant that held it.
+#[derive(Debug)]
+pub struct TrailingBulk {
+    pub variant: u32,
+    pub bytes: Vec<u8>,
 }

@@ -11,15 +11,14 @@
 //! alternating header and payload parts.
 //!
 //! The bytes on the wire are exactly [`encode_frame`](super::encode_frame)'s
-//! (the receiver decodes them the same way). This relies on two facts of
-//! the encoding, both checked by tests against `encode_frame`: an
-//! [`Envelope`]'s payload is its last field, and a message whose byte
-//! string [`BulkBytes::take_trailing_bulk`] takes encodes that string last
-//! (bincode writes a byte string as a varint length and then the bytes, so
-//! the envelope encoded with an empty string ends in the length `0`, which
-//! the real length replaces).
+//! (the receiver decodes them the same way): the envelope's fields are
+//! written as bincode writes them (varints, options as a 0/1 byte), and a
+//! message whose byte string [`BulkBytes::take_trailing_bulk`] takes as
+//! its variant's index and the string (a varint length, then the bytes);
+//! any other message goes through serde. Tests compare frames with
+//! `encode_frame`'s.
 
-use super::envelope::{BulkBytes, Envelope};
+use super::envelope::{BulkBytes, Envelope, TrailingBulk};
 use super::error::WireError;
 use super::frame::{body_config, Frame, MAGIC, MAX_FRAME_BYTES, WIRE_VERSION};
 use serde::Serialize;
@@ -49,6 +48,48 @@ fn append<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), Wir
         .map_err(|e| WireError::Encode(e.to_string()))
 }
 
+/// bincode's varint (standard configuration) of an unsigned integer: one
+/// byte up to 250, else a marker byte and the value in 2, 4 or 8 bytes
+/// (little endian).
+fn push_varint(out: &mut Vec<u8>, v: u64) {
+    if v <= 250 {
+        out.push(v as u8);
+    } else if let Ok(v) = u16::try_from(v) {
+        out.push(251);
+        out.extend_from_slice(&v.to_le_bytes());
+    } else if let Ok(v) = u32::try_from(v) {
+        out.push(252);
+        out.extend_from_slice(&v.to_le_bytes());
+    } else {
+        out.push(253);
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// An envelope's fields before its payload, as bincode encodes them
+/// through serde (ids as varints, an option as a 0/1 byte and its value):
+/// written directly, as they are on every envelope of a frame (the tests
+/// compare the whole frame with `encode_frame`'s).
+fn push_envelope_fields<M>(out: &mut Vec<u8>, e: &Envelope<M>) {
+    push_varint(out, u64::from(e.src.0));
+    push_varint(out, u64::from(e.dst.0));
+    match e.via {
+        None => out.push(0),
+        Some(link) => {
+            out.push(1);
+            push_varint(out, u64::from(link.0));
+        }
+    }
+    push_varint(out, e.sent_at_ns);
+    match e.due_ns {
+        None => out.push(0),
+        Some(due) => {
+            out.push(1);
+            push_varint(out, due);
+        }
+    }
+}
+
 /// Drops the varint `0` that ends `out` (a length about to be replaced).
 fn drop_zero_length(out: &mut Vec<u8>, what: &str) -> Result<(), WireError> {
     match out.pop() {
@@ -64,15 +105,14 @@ impl GatheredFrame {
         Self::default()
     }
 
-    /// Encodes `Frame::<M, C, R>::Envelopes` of the envelopes in `envs`,
-    /// which it drains (their byte strings of [`GATHER_MIN_BYTES`] or more
-    /// are moved into this frame; the rest of each envelope is encoded and
-    /// dropped). Fails with [`WireError::TooLarge`] past
-    /// [`MAX_FRAME_BYTES`], as `encode_frame` does; on any error the frame
-    /// is left empty and `envs` drained.
+    /// Encodes `Frame::<M, C, R>::Envelopes` of `envs`, consuming them
+    /// (their byte strings of [`GATHER_MIN_BYTES`] or more are moved into
+    /// this frame; the rest of each envelope is encoded and dropped).
+    /// Fails with [`WireError::TooLarge`] past [`MAX_FRAME_BYTES`], as
+    /// `encode_frame` does; on any error the frame is left empty.
     pub fn encode_envelopes<M, C, R>(
         &mut self,
-        envs: &mut Vec<Envelope<M>>,
+        envs: impl ExactSizeIterator<Item = Envelope<M>>,
     ) -> Result<(), WireError>
     where
         M: Serialize + BulkBytes,
@@ -83,11 +123,13 @@ impl GatheredFrame {
         if r.is_err() {
             self.clear();
         }
-        envs.clear();
         r
     }
 
-    fn encode_inner<M, C, R>(&mut self, envs: &mut [Envelope<M>]) -> Result<(), WireError>
+    fn encode_inner<M, C, R>(
+        &mut self,
+        envs: impl ExactSizeIterator<Item = Envelope<M>>,
+    ) -> Result<(), WireError>
     where
         M: Serialize + BulkBytes,
         C: Serialize,
@@ -100,20 +142,23 @@ impl GatheredFrame {
         // The variant's tag and an empty list, whose length is then replaced.
         append(&Frame::<M, C, R>::Envelopes(Vec::new()), head)?;
         drop_zero_length(head, "an empty envelope list")?;
-        append(&(envs.len() as u64), head)?;
+        push_varint(head, envs.len() as u64);
         let mut bulk_len = 0usize;
-        for env in envs.iter_mut() {
+        for mut env in envs {
             let bulk = if env.payload.bulk_bytes() >= GATHER_MIN_BYTES {
                 env.payload.take_trailing_bulk()
             } else {
                 None
             };
-            append(env, head)?;
-            if let Some(bytes) = bulk {
-                drop_zero_length(head, "an envelope with its byte string taken")?;
-                append(&(bytes.len() as u64), head)?;
-                bulk_len += bytes.len();
-                self.cuts.push((head.len(), bytes));
+            push_envelope_fields(head, &env);
+            match bulk {
+                Some(TrailingBulk { variant, bytes }) => {
+                    push_varint(head, u64::from(variant));
+                    push_varint(head, bytes.len() as u64);
+                    bulk_len += bytes.len();
+                    self.cuts.push((head.len(), bytes));
+                }
+                None => append(&env.payload, head)?,
             }
             if head.len() + bulk_len > MAX_FRAME_BYTES {
                 return Err(WireError::TooLarge {
@@ -192,5 +237,72 @@ impl GatheredFrame {
             v.extend_from_slice(&s);
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ActorId, LinkId};
+
+    /// At every width boundary, the varint is bincode's.
+    #[test]
+    fn varints_are_bincodes() {
+        let edges = [
+            0u64,
+            1,
+            250,
+            251,
+            252,
+            0xfffe,
+            0xffff,
+            0x1_0000,
+            0xffff_fffe,
+            0xffff_ffff,
+            0x1_0000_0000,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for v in edges {
+            let mut ours = Vec::new();
+            push_varint(&mut ours, v);
+            let mut theirs = Vec::new();
+            append(&v, &mut theirs).expect("encodes");
+            assert_eq!(ours, theirs, "{v}");
+            if let Ok(v32) = u32::try_from(v) {
+                let mut theirs = Vec::new();
+                append(&v32, &mut theirs).expect("encodes");
+                assert_eq!(ours, theirs, "{v} as u32");
+            }
+        }
+    }
+
+    /// An envelope's fields before the payload are bincode's through serde,
+    /// with and without the options, at width boundaries.
+    #[test]
+    fn envelope_fields_are_bincodes() {
+        for (id, t) in [
+            (250u32, 250u64),
+            (251, 251),
+            (0xffff, 0x1_0000),
+            (u32::MAX, u64::MAX),
+        ] {
+            for (via, due) in [(None, None), (Some(LinkId(id)), Some(t))] {
+                let e = Envelope {
+                    src: ActorId(id),
+                    dst: ActorId(id / 2),
+                    via,
+                    sent_at_ns: t,
+                    due_ns: due,
+                    payload: (),
+                };
+                let mut ours = Vec::new();
+                push_envelope_fields(&mut ours, &e);
+                let mut theirs = Vec::new();
+                append(&e, &mut theirs).expect("encodes");
+                // `()` encodes to nothing: the whole envelope is its fields.
+                assert_eq!(ours, theirs, "{e:?}");
+            }
+        }
     }
 }

@@ -22,7 +22,7 @@ mod handshake;
 mod tests;
 pub mod upgrade;
 
-pub use envelope::{BulkBytes, Envelope};
+pub use envelope::{BulkBytes, Envelope, TrailingBulk};
 pub use error::WireError;
 pub use frame::{
     decode_frame, encode_frame, encode_frame_into, encoded_len, Frame, Heartbeat, MAGIC,

@@ -5,8 +5,12 @@
 //! returned, a slot written and read, the receiver woken); at a mesh
 //! connection's rate that was a fifth of the sending thread's time. Here a
 //! push is a short locked append, the session is woken only when the queue
-//! goes from empty to not empty, and it takes a whole frame's envelopes
-//! under one lock.
+//! goes from empty to not empty, and it takes everything queued at once
+//! (the two lists swapped under the lock).
+//!
+//! The session holds what it took until it is written, a frame at a time,
+//! so at most twice the capacity is waiting for a peer: the queue's and
+//! the session's.
 
 use edgemu_actors::router::PeerSendError;
 use edgemu_protocol::Envelope;
@@ -64,27 +68,15 @@ impl OutboundQueue {
         }
     }
 
-    /// Moves envelopes from the front into `batch` until it holds
-    /// `max_envelopes` or `cost` summed over the moved ones reaches
-    /// `max_cost` (at least one is moved when the queue has one).
-    pub(crate) fn take(
-        &self,
-        batch: &mut Vec<Envelope>,
-        max_envelopes: usize,
-        max_cost: usize,
-        cost: impl Fn(&Envelope) -> usize,
-    ) {
+    /// Moves everything queued to the back of `into` (a swap of the two
+    /// lists when `into` is empty, as it is when the session asks).
+    pub(crate) fn take_all(&self, into: &mut VecDeque<Envelope>) {
         let mut items = self.items();
-        let mut spent = 0;
-        let mut n = 0;
-        for e in items.iter() {
-            if n >= max_envelopes || spent >= max_cost {
-                break;
-            }
-            spent += cost(e);
-            n += 1;
+        if into.is_empty() {
+            std::mem::swap(&mut *items, into);
+        } else {
+            into.append(&mut items);
         }
-        batch.extend(items.drain(..n));
     }
 
     /// Drops everything queued (what was meant for an ended session).
@@ -118,23 +110,19 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_refuses_and_takes_in_order_within_the_budget() {
+    fn a_full_queue_refuses_and_is_taken_whole_in_order() {
         let q = OutboundQueue::new(3);
         for i in 0..3 {
             q.try_push(env(i, 100)).expect("room");
         }
         assert!(matches!(q.try_push(env(9, 1)), Err(PeerSendError::Full)));
-        let mut batch = Vec::new();
-        // 100 bytes each: the budget of 150 is reached after the second.
-        q.take(&mut batch, 10, 150, |e| e.payload.wire_size() as usize);
-        let ids: Vec<u32> = batch.iter().map(|e| e.src.0).collect();
-        assert_eq!(ids, vec![0, 1]);
-        q.take(&mut batch, 10, 150, |e| e.payload.wire_size() as usize);
-        assert_eq!(batch.len(), 3);
+        let mut taken = VecDeque::new();
+        q.take_all(&mut taken);
         assert_eq!(q.len(), 0);
-        q.try_push(env(4, 1)).expect("room again");
-        q.take(&mut batch, 0, 150, |_| 1);
-        assert_eq!(q.len(), 1, "a zero envelope budget takes none");
+        q.try_push(env(3, 1)).expect("room again");
+        q.take_all(&mut taken);
+        let ids: Vec<u32> = taken.iter().map(|e| e.src.0).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3]);
     }
 
     /// A push from another thread wakes a waiting session, also when it
@@ -160,9 +148,9 @@ mod tests {
                 tokio::time::timeout(Duration::from_secs(5), q.ready())
                     .await
                     .expect("woken");
-                let mut batch = Vec::new();
-                q.take(&mut batch, 10, usize::MAX, |_| 1);
-                assert_eq!(batch.len(), 1);
+                let mut taken = VecDeque::new();
+                q.take_all(&mut taken);
+                assert_eq!(taken.len(), 1);
                 pusher.join().expect("pusher");
             }
         });

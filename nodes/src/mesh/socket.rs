@@ -213,7 +213,9 @@ fn frame_head(opcode: u8, len: usize, mask: Option<[u8; 4]>) -> ([u8; 14], usize
     (head, n)
 }
 
-/// Masks `part`, which starts `offset` bytes into a payload masked with `key`.
+/// Masks `part`, which starts `offset` bytes into a payload masked with
+/// `key` (eight bytes at a time, which the compiler turns into vector
+/// instructions).
 fn mask_part(key: [u8; 4], offset: usize, part: &mut [u8]) {
     let k = [
         key[offset % 4],
@@ -221,7 +223,17 @@ fn mask_part(key: [u8; 4], offset: usize, part: &mut [u8]) {
         key[(offset + 2) % 4],
         key[(offset + 3) % 4],
     ];
-    fastwebsockets::unmask(part, k);
+    let k8 = u64::from_ne_bytes([k[0], k[1], k[2], k[3], k[0], k[1], k[2], k[3]]);
+    let mut chunks = part.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        c.copy_from_slice(&(u64::from_ne_bytes(w) ^ k8).to_ne_bytes());
+    }
+    // Whole chunks keep the key's phase (8 is a multiple of 4).
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= k[i % 4];
+    }
 }
 
 /// Writes all of `slices` (advancing through partial writes).
@@ -276,10 +288,13 @@ impl MeshWriter {
         write_all_vectored(&mut self.tcp, &mut slices).await
     }
 
-    /// Sends the envelopes in `batch` (drained) as one frame, their byte
-    /// strings written from their own buffers.
-    pub(crate) async fn send_envelopes(&mut self, batch: &mut Vec<Envelope>) -> Result<()> {
-        gather_envelopes(batch, &mut self.gathered)?;
+    /// Sends `envs` as one frame, their byte strings written from their
+    /// own buffers.
+    pub(crate) async fn send_envelopes(
+        &mut self,
+        envs: impl ExactSizeIterator<Item = Envelope>,
+    ) -> Result<()> {
+        gather_envelopes(envs, &mut self.gathered)?;
         let key = self.key();
         let (head, n) = frame_head(BINARY, self.gathered.len(), key);
         if let Some(key) = key {
@@ -386,6 +401,24 @@ mod tests {
             ws.close(None).await.expect("close");
         };
         tokio::join!(ours, theirs);
+    }
+
+    #[test]
+    fn masking_in_parts_at_any_offset_is_masking_the_whole() {
+        let key = [0x9a, 0x41, 0x07, 0xee];
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 31 % 251) as u8).collect();
+        let expected: Vec<u8> = data
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ key[i % 4])
+            .collect();
+        for cut in [0usize, 1, 3, 7, 8, 13, 64, 299, 300] {
+            let mut masked = data.clone();
+            let (a, b) = masked.split_at_mut(cut);
+            mask_part(key, 0, a);
+            mask_part(key, cut, b);
+            assert_eq!(masked, expected, "cut at {cut}");
+        }
     }
 
     #[tokio::test]
