@@ -110,6 +110,15 @@ impl BulkBytes for Msg {
             bytes: std::mem::take(bytes),
         })
     }
+
+    fn from_trailing_bulk(variant: u32, bytes: &[u8]) -> Option<Self> {
+        match variant {
+            5 => Some(Msg::KvFrame(bytes.to_vec())),
+            6 => Some(Msg::KvFeedback(bytes.to_vec())),
+            7 => Some(Msg::IpPacket(bytes.to_vec())),
+            _ => None,
+        }
+    }
 }
 
 /// A control command forwarded to the host that owns its target (the

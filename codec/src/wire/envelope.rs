@@ -38,6 +38,18 @@ pub trait BulkBytes {
     fn take_trailing_bulk(&mut self) -> Option<TrailingBulk> {
         None
     }
+
+    /// The inverse of [`Self::take_trailing_bulk`]: the message of the
+    /// variant with index `variant` holding `bytes`; `None` (the default)
+    /// when that variant does not hold only a byte string (the decoder
+    /// then decodes the message through serde).
+    fn from_trailing_bulk(variant: u32, bytes: &[u8]) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        let _ = (variant, bytes);
+        None
+    }
 }
 
 /// A message's byte string and the index of the enum variant that held it.

@@ -203,10 +203,19 @@ where
 /// cut short and trailing garbage).
 pub fn decode_frame<M, C, R>(bytes: &[u8]) -> Result<Frame<M, C, R>, WireError>
 where
-    M: DeserializeOwned,
+    M: DeserializeOwned + BulkBytes,
     C: DeserializeOwned,
     R: DeserializeOwned,
 {
+    let body = frame_body(bytes)?;
+    if let Some(envelopes) = super::envelopes_decode::decode_envelopes(body) {
+        return envelopes.map(Frame::Envelopes);
+    }
+    decode_body(body)
+}
+
+/// The body of a frame after the size and header checks.
+fn frame_body(bytes: &[u8]) -> Result<&[u8], WireError> {
     if bytes.len() > MAX_FRAME_BYTES {
         return Err(WireError::TooLarge {
             len: bytes.len(),
@@ -228,16 +237,31 @@ where
             expected: WIRE_VERSION,
         });
     }
+    Ok(body)
+}
+
+/// A bincode decode error as the codec reports it.
+pub(super) fn malformed(e: bincode::error::DecodeError) -> WireError {
+    match e {
+        bincode::error::DecodeError::UnexpectedEnd { additional } => {
+            WireError::Malformed(format!("body truncated ({additional} more bytes needed)"))
+        }
+        bincode::error::DecodeError::LimitExceeded => {
+            WireError::Malformed("body declares a length over the decode limit".into())
+        }
+        other => WireError::Malformed(other.to_string()),
+    }
+}
+
+/// A frame body decoded by serde, every byte used.
+fn decode_body<M, C, R>(body: &[u8]) -> Result<Frame<M, C, R>, WireError>
+where
+    M: DeserializeOwned,
+    C: DeserializeOwned,
+    R: DeserializeOwned,
+{
     let (frame, used): (Frame<M, C, R>, usize) =
-        bincode::serde::decode_from_slice(body, body_config()).map_err(|e| match e {
-            bincode::error::DecodeError::UnexpectedEnd { additional } => {
-                WireError::Malformed(format!("body truncated ({additional} more bytes needed)"))
-            }
-            bincode::error::DecodeError::LimitExceeded => {
-                WireError::Malformed("body declares a length over the decode limit".into())
-            }
-            other => WireError::Malformed(other.to_string()),
-        })?;
+        bincode::serde::decode_from_slice(body, body_config()).map_err(malformed)?;
     if used != body.len() {
         return Err(WireError::Malformed(format!(
             "{} trailing bytes after the frame body",
@@ -245,4 +269,16 @@ where
         )));
     }
     Ok(frame)
+}
+
+/// [`decode_frame`] through serde alone (what the envelope fast path is
+/// compared with in tests).
+#[cfg(test)]
+pub(super) fn decode_frame_by_serde<M, C, R>(bytes: &[u8]) -> Result<Frame<M, C, R>, WireError>
+where
+    M: DeserializeOwned,
+    C: DeserializeOwned,
+    R: DeserializeOwned,
+{
+    decode_body(frame_body(bytes)?)
 }

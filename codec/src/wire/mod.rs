@@ -14,6 +14,7 @@
 
 pub mod byte_field;
 mod envelope;
+mod envelopes_decode;
 mod error;
 mod frame;
 mod gather;

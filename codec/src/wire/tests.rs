@@ -51,6 +51,20 @@ impl BulkBytes for Msg {
             _ => 0,
         }
     }
+
+    fn take_trailing_bulk(&mut self) -> Option<TrailingBulk> {
+        match self {
+            Msg::Bytes(b) => Some(TrailingBulk {
+                variant: 3,
+                bytes: std::mem::take(b),
+            }),
+            _ => None,
+        }
+    }
+
+    fn from_trailing_bulk(variant: u32, bytes: &[u8]) -> Option<Self> {
+        (variant == 3).then(|| Msg::Bytes(bytes.to_vec()))
+    }
 }
 
 type Frame = super::Frame<Msg, String, String>;
@@ -546,6 +560,189 @@ proptest! {
             let again = encode_frame(&decoded).expect("re-encodes");
             prop_assert_eq!(decode_frame(&again), Ok(decoded));
         }
+    }
+}
+
+// ---------------------------------------------------------------- envelope fast path
+
+fn decode_by_serde(bytes: &[u8]) -> Result<Frame, WireError> {
+    super::frame::decode_frame_by_serde(bytes)
+}
+
+/// A frame of envelopes whose integers take every varint width.
+fn arb_envelope_frame() -> impl Strategy<Value = Frame> {
+    let narrow = || prop_oneof![0u32..=250, 251u32..=0xffff, any::<u32>()];
+    let wide = || {
+        prop_oneof![
+            0u64..=250,
+            251u64..=0xffff,
+            0x1_0000u64..=0xffff_ffff,
+            any::<u64>()
+        ]
+    };
+    let envelope = (
+        narrow(),
+        narrow(),
+        proptest::option::of(narrow()),
+        wide(),
+        proptest::option::of(wide()),
+        arb_msg(),
+    )
+        .prop_map(|(src, dst, via, sent_at_ns, due_ns, payload)| Envelope {
+            src: ActorId(src),
+            dst: ActorId(dst),
+            via: via.map(LinkId),
+            sent_at_ns,
+            due_ns,
+            payload,
+        });
+    proptest::collection::vec(envelope, 0..8).prop_map(Frame::Envelopes)
+}
+
+/// Every value of every byte of small envelope frames (all message
+/// kinds, options set and not, integers of each varint width) decodes by
+/// the fast path exactly as by serde, or is refused by both.
+#[test]
+fn every_single_byte_change_decodes_as_serde_decodes_it() {
+    let probe = Msg::Probe(Probe {
+        seq: 300,
+        size: 70_000,
+        pad: vec![9; 2],
+    });
+    let ping = Msg::Ping(Ping {
+        seq: 1,
+        size: 2,
+        reply_via: Some(LinkId(251)),
+    });
+    let frames = [
+        Frame::Envelopes(vec![sample_envelope(Msg::Bytes(vec![1, 2, 3]))]),
+        Frame::Envelopes(vec![
+            Envelope {
+                src: ActorId(250),
+                dst: ActorId(0x1_0000),
+                via: None,
+                sent_at_ns: u64::MAX,
+                due_ns: Some(251),
+                payload: Msg::Bytes(Vec::new()),
+            },
+            sample_envelope(probe),
+            sample_envelope(ping),
+        ]),
+        Frame::Envelopes(Vec::new()),
+    ];
+    for frame in frames {
+        let bytes = encode_frame(&frame).expect("encodes");
+        for i in MAGIC.len() + 1..bytes.len() {
+            for v in 0..=255u8 {
+                let mut changed = bytes.clone();
+                changed[i] = v;
+                let (fast, slow) = (decode_frame(&changed), decode_by_serde(&changed));
+                assert_eq!(
+                    fast.as_ref().ok(),
+                    slow.as_ref().ok(),
+                    "byte {i} = {v}: {fast:?} / {slow:?}"
+                );
+                assert_eq!(fast.is_ok(), slow.is_ok(), "byte {i} = {v}");
+            }
+        }
+    }
+}
+
+/// Each integer of an envelope written with every varint marker (minimal
+/// or not, too wide for its type, reserved) decodes by the fast path
+/// exactly as by serde, or is refused by both.
+#[test]
+fn every_varint_marker_in_every_field_decodes_as_serde_decodes_it() {
+    // Fields of one envelope whose message is `Bytes([7])`, each the value
+    // 1: src, dst, via (Some), sent, due (Some), variant (3), length.
+    let fields: [(&[u8], u8); 7] = [
+        (&[], 1),
+        (&[], 1),
+        (&[1], 1),
+        (&[], 1),
+        (&[1], 1),
+        (&[], 3),
+        (&[], 1),
+    ];
+    let widths = [(251u8, 2usize), (252, 4), (253, 8), (254, 16), (255, 0)];
+    for at in 0..fields.len() {
+        for (marker, width) in widths {
+            let mut body = vec![super::envelopes_decode::ENVELOPES_VARIANT as u8, 1];
+            for (i, (prefix, value)) in fields.iter().enumerate() {
+                body.extend_from_slice(prefix);
+                if i == at {
+                    body.push(marker);
+                    let mut wide = vec![0u8; width];
+                    if let Some(first) = wide.first_mut() {
+                        *first = *value;
+                    }
+                    body.extend_from_slice(&wide);
+                } else {
+                    body.push(*value);
+                }
+            }
+            body.push(7);
+            let mut framed = MAGIC.to_vec();
+            framed.push(WIRE_VERSION);
+            framed.extend_from_slice(&body);
+            let (fast, slow) = (decode_frame(&framed), decode_by_serde(&framed));
+            assert_eq!(
+                fast.as_ref().ok(),
+                slow.as_ref().ok(),
+                "field {at}, marker {marker}: {fast:?} / {slow:?}"
+            );
+            assert_eq!(fast.is_ok(), slow.is_ok(), "field {at}, marker {marker}");
+        }
+    }
+}
+
+#[test]
+fn the_envelopes_variant_index_is_serdes() {
+    let bytes = encode_frame(&Frame::Envelopes(Vec::new())).expect("encodes");
+    assert_eq!(
+        bytes[MAGIC.len() + 1],
+        super::envelopes_decode::ENVELOPES_VARIANT as u8
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The fast path decodes what serde decodes, and refuses what serde
+    /// refuses: whole frames, every cut, bit flips and added bytes.
+    #[test]
+    fn prop_envelope_frames_decode_as_serde_decodes_them(
+        frame in arb_envelope_frame(),
+        cut in any::<prop::sample::Index>(),
+        pos in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+        extra in proptest::collection::vec(any::<u8>(), 0..4),
+    ) {
+        let bytes = encode_frame(&frame).expect("encodes");
+        prop_assert_eq!(decode_frame(&bytes), Ok(frame));
+        let short = &bytes[..cut.index(bytes.len())];
+        prop_assert_eq!(decode_frame(short).is_ok(), decode_by_serde(short).is_ok());
+        let mut flipped = bytes.clone();
+        let i = pos.index(flipped.len());
+        flipped[i] ^= 1 << bit;
+        prop_assert_eq!(decode_frame(&flipped).ok(), decode_by_serde(&flipped).ok());
+        prop_assert_eq!(decode_frame(&flipped).is_ok(), decode_by_serde(&flipped).is_ok());
+        let mut longer = bytes;
+        longer.extend_from_slice(&extra);
+        prop_assert_eq!(decode_frame(&longer).ok(), decode_by_serde(&longer).ok());
+    }
+
+    /// Arbitrary bodies that claim to be a list of envelopes.
+    #[test]
+    fn prop_arbitrary_envelope_bodies_decode_as_serde_decodes_them(
+        body in proptest::collection::vec(any::<u8>(), 0..120)
+    ) {
+        let mut framed = MAGIC.to_vec();
+        framed.push(WIRE_VERSION);
+        framed.push(super::envelopes_decode::ENVELOPES_VARIANT as u8);
+        framed.extend_from_slice(&body);
+        prop_assert_eq!(decode_frame(&framed).ok(), decode_by_serde(&framed).ok());
+        prop_assert_eq!(decode_frame(&framed).is_ok(), decode_by_serde(&framed).is_ok());
     }
 }
 
