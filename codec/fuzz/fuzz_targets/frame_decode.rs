@@ -1,11 +1,13 @@
 //! The mesh's frame decoder on arbitrary bytes, with edgemu's real payloads
 //! (`edgemu_protocol`: every actor message, forwarded commands, their
 //! replies and errors): never a panic, and whatever it accepts re-encodes
-//! and decodes to the same frame.
+//! and decodes to the same frame; a list of envelopes gathered for a
+//! vectored write is the same bytes.
 #![no_main]
 
 use edgemu_codec::wire::MAX_FRAME_BYTES;
-use edgemu_protocol::{decode_frame, encode_frame};
+use edgemu_codec::wire::GatheredFrame;
+use edgemu_protocol::{decode_frame, encode_frame, gather_envelopes, Frame};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     // Raw bytes, and the same bytes behind a valid header so the fuzzer
@@ -21,6 +23,13 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 Ok(bytes) => bytes,
                 Err(e) => panic!("decoded frame does not re-encode: {e}"),
             };
+            if let Frame::Envelopes(envs) = frame.clone() {
+                let mut gathered = GatheredFrame::new();
+                match gather_envelopes(envs.into_iter(), &mut gathered) {
+                    Ok(()) => assert!(gathered.to_vec() == again, "gathered bytes differ"),
+                    Err(e) => panic!("decoded envelopes do not gather: {e}"),
+                }
+            }
             // Canonical re-encoding is never longer than what was accepted.
             assert!(again.len() <= input.len() && again.len() <= MAX_FRAME_BYTES);
             // Compared by their encodings: a NaN inside (a position, a
