@@ -38,8 +38,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
-/// Outbound envelopes queued per peer before the router starts dropping.
+/// Outbound envelopes queued per peer before the router starts dropping,
+/// and their bound in encoded bytes (see `queue`).
 pub const PEER_QUEUE: usize = 16_384;
+pub const PEER_QUEUE_BYTES: usize = 256 * 1024;
 /// A peer silent this long is down.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(3);
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -121,7 +123,13 @@ impl Mesh {
         let mut incoming = BTreeMap::new();
         for h in cluster.hosts.iter().filter(|h| h.id != host) {
             let (ctrl_tx, ctrl_rx) = mpsc::channel::<Frame>(peer::CONTROL_QUEUE);
-            let shared = Arc::new(PeerShared::new(h.id, h.name.clone(), PEER_QUEUE, ctrl_tx));
+            let shared = Arc::new(PeerShared::new(
+                h.id,
+                h.name.clone(),
+                PEER_QUEUE,
+                PEER_QUEUE_BYTES,
+                ctrl_tx,
+            ));
             let (in_tx, in_rx) = mpsc::channel(4);
             let dial = if spec.name < h.name {
                 Some(h.advertise.clone())

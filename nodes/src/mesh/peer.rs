@@ -140,13 +140,14 @@ impl PeerShared {
         id: HostId,
         name: String,
         queue_capacity: usize,
+        queue_bytes: usize,
         ctrl_tx: mpsc::Sender<Frame>,
     ) -> Self {
         PeerShared {
             id,
             name,
             up: AtomicBool::new(false),
-            out: OutboundQueue::new(queue_capacity),
+            out: OutboundQueue::new(queue_capacity, queue_bytes),
             ctrl_tx,
             counters: PeerCounters::default(),
             rtt_min_ns: AtomicU64::new(u64::MAX),

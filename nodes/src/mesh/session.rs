@@ -1,11 +1,12 @@
 //! One established session with a peer: the frame loop.
 
 use super::peer::PeerShared;
+use super::queue::encoded_estimate;
 use super::socket::{Incoming, MeshReader, MeshSocket, MeshWriter};
 use super::{MeshContext, HEARTBEAT, PEER_TIMEOUT};
 use crate::host::supervisor::Control;
 use edgemu_actors::router::InboundBatch;
-use edgemu_codec::wire::{BulkBytes, Heartbeat};
+use edgemu_codec::wire::Heartbeat;
 use edgemu_config::command::Command;
 use edgemu_config::ControlError;
 use edgemu_protocol::{decode_frame, Envelope, ForwardedReply, Frame};
@@ -28,12 +29,6 @@ fn mono_ns() -> u64 {
 /// through masking to the kernel's copy, on both sides.
 const BATCH_ENVELOPES: usize = 1024;
 const BATCH_BYTES: usize = 64 * 1024;
-
-/// Bytes an envelope adds to a frame: its real payload, not the declared
-/// size a link charges (a probe of 1400 declared bytes encodes to ~30).
-fn encoded_estimate(e: &Envelope) -> usize {
-    32 + e.payload.bulk_bytes()
-}
 
 /// Longest the reader waits for a router that is behind before it reads
 /// on (and drops what finds no room): far below the peer's write timeout
@@ -414,7 +409,13 @@ mod tests {
     fn peer(id: u16) -> (Arc<PeerShared>, mpsc::Receiver<Frame>) {
         let (ctrl_tx, ctrl_rx) = mpsc::channel(16);
         (
-            Arc::new(PeerShared::new(HostId(id), format!("h{id}"), 256, ctrl_tx)),
+            Arc::new(PeerShared::new(
+                HostId(id),
+                format!("h{id}"),
+                256,
+                usize::MAX,
+                ctrl_tx,
+            )),
             ctrl_rx,
         )
     }
