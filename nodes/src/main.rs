@@ -6,12 +6,6 @@ use edgemu_nodes::{bench, control::client, experiment, profile_kv, report, run};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// mimalloc instead of glibc's malloc: every KV frame, tunnelled packet
-/// and mesh batch is a block over glibc's 1 KiB per-thread cache, which
-/// glibc serves through its locked, consolidating bins.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "edgemu",
