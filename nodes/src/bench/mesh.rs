@@ -11,7 +11,8 @@
 //! over a fixed window after a short warm-up, counting payload bytes only.
 //!
 //! The TCP side writes the same payload bytes over a tokio `TcpStream`
-//! (`write_all` of 1 MiB buffers — the mesh's batch budget — and, as a
+//! (`write_all` of one reused 1 MiB buffer — the kernel's best case; the
+//! mesh writes frames of 64 KiB — and, as a
 //! second figure, of one 1400-byte payload per write) to a reader on
 //! another thread that reads into a 256 KiB buffer.
 //!
