@@ -569,6 +569,17 @@ fn decode_by_serde(bytes: &[u8]) -> Result<Frame, WireError> {
     super::frame::decode_frame_by_serde(bytes)
 }
 
+/// The fast path and serde decode `bytes` to the same frame, or both refuse it.
+fn assert_decodes_alike(bytes: &[u8], what: &str) {
+    let (fast, slow) = (decode_frame(bytes), decode_by_serde(bytes));
+    assert_eq!(
+        fast.as_ref().ok(),
+        slow.as_ref().ok(),
+        "{what}: {fast:?} / {slow:?}"
+    );
+    assert_eq!(fast.is_ok(), slow.is_ok(), "{what}: {fast:?} / {slow:?}");
+}
+
 /// A frame of envelopes whose integers take every varint width.
 fn arb_envelope_frame() -> impl Strategy<Value = Frame> {
     let narrow = || prop_oneof![0u32..=250, 251u32..=0xffff, any::<u32>()];
@@ -636,13 +647,7 @@ fn every_single_byte_change_decodes_as_serde_decodes_it() {
             for v in 0..=255u8 {
                 let mut changed = bytes.clone();
                 changed[i] = v;
-                let (fast, slow) = (decode_frame(&changed), decode_by_serde(&changed));
-                assert_eq!(
-                    fast.as_ref().ok(),
-                    slow.as_ref().ok(),
-                    "byte {i} = {v}: {fast:?} / {slow:?}"
-                );
-                assert_eq!(fast.is_ok(), slow.is_ok(), "byte {i} = {v}");
+                assert_decodes_alike(&changed, &format!("byte {i} = {v}"));
             }
         }
     }
@@ -685,13 +690,7 @@ fn every_varint_marker_in_every_field_decodes_as_serde_decodes_it() {
             let mut framed = MAGIC.to_vec();
             framed.push(WIRE_VERSION);
             framed.extend_from_slice(&body);
-            let (fast, slow) = (decode_frame(&framed), decode_by_serde(&framed));
-            assert_eq!(
-                fast.as_ref().ok(),
-                slow.as_ref().ok(),
-                "field {at}, marker {marker}: {fast:?} / {slow:?}"
-            );
-            assert_eq!(fast.is_ok(), slow.is_ok(), "field {at}, marker {marker}");
+            assert_decodes_alike(&framed, &format!("field {at}, marker {marker}"));
         }
     }
 }
