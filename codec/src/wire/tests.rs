@@ -190,6 +190,20 @@ fn arb_msg() -> impl Strategy<Value = Msg> {
     ]
 }
 
+/// An envelope of (src, dst, via, sent, due, message).
+fn envelope_of(
+    (src, dst, via, sent_at_ns, due_ns, payload): (u32, u32, Option<u32>, u64, Option<u64>, Msg),
+) -> Envelope {
+    Envelope {
+        src: ActorId(src),
+        dst: ActorId(dst),
+        via: via.map(LinkId),
+        sent_at_ns,
+        due_ns,
+        payload,
+    }
+}
+
 fn arb_envelope() -> impl Strategy<Value = Envelope> {
     (
         any::<u32>(),
@@ -199,14 +213,7 @@ fn arb_envelope() -> impl Strategy<Value = Envelope> {
         any::<Option<u64>>(),
         arb_msg(),
     )
-        .prop_map(|(src, dst, via, sent_at_ns, due_ns, payload)| Envelope {
-            src: ActorId(src),
-            dst: ActorId(dst),
-            via: via.map(LinkId),
-            sent_at_ns,
-            due_ns,
-            payload,
-        })
+        .prop_map(envelope_of)
 }
 
 fn arb_hello() -> impl Strategy<Value = Hello> {
@@ -599,14 +606,7 @@ fn arb_envelope_frame() -> impl Strategy<Value = Frame> {
         proptest::option::of(wide()),
         arb_msg(),
     )
-        .prop_map(|(src, dst, via, sent_at_ns, due_ns, payload)| Envelope {
-            src: ActorId(src),
-            dst: ActorId(dst),
-            via: via.map(LinkId),
-            sent_at_ns,
-            due_ns,
-            payload,
-        });
+        .prop_map(envelope_of);
     proptest::collection::vec(envelope, 0..8).prop_map(Frame::Envelopes)
 }
 
