@@ -111,13 +111,17 @@ impl BulkBytes for Msg {
         })
     }
 
-    fn from_trailing_bulk(variant: u32, bytes: &[u8]) -> Option<Self> {
-        match variant {
-            5 => Some(Msg::KvFrame(bytes.to_vec())),
-            6 => Some(Msg::KvFeedback(bytes.to_vec())),
-            7 => Some(Msg::IpPacket(bytes.to_vec())),
-            _ => None,
-        }
+    fn from_trailing_bulk<'a>(
+        variant: u32,
+        bytes: impl FnOnce() -> Option<&'a [u8]>,
+    ) -> Option<Self> {
+        let holding: fn(Vec<u8>) -> Msg = match variant {
+            5 => Msg::KvFrame,
+            6 => Msg::KvFeedback,
+            7 => Msg::IpPacket,
+            _ => return None,
+        };
+        Some(holding(bytes()?.to_vec()))
     }
 }
 

@@ -39,11 +39,15 @@ pub trait BulkBytes {
         None
     }
 
-    /// The inverse of [`Self::take_trailing_bulk`]: the message of the
-    /// variant with index `variant` holding `bytes`; `None` (the default)
-    /// when that variant does not hold only a byte string (the decoder
-    /// then decodes the message through serde).
-    fn from_trailing_bulk(variant: u32, bytes: &[u8]) -> Option<Self>
+    /// The inverse of [`Self::take_trailing_bulk`]: for a variant index
+    /// whose variant holds only a byte string, the message holding what
+    /// `bytes` reads (`None` when it reads nothing); `None` without calling
+    /// `bytes` for any other variant (the decoder then decodes the message
+    /// through serde). The default knows no such variant.
+    fn from_trailing_bulk<'a>(
+        variant: u32,
+        bytes: impl FnOnce() -> Option<&'a [u8]>,
+    ) -> Option<Self>
     where
         Self: Sized,
     {

@@ -111,10 +111,8 @@ impl<'a> Reader<'a> {
     fn payload<M: DeserializeOwned + BulkBytes>(&mut self) -> Result<M, WireError> {
         let start = self.pos;
         let variant = self.varint_u32()?;
-        if let Ok(bytes) = self.byte_string() {
-            if let Some(m) = M::from_trailing_bulk(variant, bytes) {
-                return Ok(m);
-            }
+        if let Some(m) = M::from_trailing_bulk(variant, || self.byte_string().ok()) {
+            return Ok(m);
         }
         self.pos = start;
         self.serde_value()

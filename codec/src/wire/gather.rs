@@ -37,7 +37,6 @@ pub struct GatheredFrame {
     head: Vec<u8>,
     /// (where in `head` a byte string goes, the byte string).
     cuts: Vec<(usize, Vec<u8>)>,
-    len: usize,
 }
 
 /// Appends bincode's encoding of `value` (the frame body's configuration)
@@ -119,72 +118,60 @@ impl GatheredFrame {
         C: Serialize,
         R: Serialize,
     {
-        let r = self.encode_inner::<M, C, R>(envs);
-        if r.is_err() {
+        self.clear();
+        let (head, cuts) = (&mut self.head, &mut self.cuts);
+        let encoded = (|| {
+            head.extend_from_slice(&MAGIC);
+            head.push(WIRE_VERSION);
+            // The variant's tag and an empty list, whose length is then replaced.
+            append(&Frame::<M, C, R>::Envelopes(Vec::new()), head)?;
+            drop_zero_length(head, "an empty envelope list")?;
+            push_varint(head, envs.len() as u64);
+            let mut bulk_len = 0usize;
+            for mut env in envs {
+                let bulk = if env.payload.bulk_bytes() >= GATHER_MIN_BYTES {
+                    env.payload.take_trailing_bulk()
+                } else {
+                    None
+                };
+                push_envelope_fields(head, &env);
+                match bulk {
+                    Some(TrailingBulk { variant, bytes }) => {
+                        push_varint(head, u64::from(variant));
+                        push_varint(head, bytes.len() as u64);
+                        bulk_len += bytes.len();
+                        cuts.push((head.len(), bytes));
+                    }
+                    None => append(&env.payload, head)?,
+                }
+                if head.len() + bulk_len > MAX_FRAME_BYTES {
+                    return Err(WireError::TooLarge {
+                        len: head.len() + bulk_len,
+                        max: MAX_FRAME_BYTES,
+                    });
+                }
+            }
+            Ok(())
+        })();
+        if encoded.is_err() {
             self.clear();
         }
-        r
-    }
-
-    fn encode_inner<M, C, R>(
-        &mut self,
-        envs: impl ExactSizeIterator<Item = Envelope<M>>,
-    ) -> Result<(), WireError>
-    where
-        M: Serialize + BulkBytes,
-        C: Serialize,
-        R: Serialize,
-    {
-        self.clear();
-        let head = &mut self.head;
-        head.extend_from_slice(&MAGIC);
-        head.push(WIRE_VERSION);
-        // The variant's tag and an empty list, whose length is then replaced.
-        append(&Frame::<M, C, R>::Envelopes(Vec::new()), head)?;
-        drop_zero_length(head, "an empty envelope list")?;
-        push_varint(head, envs.len() as u64);
-        let mut bulk_len = 0usize;
-        for mut env in envs {
-            let bulk = if env.payload.bulk_bytes() >= GATHER_MIN_BYTES {
-                env.payload.take_trailing_bulk()
-            } else {
-                None
-            };
-            push_envelope_fields(head, &env);
-            match bulk {
-                Some(TrailingBulk { variant, bytes }) => {
-                    push_varint(head, u64::from(variant));
-                    push_varint(head, bytes.len() as u64);
-                    bulk_len += bytes.len();
-                    self.cuts.push((head.len(), bytes));
-                }
-                None => append(&env.payload, head)?,
-            }
-            if head.len() + bulk_len > MAX_FRAME_BYTES {
-                return Err(WireError::TooLarge {
-                    len: head.len() + bulk_len,
-                    max: MAX_FRAME_BYTES,
-                });
-            }
-        }
-        self.len = head.len() + bulk_len;
-        Ok(())
+        encoded
     }
 
     /// Empties the frame, keeping its header buffer's room.
     pub fn clear(&mut self) {
         self.head.clear();
         self.cuts.clear();
-        self.len = 0;
     }
 
     /// Encoded length in bytes (header and payload parts).
     pub fn len(&self) -> usize {
-        self.len
+        self.head.len() + self.cuts.iter().map(|(_, b)| b.len()).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.head.is_empty()
     }
 
     /// Byte strings held as separate parts.
@@ -230,7 +217,7 @@ impl GatheredFrame {
     /// The frame's bytes in one buffer (for tests and for a writer without
     /// vectored writes).
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.len);
+        let mut v = Vec::with_capacity(self.len());
         let mut slices = Vec::new();
         self.io_slices(&mut slices);
         for s in slices {

@@ -62,8 +62,14 @@ impl BulkBytes for Msg {
         }
     }
 
-    fn from_trailing_bulk(variant: u32, bytes: &[u8]) -> Option<Self> {
-        (variant == 3).then(|| Msg::Bytes(bytes.to_vec()))
+    fn from_trailing_bulk<'a>(
+        variant: u32,
+        bytes: impl FnOnce() -> Option<&'a [u8]>,
+    ) -> Option<Self> {
+        if variant != 3 {
+            return None;
+        }
+        Some(Msg::Bytes(bytes()?.to_vec()))
     }
 }
 
