@@ -178,7 +178,7 @@ pub(crate) struct MeshWriter {
     tcp: OwnedWriteHalf,
     /// Whether this side masks (it dialed: a websocket client).
     masks: bool,
-    /// Frames other than envelope lists are encoded into this one buffer.
+    /// Messages other than envelope lists are encoded into this one buffer.
     buf: Vec<u8>,
     /// Envelope lists are gathered here.
     gathered: GatheredFrame,
@@ -261,31 +261,23 @@ impl MeshWriter {
         self.masks.then(rand::random::<[u8; 4]>)
     }
 
-    /// Sends one small message: header and payload in one write.
-    async fn send_small(&mut self, opcode: u8, payload: &[u8]) -> Result<()> {
+    /// Sends the writer's buffer as one message of `opcode`: masked in
+    /// place when this side is the client, header and payload in one
+    /// vectored write.
+    async fn send_buf(&mut self, opcode: u8) -> Result<()> {
         let key = self.key();
-        let (head, n) = frame_head(opcode, payload.len(), key);
-        let mut bytes = Vec::with_capacity(n + payload.len());
-        bytes.extend_from_slice(&head[..n]);
-        bytes.extend_from_slice(payload);
-        if let Some(key) = key {
-            mask_part(key, 0, &mut bytes[n..]);
-        }
-        self.tcp.write_all(&bytes).await.context("websocket write")
-    }
-
-    /// Sends one mesh frame: encoded into the writer's buffer, masked there
-    /// when this side is the client, header and payload in one vectored
-    /// write.
-    pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
-        encode_frame_into(frame, &mut self.buf)?;
-        let key = self.key();
-        let (head, n) = frame_head(BINARY, self.buf.len(), key);
+        let (head, n) = frame_head(opcode, self.buf.len(), key);
         if let Some(key) = key {
             mask_part(key, 0, &mut self.buf);
         }
         let mut slices = [IoSlice::new(&head[..n]), IoSlice::new(&self.buf)];
         write_all_vectored(&mut self.tcp, &mut slices).await
+    }
+
+    /// Sends one mesh frame (encoded into the writer's buffer).
+    pub(crate) async fn send(&mut self, frame: &Frame) -> Result<()> {
+        encode_frame_into(frame, &mut self.buf)?;
+        self.send_buf(BINARY).await
     }
 
     /// Sends `envs` as one frame, their byte strings written from their
@@ -311,12 +303,16 @@ impl MeshWriter {
 
     /// Answers a ping.
     pub(crate) async fn pong(&mut self, payload: Vec<u8>) -> Result<()> {
-        self.send_small(PONG, &payload).await
+        self.buf.clear();
+        self.buf.extend_from_slice(&payload);
+        self.send_buf(PONG).await
     }
 
     /// Sends a close frame (normal closure).
     pub(crate) async fn close(&mut self) -> Result<()> {
-        self.send_small(CLOSE, &1000u16.to_be_bytes()).await
+        self.buf.clear();
+        self.buf.extend_from_slice(&1000u16.to_be_bytes());
+        self.send_buf(CLOSE).await
     }
 }
 
