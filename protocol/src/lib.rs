@@ -86,6 +86,13 @@ impl Msg {
     }
 }
 
+/// Indexes of the variants of [`Msg`] that hold only a byte string, in
+/// declaration order as serde numbers them (the gathered-frame and
+/// decoding tests compare the bytes with serde's).
+const KV_FRAME_VARIANT: u32 = 5;
+const KV_FEEDBACK_VARIANT: u32 = 6;
+const IP_PACKET_VARIANT: u32 = 7;
+
 impl BulkBytes for Msg {
     fn bulk_bytes(&self) -> usize {
         match self {
@@ -97,12 +104,10 @@ impl BulkBytes for Msg {
     }
 
     fn take_trailing_bulk(&mut self) -> Option<wire::TrailingBulk> {
-        // The variants' indexes in declaration order, as serde numbers them
-        // (the gathered-frame tests compare the bytes with encode_frame's).
         let (variant, bytes) = match self {
-            Msg::KvFrame(b) => (5, b),
-            Msg::KvFeedback(b) => (6, b),
-            Msg::IpPacket(b) => (7, b),
+            Msg::KvFrame(b) => (KV_FRAME_VARIANT, b),
+            Msg::KvFeedback(b) => (KV_FEEDBACK_VARIANT, b),
+            Msg::IpPacket(b) => (IP_PACKET_VARIANT, b),
             _ => return None,
         };
         Some(wire::TrailingBulk {
@@ -116,9 +121,9 @@ impl BulkBytes for Msg {
         bytes: impl FnOnce() -> Option<&'a [u8]>,
     ) -> Option<Self> {
         let holding: fn(Vec<u8>) -> Msg = match variant {
-            5 => Msg::KvFrame,
-            6 => Msg::KvFeedback,
-            7 => Msg::IpPacket,
+            KV_FRAME_VARIANT => Msg::KvFrame,
+            KV_FEEDBACK_VARIANT => Msg::KvFeedback,
+            IP_PACKET_VARIANT => Msg::IpPacket,
             _ => return None,
         };
         Some(holding(bytes()?.to_vec()))
