@@ -75,7 +75,9 @@ impl OutboundQueue {
         let was_empty = {
             let mut q = self.queued();
             let empty = q.items.is_empty();
-            if q.items.len() >= self.capacity || (!empty && q.bytes + cost > self.byte_capacity) {
+            if q.items.len() >= self.capacity
+                || (!empty && q.bytes.saturating_add(cost) > self.byte_capacity)
+            {
                 return Err(PeerSendError::Full);
             }
             q.bytes += cost;
