@@ -9,6 +9,7 @@
 //! [`clock::Timer`], so the same actors run under real and virtual time.
 
 pub mod clock;
+pub mod deadlines;
 pub mod events;
 pub mod external;
 pub mod handoff;

@@ -282,8 +282,12 @@ impl Cluster {
                 window(u.start_ns, u.stop_ns)
             ),
             ActorKind::Gateway(g) => format!(
-                "OpenAI-compatible gateway on http://{} -> {}: model {:?} ({} tokens), max_tokens {} (at most {} in / {} out), timeout {}, at ({} m, {} m), {} dBm{}",
+                "OpenAI-compatible gateway on http://{} (HTTP on {}) -> {}: model {:?} ({} tokens), max_tokens {} (at most {} in / {} out), timeout {}, at ({} m, {} m), {} dBm{}",
                 g.listen,
+                match g.http_thread {
+                    GatewayHttpThread::Host => "the host's thread",
+                    GatewayHttpThread::Own => "its own thread",
+                },
                 self.actor(g.scheduler).name,
                 g.served_model_name,
                 g.model.name(),

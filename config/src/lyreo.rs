@@ -55,6 +55,7 @@ pub(crate) fn keys(kind: &str) -> Option<&'static [&'static str]> {
             "timeout",
             "position",
             "power_dbm",
+            "http_thread",
         ],
         "scheduler" => &[
             "name", "host", "kind", "servers", "policy", "external", "epsilon", "nu", "slot",
@@ -127,6 +128,30 @@ pub enum GatewayModel {
     SmolLm2,
 }
 
+/// Which thread serves a gateway's HTTP (`http_thread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatewayHttpThread {
+    /// The thread of the gateway's host, beside the gateway actor: a
+    /// request and its tokens pass between HTTP and actor without waking
+    /// another thread, so the gateway adds the least time; HTTP work
+    /// (parsing bodies, writing events) shares the thread with the host's
+    /// other actors.
+    Host,
+    /// A thread of its own: HTTP work never delays the host's other
+    /// actors, and every request and its end cross between two threads
+    /// (each crossing waits for the OS to run the other thread).
+    Own,
+}
+
+impl GatewayHttpThread {
+    pub fn name(self) -> &'static str {
+        match self {
+            GatewayHttpThread::Host => "host",
+            GatewayHttpThread::Own => "own",
+        }
+    }
+}
+
 impl GatewayModel {
     pub fn name(self) -> &'static str {
         match self {
@@ -171,6 +196,8 @@ pub struct GatewaySpec {
     pub position_m: [f64; 2],
     /// Its transmit power, dBm.
     pub power_dbm: f64,
+    /// Which thread serves its HTTP.
+    pub http_thread: GatewayHttpThread,
 }
 
 /// A server's GPU class (`gpu = "rtx3080" | "rtx3090" | "rtx4090"`).
@@ -459,6 +486,13 @@ pub(crate) fn gateway(
             format!("expected a power of at most 60 dBm, found {power_dbm}"),
         ));
     }
+    let http_thread = match errs
+        .ok(opt_enum(obj, "http_thread", &["host", "own"]))
+        .flatten()
+    {
+        Some("own") => GatewayHttpThread::Own,
+        _ => GatewayHttpThread::Host,
+    };
     (
         GatewaySpec {
             scheduler: ActorId(scheduler.unwrap_or(0) as u32),
@@ -472,6 +506,7 @@ pub(crate) fn gateway(
             timeout_ns,
             position_m,
             power_dbm,
+            http_thread,
         },
         scheduler,
     )

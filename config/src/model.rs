@@ -5,8 +5,8 @@ pub use crate::agent::{AgentSpec, ContextSource, HandoffDeadline, HandoffTask, R
 use crate::command::{Command, Resolved};
 use crate::error::ConfigError;
 pub use crate::lyreo::{
-    parse_http_url, GatewayModel, GatewaySpec, GpuClass, MobilityKind, OpenAiBackend, RealModel,
-    SchedulerSpec, ServerBackend, ServerSpec, UserSpec, WorkloadKind,
+    parse_http_url, GatewayHttpThread, GatewayModel, GatewaySpec, GpuClass, MobilityKind,
+    OpenAiBackend, RealModel, SchedulerSpec, ServerBackend, ServerSpec, UserSpec, WorkloadKind,
 };
 use edgemu_codec::ids::{ActorId, Direction, HostId, LinkId};
 use edgemu_links::LinkParams;

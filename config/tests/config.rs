@@ -1433,9 +1433,12 @@ fn gateways_external_servers_and_attach_points_are_checked() {
         ))
     };
     let ok = parse(&gw("listen = \"127.0.0.1:8000\"")).expect("a loopback gateway");
-    assert!(ok
-        .describe()
-        .contains("OpenAI-compatible gateway on http://127.0.0.1:8000"));
+    assert!(ok.describe().contains(
+        "OpenAI-compatible gateway on http://127.0.0.1:8000 (HTTP on the host's thread)"
+    ));
+    let own = parse(&gw("listen = \"127.0.0.1:8000\"\nhttp_thread = \"own\""))
+        .expect("a gateway with its own HTTP thread");
+    assert!(own.describe().contains("(HTTP on its own thread)"));
     let msgs = |text: &str| -> String {
         errors(text)
             .iter()
@@ -1457,6 +1460,8 @@ fn gateways_external_servers_and_attach_points_are_checked() {
     );
     let m = msgs(&gw("listen = \"127.0.0.1:8000\"\nmodel = \"gpt-9\""));
     assert!(m.contains("model"), "{m}");
+    let m = msgs(&gw("listen = \"127.0.0.1:8000\"\nhttp_thread = \"mine\""));
+    assert!(m.contains("http_thread") && m.contains("own"), "{m}");
     let m = msgs(&gw("").replace("duration", "time = \"virtual\"\nduration"));
     assert!(m.contains("listen"), "{m}");
     let m = msgs(

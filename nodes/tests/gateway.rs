@@ -385,6 +385,94 @@ delay = "5ms"
     }
 }
 
+/// A gateway whose HTTP has a thread of its own serves as the default one
+/// does, and a request still open at the gateway's `timeout` is answered
+/// 504 then (its deadline is one of many behind the actor's one timer),
+/// while requests that end sooner are served in between.
+#[test]
+fn a_gateway_on_its_own_thread_times_out_what_runs_too_long() {
+    let dir = temp_dir("gateway-own");
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let (http, control) = (ports[3], ports[1]);
+    let text = format!(
+        r#"
+[run]
+name = "gw"
+duration = "60s"
+results = "results"
+token_env = "EDGEMU_TEST_GATEWAY_TOKEN_UNSET"
+
+[[hosts]]
+name = "phones"
+listen = "127.0.0.1:{}"
+control = "127.0.0.1:{control}"
+
+[[hosts]]
+name = "edge"
+listen = "127.0.0.1:{}"
+
+[[actors]]
+name = "gw"
+host = "phones"
+kind = "gateway"
+scheduler = "sched"
+listen = "127.0.0.1:{http}"
+http_thread = "own"
+served_model_name = "edge-test"
+max_output = 4000
+timeout = "3s"
+
+[[actors]]
+name = "s0"
+host = "edge"
+kind = "server"
+gpu = "rtx3080"
+
+[[actors]]
+name = "s1"
+host = "edge"
+kind = "server"
+gpu = "rtx4090"
+"#,
+        ports[0], ports[2]
+    ) + &scheduler_toml("edge", "100ms");
+    let cfg = write(&dir, "cluster.toml", &text);
+    let cluster = load(&cfg).expect("load");
+    assert!(cluster.describe().contains("(HTTP on its own thread)"));
+    let run = LiveRun::start(&cluster, "gw", control);
+    wait_for_port(http, "the gateway");
+
+    let long = std::thread::spawn(move || {
+        let started = Instant::now();
+        let r = call(
+            http,
+            "POST",
+            "/v1/chat/completions",
+            Some(chat(4000, false)),
+        );
+        (r, started.elapsed())
+    });
+    for _ in 0..3 {
+        let r = call(http, "POST", "/v1/chat/completions", Some(chat(4, false)));
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["usage"]["completion_tokens"], 4);
+    }
+    let (r, took) = long.join().expect("the long request's thread");
+    assert_eq!(r.status, 504, "{}", r.body);
+    assert!(r.body.contains("timeout"), "{}", r.body);
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(10),
+        "answered at the gateway's 3 s timeout, not {took:?}"
+    );
+    run.stop();
+    let reqs = requests(&dir.join("results/gw/phones/requests.csv"));
+    assert_eq!(reqs.len(), 4, "one row per request");
+    assert_eq!(reqs.iter().filter(|r| r.outcome == "served").count(), 3);
+    assert!(reqs
+        .iter()
+        .any(|r| r.outcome == "failed" && r.reason == "timeout"));
+}
+
 #[test]
 fn the_example_edge_loads_with_its_gateway() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/openai-edge.toml");

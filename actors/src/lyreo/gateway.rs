@@ -30,6 +30,7 @@
 use super::messages::{upload_packet, Answer, LyreoMsg, Outcome, TokenChunk};
 use super::records::{secs, CsvTable};
 use crate::clock::Clock;
+use crate::deadlines::DeadlineQueue;
 use crate::events::ActorLog;
 use crate::messages::{
     restart, restart_later, ActorFault, Deliver, FaultReply, Flush, Liveness, Route, SelfRestart,
@@ -138,12 +139,25 @@ struct Assigned {
     version: String,
 }
 
+/// What an open request must have by a deadline.
+#[derive(Clone, Copy, Debug)]
+enum Due {
+    /// An assignment from the scheduler.
+    Assignment(u64),
+    /// Its end (the gateway's `timeout`).
+    End(u64),
+}
+
 pub struct GatewayActor {
     s: GatewaySetup,
     clock: Clock,
     router: Recipient<Route>,
     table: CsvTable,
     open: HashMap<u64, Open>,
+    /// Every open request's deadlines, behind one timer.
+    deadlines: DeadlineQueue<Due>,
+    /// The timer armed for the earliest deadline, and its time.
+    armed: Option<(u64, SpawnHandle)>,
     next_seq: u32,
     liveness: Liveness,
     stopped: bool,
@@ -160,6 +174,8 @@ impl GatewayActor {
             router,
             table,
             open: HashMap::new(),
+            deadlines: DeadlineQueue::default(),
+            armed: None,
             next_seq: 0,
             liveness: Liveness::default(),
             stopped: false,
@@ -227,16 +243,45 @@ impl GatewayActor {
             l.prompt_tokens += u64::from(m.input_len);
         });
         let assign_by = (slot + super::user::ASSIGN_TIMEOUT_SLOTS).saturating_mul(self.s.slot_ns);
-        ctx.run_later(self.clock.until(assign_by), move |act, _| {
-            if act.open.get(&id).is_some_and(|o| o.assigned.is_none()) {
-                act.fail(id, "no assignment");
-            }
-        });
-        let deadline = now.saturating_add(self.s.timeout_ns);
-        ctx.run_later(self.clock.until(deadline), move |act, _| {
-            act.fail(id, "timeout");
-        });
+        self.deadlines.push(assign_by, Due::Assignment(id));
+        self.deadlines
+            .push(now.saturating_add(self.s.timeout_ns), Due::End(id));
+        self.arm(ctx);
         Ok(id)
+    }
+
+    /// Keeps one timer armed for the earliest deadline.
+    fn arm(&mut self, ctx: &mut Context<Self>) {
+        let Some(next) = self.deadlines.next_at() else {
+            return;
+        };
+        if let Some((at, handle)) = self.armed {
+            if at <= next {
+                return;
+            }
+            ctx.cancel_future(handle);
+        }
+        let handle = ctx.run_later(self.clock.until(next), |act, ctx| {
+            act.armed = None;
+            act.deadlines_due(ctx);
+        });
+        self.armed = Some((next, handle));
+    }
+
+    /// Fails the open requests whose deadlines passed.
+    fn deadlines_due(&mut self, ctx: &mut Context<Self>) {
+        let now = self.clock.now_ns();
+        while let Some(due) = self.deadlines.pop_due(now) {
+            match due {
+                Due::Assignment(id) => {
+                    if self.open.get(&id).is_some_and(|o| o.assigned.is_none()) {
+                        self.fail(id, "no assignment");
+                    }
+                }
+                Due::End(id) => self.fail(id, "timeout"),
+            }
+        }
+        self.arm(ctx);
     }
 
     fn assigned(&mut self, id: u64, a: Assigned, upload_ns: u64, ctx: &mut Context<Self>) {

@@ -42,6 +42,10 @@ pub struct GatewayBenchArgs {
     /// Output tokens per request.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: u32,
+    /// Which thread serves the gateway's HTTP (the `http_thread` key):
+    /// `host` (the gateway's host thread) or `own`.
+    #[arg(long, default_value = "host", value_parser = ["host", "own"])]
+    pub http_thread: String,
     /// The Python interpreter with the `openai` package.
     #[arg(long, default_value = "python3")]
     pub python: String,
@@ -62,7 +66,7 @@ pub struct GatewayFigures {
     pub ttft_p99_s: Option<f64>,
 }
 
-fn cluster_toml(ports: &[u16; 3], http: u16, seconds: f64) -> String {
+fn cluster_toml(ports: &[u16; 3], http: u16, http_thread: &str, seconds: f64) -> String {
     let mut t = format!(
         r#"[run]
 name = "bench-gateway"
@@ -86,6 +90,7 @@ host = "phones"
 kind = "gateway"
 scheduler = "sched"
 listen = "127.0.0.1:{http}"
+http_thread = "{http_thread}"
 max_tokens = 64
 max_output = 4096
 timeout = "60s"
@@ -208,7 +213,7 @@ pub fn measure(a: &GatewayBenchArgs) -> Result<GatewayFigures> {
     let ports = [free()?, free()?, free()?];
     let http = free()?;
     let cfg = dir.path().join("cluster.toml");
-    std::fs::write(&cfg, cluster_toml(&ports, http, seconds))?;
+    std::fs::write(&cfg, cluster_toml(&ports, http, &a.http_thread, seconds))?;
     let cluster = crate::run::load(&cfg)?;
     let threads: Vec<_> = cluster
         .hosts
@@ -293,11 +298,16 @@ pub fn run(a: &GatewayBenchArgs) -> Result<()> {
     }
     let c = &f.client;
     println!(
-        "bench gateway: {} ({} streams, {} output tokens each, {} s) against 4 modeled servers behind 10 ms, 100 Mb/s links, 100 ms slots",
+        "bench gateway: {} ({} streams, {} output tokens each, {} s) against 4 modeled servers behind 10 ms, 100 Mb/s links, 100 ms slots; HTTP on {}",
         c["client"].as_str().unwrap_or("?"),
         c["concurrency"],
         a.max_tokens,
-        c["seconds"]
+        c["seconds"],
+        if a.http_thread == "own" {
+            "a thread of its own"
+        } else {
+            "the gateway host's thread"
+        }
     );
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
     let errors = c["errors"]
@@ -370,6 +380,16 @@ mod tests {
         assert_eq!(b.quantile_upper(1.0), Some(f64::INFINITY));
         let c = counters(text, "c_total", "r");
         assert_eq!((c["stop"], c["length"]), (3, 4));
-        assert!(cluster_toml(&[1, 2, 3], 4, 5.0).contains("listen = \"127.0.0.1:4\""));
+        for thread in ["host", "own"] {
+            let text = cluster_toml(&[1, 2, 3], 4, thread, 5.0);
+            let cluster = edgemu_config::Cluster::from_str(&text, std::path::Path::new("bench"))
+                .expect("the bench's cluster parses");
+            let gw = cluster.actor_by_name("gw").expect("a gateway");
+            let edgemu_config::ActorKind::Gateway(spec) = &gw.kind else {
+                panic!("gw is a gateway")
+            };
+            assert_eq!(spec.http_thread.name(), thread);
+            assert_eq!(spec.listen.port(), 4);
+        }
     }
 }

@@ -4,9 +4,12 @@
 //! its actor (`edgemu_actors::lyreo::gateway`), which runs it through the
 //! emulated edge as a mobile user's request. See docs/gateway.md.
 //!
-//! Each gateway's HTTP side runs on a thread of its own, so parsing and
-//! writing HTTP never delays the host's actors; only the request and its
-//! tokens cross between the two, as actix messages and a channel.
+//! A gateway's HTTP side runs where its `http_thread` says: by default on
+//! its host's thread, beside the gateway actor, so a request and its
+//! tokens pass between the two without waking another thread; or on a
+//! thread of its own (`http_thread = "own"`), so parsing and writing HTTP
+//! never delays the host's other actors, at the price of two crossings
+//! between threads per request (see docs/gateway.md for both measured).
 
 pub mod http;
 pub mod text;
@@ -15,17 +18,17 @@ use actix::Addr;
 use anyhow::{Context as _, Result};
 use edgemu_actors::lyreo::gateway::GatewayActor;
 use edgemu_actors::lyreo::live::LyreoLive;
-use edgemu_config::{GatewayModel, GatewaySpec};
+use edgemu_config::{GatewayHttpThread, GatewayModel, GatewaySpec};
 use std::rc::Rc;
 
-/// A gateway's HTTP thread; dropping it stops the server.
-pub struct GatewayThread {
+/// A gateway's HTTP server; dropping it stops the server.
+pub struct GatewayServer {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// The address it listens on (the port the OS chose, for port 0).
     pub addr: std::net::SocketAddr,
 }
 
-impl Drop for GatewayThread {
+impl Drop for GatewayServer {
     fn drop(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
@@ -34,13 +37,14 @@ impl Drop for GatewayThread {
 }
 
 /// Loads the gateway's tokenizer, reads its API key, binds its address and
-/// serves it on a thread of its own until the handle is dropped.
-pub async fn serve_on_own_thread(
+/// serves it, on the thread its `http_thread` names, until the handle is
+/// dropped. Called on the host's thread.
+pub async fn serve(
     name: &str,
     spec: &GatewaySpec,
     actor: Addr<GatewayActor>,
     live: LyreoLive,
-) -> Result<GatewayThread> {
+) -> Result<GatewayServer> {
     let api_key = match &spec.api_key_env {
         None => None,
         Some(var) => match std::env::var(var) {
@@ -55,51 +59,60 @@ pub async fn serve_on_own_thread(
     let label = name.clone();
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<Result<std::net::SocketAddr>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    std::thread::Builder::new()
-        .name(format!("gateway-{label}"))
-        .spawn(move || {
-            actix::System::new().block_on(async move {
-                // Built here: the tokenizer's cache is this thread's.
-                let codec = match spec.model {
-                    GatewayModel::Modeled => text::Codec::Estimate,
-                    GatewayModel::SmolLm2 => match text::Codec::smollm2() {
-                        Ok(c) => c,
-                        Err(e) => {
-                            let _ = bound_tx.send(Err(e));
-                            return;
-                        }
-                    },
-                };
-                let gw = Rc::new(http::Gateway {
-                    name,
-                    spec,
-                    actor,
-                    codec,
-                    api_key,
-                    live,
-                });
-                let listener = match tokio::net::TcpListener::bind(listen).await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        let _ = bound_tx.send(Err(e.into()));
-                        return;
-                    }
-                };
-                let addr = listener.local_addr().unwrap_or(listen);
-                let _ = bound_tx.send(Ok(addr));
-                tokio::select! {
-                    _ = http::serve(listener, gw) => {}
-                    _ = stop_rx => {}
+    let http_thread = spec.http_thread;
+    // Made on the thread that serves: the tokenizer's cache is that
+    // thread's, and what the server shares between connections is not
+    // `Send`.
+    let run = move || async move {
+        let codec = match spec.model {
+            GatewayModel::Modeled => text::Codec::Estimate,
+            GatewayModel::SmolLm2 => match text::Codec::smollm2() {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = bound_tx.send(Err(e));
+                    return;
                 }
-            });
-        })
-        .context("starting the gateway thread")?;
+            },
+        };
+        let gw = Rc::new(http::Gateway {
+            name,
+            spec,
+            actor,
+            codec,
+            api_key,
+            live,
+        });
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = bound_tx.send(Err(e.into()));
+                return;
+            }
+        };
+        let addr = listener.local_addr().unwrap_or(listen);
+        let _ = bound_tx.send(Ok(addr));
+        tokio::select! {
+            _ = http::serve(listener, gw) => {}
+            _ = stop_rx => {}
+        }
+    };
+    match http_thread {
+        GatewayHttpThread::Host => {
+            actix_rt::spawn(run());
+        }
+        GatewayHttpThread::Own => {
+            std::thread::Builder::new()
+                .name(format!("gateway-{label}"))
+                .spawn(move || actix::System::new().block_on(run()))
+                .context("starting the gateway thread")?;
+        }
+    }
     let addr = bound_rx
         .await
-        .map_err(|_| anyhow::anyhow!("the gateway thread ended before binding"))?
+        .map_err(|_| anyhow::anyhow!("the gateway's server ended before binding"))?
         .with_context(|| format!("gateway {label:?} on {listen}"))?;
-    tracing::info!(gateway = %label, %addr, "OpenAI-compatible gateway listening");
-    Ok(GatewayThread {
+    tracing::info!(gateway = %label, %addr, http_thread = http_thread.name(), "OpenAI-compatible gateway listening");
+    Ok(GatewayServer {
         stop: Some(stop_tx),
         addr,
     })

@@ -237,19 +237,13 @@ pub async fn run_host_real(
         ),
         None => None,
     };
-    // Served until this function returns (each handle stops its thread).
+    // Served until this function returns (each handle stops its server).
     let mut _gateways = Vec::new();
     for (id, addr) in &actors.gateways {
         let a = cluster.actor(*id);
         if let edgemu_config::ActorKind::Gateway(spec) = &a.kind {
             _gateways.push(
-                crate::gateway::serve_on_own_thread(
-                    &a.name,
-                    spec,
-                    addr.clone(),
-                    actors.lyreo.clone(),
-                )
-                .await?,
+                crate::gateway::serve(&a.name, spec, addr.clone(), actors.lyreo.clone()).await?,
             );
         }
     }
