@@ -22,6 +22,7 @@ pub mod pair;
 use actix::prelude::*;
 use anyhow::{Context as _, Result};
 use edgemu_actors::clock::Clock;
+use edgemu_actors::link_actor::{LinkActor, OfferAt};
 use edgemu_actors::messages::{Deliver, Route};
 use edgemu_actors::router::InboundGate;
 use edgemu_codec::ids::{ActorId, LinkId};
@@ -86,18 +87,21 @@ impl Default for AttachCounters {
     }
 }
 
-/// Packets read from the device, to send.
+/// Packets read from the device, to send, each with the run time it was
+/// read at.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Outbound(Vec<Vec<u8>>);
+struct Outbound(Vec<(u64, Vec<u8>)>);
 
 /// The attach point's actor: device → link, link → device.
 pub struct AttachActor {
     id: ActorId,
     to: ActorId,
     via: Option<LinkId>,
+    /// The actor of link `via` in the direction leaving this attach point
+    /// (on this host, as the sender's links are).
+    link: Option<Addr<LinkActor>>,
     dev: Arc<SyncDevice>,
-    clock: Clock,
     router: Recipient<Route>,
     counters: Arc<AttachCounters>,
 }
@@ -110,16 +114,24 @@ impl Handler<Outbound> for AttachActor {
     type Result = ();
     fn handle(&mut self, m: Outbound, _: &mut Context<Self>) {
         self.counters.backlog.done_many(m.0.len());
-        let now = self.clock.now_ns();
-        for p in m.0 {
-            self.router.do_send(Route(Envelope {
+        for (read_ns, p) in m.0 {
+            let envelope = Envelope {
                 src: self.id,
                 dst: self.to,
                 via: self.via,
-                sent_at_ns: now,
+                sent_at_ns: read_ns,
                 due_ns: None,
                 payload: Msg::IpPacket(p),
-            }));
+            };
+            match &self.link {
+                // Offered at the time it was read, so the hand-off from the
+                // reader thread to this one adds nothing to its delay.
+                Some(link) => link.do_send(OfferAt {
+                    envelope,
+                    at_ns: read_ns,
+                }),
+                None => self.router.do_send(Route(envelope)),
+            }
         }
     }
 }
@@ -186,6 +198,7 @@ pub fn spawn(
     spec: &AttachSpec,
     clock: Clock,
     router: Recipient<Route>,
+    link: Option<Addr<LinkActor>>,
 ) -> Result<(Recipient<Deliver>, AttachGuard)> {
     let ns = crate::netns::Netns::create(&spec.netns)
         .with_context(|| format!("attach point {name:?}"))?;
@@ -196,8 +209,8 @@ pub fn spawn(
         id,
         to: spec.route.to,
         via: spec.route.via,
+        link,
         dev: dev.clone(),
-        clock,
         router,
         counters: counters.clone(),
     }
@@ -207,7 +220,7 @@ pub fn spawn(
     let mtu = usize::from(spec.mtu);
     let reader = std::thread::Builder::new()
         .name(format!("attach-{name}"))
-        .spawn(move || read_loop(&dev, &stop2, &counters2, &out, mtu))
+        .spawn(move || read_loop(&dev, &stop2, &counters2, &out, mtu, clock))
         .context("starting the attach reader thread")?;
     tracing::info!(attach = %name, netns = %spec.netns, address = %spec.address, "attach point up: run programs with `ip netns exec {} …`", spec.netns);
     Ok((
@@ -231,6 +244,7 @@ fn read_loop(
     counters: &AttachCounters,
     out: &Recipient<Outbound>,
     mtu: usize,
+    clock: Clock,
 ) {
     let fd = dev.as_raw_fd();
     let mut buf = vec![0u8; mtu.max(1500) + 64];
@@ -248,7 +262,7 @@ fn read_loop(
         let mut batch = Vec::new();
         while batch.len() < READ_BATCH {
             match dev.recv(&mut buf) {
-                Ok(n) if n > 0 => batch.push(buf[..n].to_vec()),
+                Ok(n) if n > 0 => batch.push((clock.now_ns(), buf[..n].to_vec())),
                 Ok(_) => break,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {

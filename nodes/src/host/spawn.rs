@@ -133,8 +133,17 @@ pub fn spawn_host_actors(
     for a in cluster.actors.iter().filter(|a| a.host == host) {
         let deliver: Option<Recipient<Deliver>> = match &a.kind {
             ActorKind::Attach(spec) => {
+                let link = spec.route.via.and_then(|via| {
+                    let l = cluster.links.get(via.0 as usize)?;
+                    let dir = if l.a == a.id {
+                        Direction::AtoB
+                    } else {
+                        Direction::BtoA
+                    };
+                    links.get(&(via, dir)).cloned()
+                });
                 let (deliver, guard) =
-                    crate::attach::spawn(a.id, &a.name, spec, clock, route.clone())?;
+                    crate::attach::spawn(a.id, &a.name, spec, clock, route.clone(), link)?;
                 attaches.push(std::sync::Arc::new(guard));
                 Some(deliver)
             }
