@@ -5,7 +5,8 @@
 //! the attach point's own, handed to its actor, and sent as an
 //! `Msg::IpPacket` to the attach point `to` over the link `via`, whose
 //! link actor applies rate, delay, jitter, queue, loss and chaos, as for
-//! any packet; the far attach point writes it into its device, and its
+//! any packet, from the time the packet was read (so the hand-off between
+//! threads is not added to its delay); the far attach point writes it into its device, and its
 //! namespace's kernel takes it from there. So `ping`, `curl`, `iperf3` or
 //! the kernel's TCP run inside the namespaces (`ip netns exec NAME …`)
 //! and see the link.
