@@ -124,9 +124,11 @@ fn chat(max_tokens: u32, stream: bool) -> Value {
     })
 }
 
-#[test]
-fn an_openai_client_is_served_through_the_emulated_edge() {
-    let dir = temp_dir("gateway");
+/// A run on two hosts: gateway `gw` (with `gateway_keys`) on `phones`,
+/// servers `s0` (RTX 3080) and `s1` (RTX 4090) behind 5 ms links and a
+/// least-loaded scheduler with 100 ms slots on `edge`. Returns the file's
+/// text, the gateway's HTTP port and `phones`' control port.
+fn two_host_gateway(gateway_keys: &str) -> (String, u16, u16) {
     let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
     let (http, control) = (ports[3], ports[1]);
     let text = format!(
@@ -152,10 +154,7 @@ host = "phones"
 kind = "gateway"
 scheduler = "sched"
 listen = "127.0.0.1:{http}"
-served_model_name = "edge-test"
-max_tokens = 8
-max_output = 4000
-timeout = "20s"
+{gateway_keys}
 
 [[actors]]
 name = "s0"
@@ -183,6 +182,15 @@ delay = "5ms"
 "#,
         ports[0], ports[2]
     ) + &scheduler_toml("edge", "100ms");
+    (text, http, control)
+}
+
+#[test]
+fn an_openai_client_is_served_through_the_emulated_edge() {
+    let dir = temp_dir("gateway");
+    let (text, http, control) = two_host_gateway(
+        "served_model_name = \"edge-test\"\nmax_tokens = 8\nmax_output = 4000\ntimeout = \"20s\"",
+    );
     let cfg = write(&dir, "cluster.toml", &text);
     let cluster = load(&cfg).expect("load");
     let run = LiveRun::start(&cluster, "gw", control);
@@ -392,50 +400,9 @@ delay = "5ms"
 #[test]
 fn a_gateway_on_its_own_thread_times_out_what_runs_too_long() {
     let dir = temp_dir("gateway-own");
-    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let (http, control) = (ports[3], ports[1]);
-    let text = format!(
-        r#"
-[run]
-name = "gw"
-duration = "60s"
-results = "results"
-token_env = "EDGEMU_TEST_GATEWAY_TOKEN_UNSET"
-
-[[hosts]]
-name = "phones"
-listen = "127.0.0.1:{}"
-control = "127.0.0.1:{control}"
-
-[[hosts]]
-name = "edge"
-listen = "127.0.0.1:{}"
-
-[[actors]]
-name = "gw"
-host = "phones"
-kind = "gateway"
-scheduler = "sched"
-listen = "127.0.0.1:{http}"
-http_thread = "own"
-served_model_name = "edge-test"
-max_output = 4000
-timeout = "3s"
-
-[[actors]]
-name = "s0"
-host = "edge"
-kind = "server"
-gpu = "rtx3080"
-
-[[actors]]
-name = "s1"
-host = "edge"
-kind = "server"
-gpu = "rtx4090"
-"#,
-        ports[0], ports[2]
-    ) + &scheduler_toml("edge", "100ms");
+    let (text, http, control) = two_host_gateway(
+        "http_thread = \"own\"\nserved_model_name = \"edge-test\"\nmax_output = 4000\ntimeout = \"3s\"",
+    );
     let cfg = write(&dir, "cluster.toml", &text);
     let cluster = load(&cfg).expect("load");
     assert!(cluster.describe().contains("(HTTP on its own thread)"));
