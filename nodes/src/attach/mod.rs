@@ -6,8 +6,8 @@
 //! `Msg::IpPacket` to the attach point `to` over the link `via`, whose
 //! link actor applies rate, delay, jitter, queue, loss and chaos, as for
 //! any packet, from the time the packet was read (so the hand-off between
-//! threads is not added to its delay); the far attach point writes it into its device, and its
-//! namespace's kernel takes it from there. So `ping`, `curl`, `iperf3` or
+//! threads is not added to its delay); the far attach point writes it into
+//! its device, and its namespace's kernel takes it from there. So `ping`, `curl`, `iperf3` or
 //! the kernel's TCP run inside the namespaces (`ip netns exec NAME …`)
 //! and see the link.
 //!

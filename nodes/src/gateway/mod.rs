@@ -60,20 +60,17 @@ pub async fn serve(
     let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<Result<std::net::SocketAddr>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http_thread = spec.http_thread;
-    // Made on the thread that serves: the tokenizer's cache is that
-    // thread's, and what the server shares between connections is not
-    // `Send`.
+    // Read off the host's thread: the tokenizer comes from the model file.
+    let codec = match spec.model {
+        GatewayModel::Modeled => text::Codec::Estimate,
+        GatewayModel::SmolLm2 => tokio::task::spawn_blocking(text::Codec::smollm2)
+            .await
+            .context("loading the gateway's tokenizer")?
+            .with_context(|| format!("gateway {label:?}"))?,
+    };
+    // Made on the thread that serves: what the server shares between its
+    // connections is not `Send`.
     let run = move || async move {
-        let codec = match spec.model {
-            GatewayModel::Modeled => text::Codec::Estimate,
-            GatewayModel::SmolLm2 => match text::Codec::smollm2() {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = bound_tx.send(Err(e));
-                    return;
-                }
-            },
-        };
         let gw = Rc::new(http::Gateway {
             name,
             spec,
