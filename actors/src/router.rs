@@ -172,11 +172,7 @@ impl Router {
                 self.counters.dropped_unknown += 1;
                 return;
             };
-            let dir = if env.src == spec.a {
-                Direction::AtoB
-            } else if env.src == spec.b {
-                Direction::BtoA
-            } else {
+            let Some(dir) = spec.direction_from(env.src) else {
                 self.counters.dropped_bad_route += 1;
                 return;
             };

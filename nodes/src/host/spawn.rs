@@ -134,12 +134,7 @@ pub fn spawn_host_actors(
         let deliver: Option<Recipient<Deliver>> = match &a.kind {
             ActorKind::Attach(spec) => {
                 let link = spec.route.via.and_then(|via| {
-                    let l = cluster.links.get(via.0 as usize)?;
-                    let dir = if l.a == a.id {
-                        Direction::AtoB
-                    } else {
-                        Direction::BtoA
-                    };
+                    let dir = cluster.links.get(via.0 as usize)?.direction_from(a.id)?;
                     links.get(&(via, dir)).cloned()
                 });
                 let (deliver, guard) =
