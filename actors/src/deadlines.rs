@@ -77,14 +77,6 @@ impl<T> DeadlineQueue<T> {
         }
         self.heap.pop().map(|Reverse(e)| e.item)
     }
-
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -106,7 +98,7 @@ mod tests {
         assert_eq!(q.pop_due(100), Some("b"));
         assert_eq!(q.pop_due(100), Some("c"));
         assert_eq!(q.pop_due(u64::MAX), None);
-        assert!(q.is_empty());
+        assert_eq!(q.next_at(), None, "nothing left");
     }
 
     proptest::proptest! {

@@ -284,10 +284,7 @@ impl Cluster {
             ActorKind::Gateway(g) => format!(
                 "OpenAI-compatible gateway on http://{} (HTTP on {}) -> {}: model {:?} ({} tokens), max_tokens {} (at most {} in / {} out), timeout {}, at ({} m, {} m), {} dBm{}",
                 g.listen,
-                match g.http_thread {
-                    GatewayHttpThread::Host => "the host's thread",
-                    GatewayHttpThread::Own => "its own thread",
-                },
+                g.http_thread.placement(),
                 self.actor(g.scheduler).name,
                 g.served_model_name,
                 g.model.name(),

@@ -144,10 +144,30 @@ pub enum GatewayHttpThread {
 }
 
 impl GatewayHttpThread {
+    /// The values of `http_thread`.
+    pub const NAMES: [&'static str; 2] = ["host", "own"];
+
     pub fn name(self) -> &'static str {
         match self {
             GatewayHttpThread::Host => "host",
             GatewayHttpThread::Own => "own",
+        }
+    }
+
+    /// The placement `http_thread = name` asks for.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "host" => Some(GatewayHttpThread::Host),
+            "own" => Some(GatewayHttpThread::Own),
+            _ => None,
+        }
+    }
+
+    /// Where the HTTP runs, in words ("the host's thread").
+    pub fn placement(self) -> &'static str {
+        match self {
+            GatewayHttpThread::Host => "the host's thread",
+            GatewayHttpThread::Own => "its own thread",
         }
     }
 }
@@ -486,13 +506,11 @@ pub(crate) fn gateway(
             format!("expected a power of at most 60 dBm, found {power_dbm}"),
         ));
     }
-    let http_thread = match errs
-        .ok(opt_enum(obj, "http_thread", &["host", "own"]))
+    let http_thread = errs
+        .ok(opt_enum(obj, "http_thread", &GatewayHttpThread::NAMES))
         .flatten()
-    {
-        Some("own") => GatewayHttpThread::Own,
-        _ => GatewayHttpThread::Host,
-    };
+        .and_then(GatewayHttpThread::from_name)
+        .unwrap_or(GatewayHttpThread::Host);
     (
         GatewaySpec {
             scheduler: ActorId(scheduler.unwrap_or(0) as u32),

@@ -44,7 +44,7 @@ pub struct GatewayBenchArgs {
     pub max_tokens: u32,
     /// Which thread serves the gateway's HTTP (the `http_thread` key):
     /// `host` (the gateway's host thread) or `own`.
-    #[arg(long, default_value = "host", value_parser = ["host", "own"])]
+    #[arg(long, default_value = "host", value_parser = edgemu_config::GatewayHttpThread::NAMES)]
     pub http_thread: String,
     /// The Python interpreter with the `openai` package.
     #[arg(long, default_value = "python3")]
