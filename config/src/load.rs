@@ -1248,3 +1248,43 @@ fn opt_addr(obj: &Obj, key: &str) -> Result<Option<SocketAddr>, ActionError> {
 fn req_addr(obj: &Obj, key: &str) -> Result<SocketAddr, ActionError> {
     opt_addr(obj, key)?.ok_or_else(|| missing(key, "a socket address like \"127.0.0.1:7101\""))
 }
+
+#[cfg(test)]
+mod documented_keys {
+    //! The key tables of `docs/cluster-toml.md` list exactly the keys the
+    //! parser accepts, so a key added to one is added to the other.
+    use super::{CHAOS_KEYS, HOST_KEYS, RUN_KEYS};
+
+    /// The first column's keys of the first table under `heading`.
+    fn table_keys(doc: &str, heading: &str) -> Vec<String> {
+        let at = doc
+            .find(&format!("\n{heading}"))
+            .unwrap_or_else(|| panic!("no heading {heading:?}"));
+        doc[at..]
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2) // the header and its rule
+            .map(|l| {
+                let cell = l.split('|').nth(1).expect("a first cell").trim();
+                cell.trim_matches('`').to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_documented_tables_list_every_key_and_no_other() {
+        let doc = include_str!("../../docs/cluster-toml.md");
+        for (heading, keys) in [
+            ("## `[run]`", RUN_KEYS),
+            ("## `[[hosts]]`", HOST_KEYS),
+            ("## `[[chaos]]`", CHAOS_KEYS),
+        ] {
+            let mut documented = table_keys(doc, heading);
+            let mut parsed: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            documented.sort();
+            parsed.sort();
+            assert_eq!(documented, parsed, "{heading}");
+        }
+    }
+}
