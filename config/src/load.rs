@@ -1253,7 +1253,7 @@ fn req_addr(obj: &Obj, key: &str) -> Result<SocketAddr, ActionError> {
 mod documented_keys {
     //! The key tables of `docs/cluster-toml.md` list exactly the keys the
     //! parser accepts, so a key added to one is added to the other.
-    use super::{CHAOS_KEYS, HOST_KEYS, RUN_KEYS};
+    use super::{actor_keys, ACTOR_KINDS, CHAOS_KEYS, HOST_KEYS, PARAM_KEYS, RUN_KEYS};
 
     /// The first column's keys of the first table under `heading`.
     fn table_keys(doc: &str, heading: &str) -> Vec<String> {
@@ -1270,6 +1270,35 @@ mod documented_keys {
                 cell.trim_matches('`').to_string()
             })
             .collect()
+    }
+
+    /// Every key some actor kind or a link accepts is named (as `` `key` ``,
+    /// a direction's table as `` `[links.ab]` ``) in the doc.
+    #[test]
+    fn every_actor_and_link_key_is_documented() {
+        let doc = include_str!("../../docs/cluster-toml.md");
+        let mut missing = Vec::new();
+        for kind in ACTOR_KINDS {
+            for key in actor_keys(kind) {
+                if !doc.contains(&format!("`{key}`")) {
+                    missing.push(format!("{kind}.{key}"));
+                }
+            }
+        }
+        for key in PARAM_KEYS.iter().chain(&["seed"]) {
+            if !doc.contains(&format!("`{key}`")) {
+                missing.push(format!("links.{key}"));
+            }
+        }
+        for table in ["ab", "ba"] {
+            if !doc.contains(&format!("`[links.{table}]`")) {
+                missing.push(format!("links.{table}"));
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not in docs/cluster-toml.md: {missing:?}"
+        );
     }
 
     #[test]
