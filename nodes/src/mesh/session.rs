@@ -26,7 +26,10 @@ fn mono_ns() -> u64 {
 
 /// Most envelopes batched into one frame, and their budget in encoded
 /// bytes: a frame of 64 KiB stays in the CPU's cache from its encoding
-/// through masking to the kernel's copy, on both sides.
+/// through masking to the kernel's copy, on both sides. In `bench mesh`
+/// both 32 KiB frames (more writes and turns per byte) and 256 KiB frames
+/// (payloads out of cache by the time the kernel copies them) cost each
+/// side more CPU per byte.
 const BATCH_ENVELOPES: usize = 1024;
 const BATCH_BYTES: usize = 64 * 1024;
 
