@@ -144,10 +144,12 @@ pub enum GatewayHttpThread {
 }
 
 impl GatewayHttpThread {
+    /// Every placement, in the order `NAMES` lists them.
+    pub const ALL: [Self; 2] = [GatewayHttpThread::Host, GatewayHttpThread::Own];
     /// The values of `http_thread`.
-    pub const NAMES: [&'static str; 2] = ["host", "own"];
+    pub const NAMES: [&'static str; 2] = [Self::ALL[0].name(), Self::ALL[1].name()];
 
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             GatewayHttpThread::Host => "host",
             GatewayHttpThread::Own => "own",
@@ -156,11 +158,7 @@ impl GatewayHttpThread {
 
     /// The placement `http_thread = name` asks for.
     pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "host" => Some(GatewayHttpThread::Host),
-            "own" => Some(GatewayHttpThread::Own),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|t| t.name() == name)
     }
 
     /// Where the HTTP runs, in words ("the host's thread").

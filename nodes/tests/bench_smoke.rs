@@ -225,7 +225,7 @@ fn bench_gateway_quick_serves_the_openai_client_without_errors() {
             concurrency: 16,
             seconds: 5.0,
             max_tokens: 16,
-            http_thread: "host".into(),
+            http_thread: edgemu_config::GatewayHttpThread::Host,
             python: "python3".into(),
         })
         .expect("bench gateway runs");

@@ -22,6 +22,7 @@ use crate::results::render;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use edgemu_actors::lyreo::live::Histogram;
+use edgemu_config::GatewayHttpThread;
 use serde::Serialize;
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
@@ -44,8 +45,8 @@ pub struct GatewayBenchArgs {
     pub max_tokens: u32,
     /// Which thread serves the gateway's HTTP (the `http_thread` key):
     /// `host` (the gateway's host thread) or `own`.
-    #[arg(long, default_value = "host", value_parser = edgemu_config::GatewayHttpThread::NAMES)]
-    pub http_thread: String,
+    #[arg(long, default_value = "host", value_parser = parse_http_thread)]
+    pub http_thread: GatewayHttpThread,
     /// The Python interpreter with the `openai` package.
     #[arg(long, default_value = "python3")]
     pub python: String,
@@ -66,7 +67,18 @@ pub struct GatewayFigures {
     pub ttft_p99_s: Option<f64>,
 }
 
-fn cluster_toml(ports: &[u16; 3], http: u16, http_thread: &str, seconds: f64) -> String {
+fn parse_http_thread(name: &str) -> Result<GatewayHttpThread, String> {
+    GatewayHttpThread::from_name(name)
+        .ok_or_else(|| format!("expected one of {}", GatewayHttpThread::NAMES.join(", ")))
+}
+
+fn cluster_toml(
+    ports: &[u16; 3],
+    http: u16,
+    http_thread: GatewayHttpThread,
+    seconds: f64,
+) -> String {
+    let http_thread = http_thread.name();
     let mut t = format!(
         r#"[run]
 name = "bench-gateway"
@@ -213,7 +225,7 @@ pub fn measure(a: &GatewayBenchArgs) -> Result<GatewayFigures> {
     let ports = [free()?, free()?, free()?];
     let http = free()?;
     let cfg = dir.path().join("cluster.toml");
-    std::fs::write(&cfg, cluster_toml(&ports, http, &a.http_thread, seconds))?;
+    std::fs::write(&cfg, cluster_toml(&ports, http, a.http_thread, seconds))?;
     let cluster = crate::run::load(&cfg)?;
     let threads: Vec<_> = cluster
         .hosts
@@ -303,11 +315,7 @@ pub fn run(a: &GatewayBenchArgs) -> Result<()> {
         c["concurrency"],
         a.max_tokens,
         c["seconds"],
-        if a.http_thread == "own" {
-            "a thread of its own"
-        } else {
-            "the gateway host's thread"
-        }
+        a.http_thread.placement()
     );
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
     let errors = c["errors"]
@@ -380,7 +388,7 @@ mod tests {
         assert_eq!(b.quantile_upper(1.0), Some(f64::INFINITY));
         let c = counters(text, "c_total", "r");
         assert_eq!((c["stop"], c["length"]), (3, 4));
-        for thread in ["host", "own"] {
+        for thread in GatewayHttpThread::ALL {
             let text = cluster_toml(&[1, 2, 3], 4, thread, 5.0);
             let cluster = edgemu_config::Cluster::from_str(&text, std::path::Path::new("bench"))
                 .expect("the bench's cluster parses");
@@ -388,7 +396,7 @@ mod tests {
             let edgemu_config::ActorKind::Gateway(spec) = &gw.kind else {
                 panic!("gw is a gateway")
             };
-            assert_eq!(spec.http_thread.name(), thread);
+            assert_eq!(spec.http_thread, thread);
             assert_eq!(spec.listen.port(), 4);
         }
     }
